@@ -1,0 +1,418 @@
+//! The registry client: one background thread per `Bus` that keeps a connection to the domain's
+//! registry server, (re-)registers every live endpoint whenever a connection is made, and binds
+//! endpoints to their slots as the registry answers.
+//!
+//! Endpoints never depend on the registry being up: an endpoint created while it is down is
+//! registered when it appears, and a bound endpoint keeps working through a registry restart
+//! (its slot mapping stays valid; the new registry adopts the segment and the endpoint is
+//! registered again). Binding is announced on a process-local futex word so that waits on
+//! unbound subscriptions sleep instead of polling.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Sender};
+
+use crate::error::BusError;
+use crate::futex;
+use crate::names::Domain;
+use crate::protocol::{self, EndpointKind, Registration, Reply, Request};
+use crate::slot::Slot;
+
+/// How long endpoint creation waits for the registry's answer when connected.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest pause between connection attempts while no registry runs.
+const MAX_RETRY: Duration = Duration::from_millis(200);
+
+pub(crate) struct ClientShared {
+    pub(crate) domain: Domain,
+    state: Mutex<ClientState>,
+    /// Bumped (and woken, private futex) whenever an endpoint binds or fails, or the connection
+    /// comes up.
+    pub(crate) bind_word: AtomicU32,
+    connected: AtomicBool,
+}
+
+#[derive(Default)]
+struct ClientState {
+    conn: Option<UnixStream>,
+    endpoints: HashMap<u64, Weak<Endpoint>>,
+    waiting: HashMap<u64, Sender<Result<(), BusError>>>,
+    next_endpoint: u64,
+}
+
+/// One publication or subscription as the client tracks it.
+pub(crate) struct Endpoint {
+    pub(crate) registration: Registration,
+    pub(crate) slot: OnceLock<Slot>,
+    error: Mutex<Option<BusError>>,
+    /// Latest value a publication wrote before it was bound.
+    pending: Mutex<Option<Vec<u8>>>,
+    pub(crate) client: Arc<ClientShared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ClientShared {
+    pub(crate) fn start(domain: Domain) -> Result<Arc<ClientShared>, BusError> {
+        let shared = Arc::new(ClientShared {
+            domain,
+            state: Mutex::new(ClientState::default()),
+            bind_word: AtomicU32::new(0),
+            connected: AtomicBool::new(false),
+        });
+        // Try once before returning, so that endpoints created right after `Bus::open` register
+        // synchronously (and see refusals) when a registry runs.
+        let first = connect_pair(&shared.domain).ok();
+        let first = first.map(|(stream, reader)| {
+            shared.on_connect(stream);
+            reader
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("baton-registry-client".into())
+            .spawn(move || run(weak, first))
+            .map_err(|e| BusError::io("starting the registry client thread", e))?;
+        Ok(shared)
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    fn announce(&self) {
+        self.bind_word.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&self.bind_word, false);
+    }
+
+    /// Waits until `ready()` holds, sleeping on the bind word. `false` on timeout.
+    pub(crate) fn wait_for(&self, deadline: Instant, ready: impl Fn() -> bool) -> bool {
+        loop {
+            let seen = self.bind_word.load(Ordering::SeqCst);
+            if ready() {
+                return true;
+            }
+            if futex::wait(&self.bind_word, seen, false, Some(deadline)) == futex::Wake::TimedOut {
+                return ready();
+            }
+        }
+    }
+
+    pub(crate) fn unreachable(&self, reason: &str) -> BusError {
+        BusError::RegistryUnreachable {
+            domain: self.domain.to_string(),
+            socket: self.domain.registry_socket(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Creates an endpoint and registers it. If the registry is connected, waits for its answer
+    /// so that refusals (type mismatch, second publisher, ...) surface here.
+    pub(crate) fn register(
+        self: &Arc<ClientShared>,
+        mut registration: Registration,
+    ) -> Result<Arc<Endpoint>, BusError> {
+        let (tx, rx) = bounded(1);
+        let endpoint = {
+            let mut state = lock(&self.state);
+            state.next_endpoint += 1;
+            registration.endpoint = state.next_endpoint;
+            let endpoint = Arc::new(Endpoint {
+                registration,
+                slot: OnceLock::new(),
+                error: Mutex::new(None),
+                pending: Mutex::new(None),
+                client: Arc::clone(self),
+            });
+            let id = endpoint.registration.endpoint;
+            state.endpoints.insert(id, Arc::downgrade(&endpoint));
+            let request = Request::Register(endpoint.registration.clone());
+            if state.send(id, &request) {
+                state.waiting.insert(id, tx);
+            } else {
+                // Not connected: nothing to wait for; `recv_timeout` returns at once.
+                drop(tx);
+            }
+            endpoint
+        };
+        match rx.recv_timeout(REGISTER_TIMEOUT) {
+            Ok(Err(e)) => Err(e),
+            // Answered, or not connected (bound later), or the registry is slow: in the last two
+            // cases the endpoint binds in the background.
+            _ => Ok(endpoint),
+        }
+    }
+
+    fn unregister(&self, id: u64) {
+        let mut state = lock(&self.state);
+        state.endpoints.remove(&id);
+        state.waiting.remove(&id);
+        state.send(0, &Request::Unregister { endpoint: id });
+    }
+
+    fn on_connect(&self, stream: UnixStream) {
+        let mut state = lock(&self.state);
+        state.conn = Some(stream);
+        let hello = Request::Hello {
+            program: crate::process::own_program(),
+        };
+        state.send(0, &hello);
+        let live: Vec<Arc<Endpoint>> = state.endpoints.values().filter_map(Weak::upgrade).collect();
+        for endpoint in live {
+            let id = endpoint.registration.endpoint;
+            state.send(id, &Request::Register(endpoint.registration.clone()));
+        }
+        drop(state);
+        self.connected.store(true, Ordering::Release);
+        self.announce();
+    }
+
+    fn on_disconnect(&self) {
+        let mut state = lock(&self.state);
+        state.conn = None;
+        // Whoever waits for an answer gets an unbound endpoint; it binds after reconnecting.
+        state.waiting.clear();
+        drop(state);
+        self.connected.store(false, Ordering::Release);
+        self.announce();
+    }
+
+    fn on_reply(&self, reply: Reply) {
+        let (id, outcome) = match reply {
+            Reply::Registered {
+                endpoint,
+                segment: Some(segment),
+            }
+            | Reply::Bound { endpoint, segment } => (endpoint, self.bind(endpoint, &segment)),
+            Reply::Registered {
+                endpoint,
+                segment: None,
+            } => (endpoint, Ok(())),
+            Reply::Refused { endpoint, refusal } => {
+                let Some(ep) = self.endpoint(endpoint) else {
+                    return;
+                };
+                let err = refusal.into_error(&ep.registration);
+                tracing::warn!(endpoint = %ep.registration.name, "registry refused: {err}");
+                *lock(&ep.error) = Some(err.clone());
+                (endpoint, Err(err))
+            }
+            Reply::Welcome { .. }
+            | Reply::Unregistered { .. }
+            | Reply::Listing { .. }
+            | Reply::Error { .. } => return,
+        };
+        if let Some(tx) = lock(&self.state).waiting.remove(&id) {
+            let _ = tx.send(outcome);
+        }
+        self.announce();
+    }
+
+    fn endpoint(&self, id: u64) -> Option<Arc<Endpoint>> {
+        lock(&self.state).endpoints.get(&id).and_then(Weak::upgrade)
+    }
+
+    fn bind(&self, id: u64, segment: &str) -> Result<(), BusError> {
+        let Some(ep) = self.endpoint(id) else {
+            return Ok(());
+        };
+        if let Some(slot) = ep.slot.get() {
+            if slot.segment() != segment {
+                tracing::warn!(
+                    "{} was re-created by the registry as {segment}; this endpoint keeps {}",
+                    ep.registration.name,
+                    slot.segment()
+                );
+            }
+            return Ok(());
+        }
+        let result = Slot::open(segment, true)
+            .map_err(BusError::from)
+            .and_then(|slot| ep.check(&slot).map(|()| slot));
+        match result {
+            Ok(slot) => {
+                ep.bind(slot);
+                *lock(&ep.error) = None;
+                Ok(())
+            }
+            Err(e) => {
+                *lock(&ep.error) = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for ClientShared {
+    fn drop(&mut self) {
+        if let Some(conn) = &lock(&self.state).conn {
+            // Wakes the background thread's blocking read so that it exits.
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl ClientState {
+    /// Sends if connected; `false` if not connected or the send failed.
+    fn send(&mut self, id: u64, request: &Request) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        match protocol::write_frame(conn, id, request) {
+            Ok(()) => true,
+            Err(_) => {
+                // The reader side notices too and reconnects.
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+                false
+            }
+        }
+    }
+}
+
+impl Endpoint {
+    /// The slot the registry handed us must be the type and size we registered.
+    fn check(&self, slot: &Slot) -> Result<(), BusError> {
+        let reg = &self.registration;
+        if slot.schema().hash.0 != reg.schema_hash {
+            return Err(BusError::TypeMismatch {
+                name: reg.name.to_string(),
+                slot_type: slot.schema().type_name.clone(),
+                slot_hash: slot.schema().hash.to_string(),
+                requested_type: reg.type_name.clone(),
+                requested_hash: crate::schema::SchemaHash(reg.schema_hash).to_string(),
+            });
+        }
+        if reg.kind == EndpointKind::Publication && (slot.capacity() as u64) < reg.capacity {
+            return Err(BusError::CapacityTooSmall {
+                name: reg.name.to_string(),
+                capacity: slot.capacity(),
+                requested: reg.capacity as usize,
+            });
+        }
+        Ok(())
+    }
+
+    fn bind(&self, slot: Slot) {
+        // Holding `pending` while setting the slot: a concurrent `publish_bytes` either sees the
+        // slot (and writes it directly) or stores its value before we flush it here.
+        let mut pending = lock(&self.pending);
+        let slot = self.slot.get_or_init(|| slot);
+        if let Some(bytes) = pending.take() {
+            if let Err(e) = slot.write(&bytes) {
+                tracing::warn!("{}: value written before binding lost: {e}", slot.name());
+            }
+        }
+    }
+
+    pub(crate) fn error(&self) -> Option<BusError> {
+        lock(&self.error).clone()
+    }
+
+    /// Publishes `bytes`: into the slot if bound, else kept until binding.
+    pub(crate) fn publish_bytes(&self, bytes: &[u8]) -> Result<(), BusError> {
+        if let Some(slot) = self.slot.get() {
+            return slot.write(bytes).map(|_| ());
+        }
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        let mut pending = lock(&self.pending);
+        match self.slot.get() {
+            Some(slot) => slot.write(bytes).map(|_| ()),
+            None => {
+                *pending = Some(bytes.to_vec());
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until the endpoint is bound (or refused).
+    pub(crate) fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
+        let deadline = Instant::now() + timeout;
+        let done = || self.slot.get().is_some() || self.error().is_some();
+        self.client.wait_for(deadline, done);
+        if self.slot.get().is_some() {
+            return Ok(());
+        }
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        if self.client.is_connected() {
+            Err(BusError::Refused {
+                name: self.registration.name.to_string(),
+                reason: match self.registration.kind {
+                    EndpointKind::Subscription => "no publication has created the slot yet".into(),
+                    EndpointKind::Publication => "the registry has not answered".into(),
+                },
+            })
+        } else {
+            Err(self
+                .client
+                .unreachable(&format!("not connected after {timeout:?}")))
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if self.registration.kind == EndpointKind::Publication {
+            if let Some(slot) = self.slot.get() {
+                slot.mark_writer_gone();
+            }
+        }
+        self.client.unregister(self.registration.endpoint);
+    }
+}
+
+/// The background thread: connect, read replies until the connection drops, repeat. Holds only
+/// a weak reference so that the client (and the thread) end when the last `Bus` handle and
+/// endpoint are dropped.
+/// Connecting is retried with a short back-off while no registry runs; an abstract socket
+/// cannot be watched for appearance, and this is off every hot path.
+fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
+    let mut retry = Duration::from_millis(5);
+    loop {
+        let mut reader = match connected.take() {
+            Some(reader) => reader,
+            None => {
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                let Ok((stream, reader)) = connect_pair(&shared.domain) else {
+                    drop(shared);
+                    std::thread::sleep(retry);
+                    retry = (retry * 2).min(MAX_RETRY);
+                    continue;
+                };
+                retry = Duration::from_millis(5);
+                shared.on_connect(stream);
+                reader
+            }
+        };
+        loop {
+            let frame = protocol::read_frame::<Reply>(&mut reader);
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            match frame {
+                Ok(Some(frame)) => shared.on_reply(frame.body),
+                Ok(None) | Err(_) => {
+                    shared.on_disconnect();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn connect_pair(domain: &Domain) -> std::io::Result<(UnixStream, UnixStream)> {
+    let stream = protocol::connect(domain)?;
+    let reader = stream.try_clone()?;
+    Ok((stream, reader))
+}

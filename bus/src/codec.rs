@@ -1,0 +1,272 @@
+//! The one place bincode is used: the byte encoding of serde value types on the bus.
+//!
+//! bincode is pinned to `=2.0.1` (3.0.0 is an empty crate that refuses to build), so every
+//! call goes through here and a future swap touches one file. The schema decoder in
+//! `schema.rs` reads the same bytes without the Rust type and relies on [`config`] staying
+//! fixed-int little-endian.
+
+use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
+use bincode::enc::write::Writer;
+
+/// The bincode configuration used for every value on the bus.
+pub type Config = Configuration<LittleEndian, Fixint, NoLimit>;
+
+/// Fixed-width integers keep encoded sizes predictable and let the schema decoder read
+/// lengths (u64), variant indices (u32) and numbers without varint logic.
+pub fn config() -> Config {
+    bincode::config::standard()
+        .with_fixed_int_encoding()
+        .with_little_endian()
+}
+
+/// Why a value could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("cannot encode a {type_name} with bincode: {source}")]
+    Encode {
+        type_name: &'static str,
+        #[source]
+        source: bincode::error::EncodeError,
+    },
+    #[error(
+        "expected the {len} bytes to hold an encoded {type_name}, but decoding failed: {reason}"
+    )]
+    Decode {
+        type_name: &'static str,
+        len: usize,
+        reason: String,
+        #[source]
+        source: bincode::error::DecodeError,
+    },
+    #[error(
+        "expected an encoded {type_name} to fill all {len} bytes, found {trailing} trailing \
+         bytes after the first {consumed}"
+    )]
+    TrailingBytes {
+        type_name: &'static str,
+        len: usize,
+        consumed: usize,
+        trailing: usize,
+    },
+    #[error("expected at most {max} bytes for an encoded {type_name}, found {len}")]
+    TooLarge {
+        type_name: &'static str,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// Largest input [`decode`] accepts; far above any slot size, and it keeps the limit
+/// buckets below within `usize` on every target.
+pub const MAX_DECODE_LEN: usize = u32::MAX as usize;
+
+/// Clears `out` and encodes `value` into it, reusing `out`'s allocation.
+pub fn encode_into<T: serde::Serialize + ?Sized>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    out.clear();
+    bincode::serde::encode_into_writer(value, VecWriter(out), config()).map_err(|source| {
+        CodecError::Encode {
+            type_name: std::any::type_name::<T>(),
+            source,
+        }
+    })
+}
+
+/// Decodes one `T` that must fill `bytes` exactly.
+///
+/// The bytes may come from a corrupt or hostile segment. bincode sizes a string or byte
+/// buffer from its length prefix before reading it, so an unchecked prefix could ask for
+/// exabytes and abort the process. With a byte limit configured bincode checks each claim
+/// first; the limit is a const generic, so pick the smallest of a few power-of-16 buckets
+/// that holds the input: a hostile prefix can then cost at most 16 times the input size.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    const KIB4: usize = 1 << 12;
+    const KIB64: usize = 1 << 16;
+    const MIB1: usize = 1 << 20;
+    const MIB16: usize = 1 << 24;
+    const MIB256: usize = 1 << 28;
+    let len = bytes.len();
+    let result = if len <= KIB4 {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<KIB4>())
+    } else if len <= KIB64 {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<KIB64>())
+    } else if len <= MIB1 {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB1>())
+    } else if len <= MIB16 {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB16>())
+    } else if len <= MIB256 {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB256>())
+    } else if len <= MAX_DECODE_LEN {
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<MAX_DECODE_LEN>())
+    } else {
+        return Err(CodecError::TooLarge {
+            type_name: std::any::type_name::<T>(),
+            len,
+            max: MAX_DECODE_LEN,
+        });
+    };
+    match result {
+        Ok((value, consumed)) if consumed == len => Ok(value),
+        Ok((_, consumed)) => Err(CodecError::TrailingBytes {
+            type_name: std::any::type_name::<T>(),
+            len,
+            consumed,
+            trailing: len.saturating_sub(consumed),
+        }),
+        Err(source) => Err(CodecError::Decode {
+            type_name: std::any::type_name::<T>(),
+            len,
+            reason: explain(&source),
+            source,
+        }),
+    }
+}
+
+/// bincode's own messages are terse; say in bus terms what was expected and found.
+fn explain(error: &bincode::error::DecodeError) -> String {
+    use bincode::error::DecodeError as E;
+    match error {
+        E::UnexpectedEnd { additional } => {
+            format!("the bytes end early, at least {additional} more needed")
+        }
+        E::LimitExceeded => "a length prefix claims more bytes than the input holds".to_string(),
+        E::InvalidBooleanValue(found) => format!("expected a bool byte 0 or 1, found {found}"),
+        E::UnexpectedVariant {
+            found, type_name, ..
+        } => format!("expected a valid variant index of {type_name}, found {found}"),
+        E::Utf8 { .. } => "expected UTF-8 text, found invalid UTF-8".to_string(),
+        E::InvalidCharEncoding(found) => format!("expected a UTF-8 char, found bytes {found:?}"),
+        E::OutsideUsizeRange(found) => {
+            format!("expected a length that fits in memory, found {found}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Appends to a borrowed `Vec` so encoding reuses the caller's buffer.
+struct VecWriter<'a>(&'a mut Vec<u8>);
+
+impl Writer for VecWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Sample {
+        id: u32,
+        name: String,
+        tag: Option<char>,
+        values: Vec<i16>,
+    }
+
+    fn sample() -> Sample {
+        Sample {
+            id: 7,
+            name: "arm".into(),
+            tag: Some('é'),
+            values: vec![-1, 2],
+        }
+    }
+
+    #[test]
+    fn round_trip_and_layout() {
+        let mut out = Vec::new();
+        encode_into(&sample(), &mut out).expect("encode");
+        let mut expected = vec![7, 0, 0, 0];
+        expected.extend_from_slice(&3u64.to_le_bytes());
+        expected.extend_from_slice(b"arm");
+        expected.push(1);
+        expected.extend_from_slice("é".as_bytes());
+        expected.extend_from_slice(&2u64.to_le_bytes());
+        expected.extend_from_slice(&(-1i16).to_le_bytes());
+        expected.extend_from_slice(&2i16.to_le_bytes());
+        assert_eq!(out, expected);
+        assert_eq!(decode::<Sample>(&out).expect("decode"), sample());
+    }
+
+    #[test]
+    fn encode_into_clears_and_reuses() {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(&[9; 100]);
+        let ptr = out.as_ptr();
+        encode_into(&5u16, &mut out).expect("encode");
+        assert_eq!(out, vec![5, 0]);
+        assert_eq!(out.as_ptr(), ptr);
+        encode_into("ab", &mut out).expect("encode unsized");
+        assert_eq!(out.len(), 10);
+    }
+
+    #[test]
+    fn trailing_bytes_refused() {
+        let err = decode::<u16>(&[1, 0, 0]).expect_err("trailing");
+        let text = err.to_string();
+        assert!(
+            text.contains("u16") && text.contains("1 trailing"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn hostile_lengths_are_errors() {
+        let mut bytes = u64::MAX.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"abc");
+        let err = decode::<String>(&bytes).expect_err("huge string");
+        assert!(err.to_string().contains("alloc::string::String"), "{err}");
+        let mut bytes = (1u64 << 40).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[0; 5000]);
+        assert!(decode::<Vec<u8>>(&bytes).is_err());
+        assert!(decode::<serde_bytes_like::Buf>(&bytes).is_err());
+        assert!(decode::<bool>(&[2]).is_err());
+        assert!(decode::<Option<u8>>(&[3, 1]).is_err());
+        assert!(decode::<char>(&[0xff]).is_err());
+        assert!(decode::<Sample>(&[]).is_err());
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut bytes = Vec::new();
+        for round in 0..3000 {
+            bytes.clear();
+            for _ in 0..(round % 64) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                bytes.push(state as u8);
+            }
+            let _ = decode::<Sample>(&bytes);
+            let _ = decode::<Vec<String>>(&bytes);
+        }
+    }
+
+    /// Deserializes through `deserialize_byte_buf`, the other length-prefixed allocation.
+    mod serde_bytes_like {
+        #[derive(Debug)]
+        pub struct Buf;
+
+        impl<'de> serde::Deserialize<'de> for Buf {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = Buf;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("bytes")
+                    }
+                    fn visit_byte_buf<E>(self, _: Vec<u8>) -> Result<Buf, E> {
+                        Ok(Buf)
+                    }
+                }
+                d.deserialize_byte_buf(V)
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The user-facing endpoints: `Bus` (a handle on one domain), `Publication` and `Subscription`.
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::client::{ClientShared, Endpoint};
+use crate::error::BusError;
+use crate::futex;
+use crate::names::{Domain, SlotName};
+use crate::protocol::{EndpointKind, Registration};
+use crate::slot::{ReadInfo, Slot, WriterState};
+use crate::value::{Codec, Pod, Serde};
+
+/// A handle on one bus domain. Cheap to clone; endpoints keep the connection alive.
+#[derive(Clone)]
+pub struct Bus {
+    client: Arc<ClientShared>,
+}
+
+impl Bus {
+    /// Opens `domain`. Never fails because no registry runs: endpoints bind when it appears.
+    pub fn open(domain: Domain) -> Result<Bus, BusError> {
+        Ok(Bus {
+            client: ClientShared::start(domain)?,
+        })
+    }
+
+    /// Opens the domain named by `BUS_DOMAIN` (or `default`).
+    pub fn from_env() -> Result<Bus, BusError> {
+        Bus::open(Domain::from_env()?)
+    }
+
+    pub fn domain(&self) -> &Domain {
+        &self.client.domain
+    }
+
+    /// Whether the registry is connected right now.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_connected()
+    }
+
+    /// Waits up to `timeout` for the registry; the error says how to start one.
+    pub fn wait_for_registry(&self, timeout: Duration) -> Result<(), BusError> {
+        let deadline = Instant::now() + timeout;
+        if self
+            .client
+            .wait_for(deadline, || self.client.is_connected())
+        {
+            Ok(())
+        } else {
+            Err(self
+                .client
+                .unreachable(&format!("no connection within {timeout:?}")))
+        }
+    }
+
+    /// A publication of serde type `T` on public `name`, with the default capacity.
+    pub fn publish<T>(&self, name: &str) -> Result<Publication<T>, BusError>
+    where
+        Serde: Codec<T>,
+    {
+        self.publication(name)?.create()
+    }
+
+    /// A subscription of serde type `T` to `name`.
+    pub fn subscribe<T>(&self, name: &str) -> Result<Subscription<T>, BusError>
+    where
+        Serde: Codec<T>,
+    {
+        Subscription::create(self, SlotName::parse(name)?)
+    }
+
+    /// A publication of plain-old-data type `T`, copied as bytes.
+    pub fn publish_pod<T>(&self, name: &str) -> Result<Publication<T, Pod>, BusError>
+    where
+        Pod: Codec<T>,
+    {
+        self.publication(name)?.create()
+    }
+
+    /// A subscription of plain-old-data type `T`.
+    pub fn subscribe_pod<T>(&self, name: &str) -> Result<Subscription<T, Pod>, BusError>
+    where
+        Pod: Codec<T>,
+    {
+        Subscription::create(self, SlotName::parse(name)?)
+    }
+
+    /// A publication builder for public `name` (set capacity, codec).
+    pub fn publication(&self, name: &str) -> Result<PublicationBuilder, BusError> {
+        Ok(PublicationBuilder {
+            bus: self.clone(),
+            name: SlotName::public(name)?,
+            capacity: None,
+        })
+    }
+
+    /// A publication builder for a private slot with a generated unique name.
+    pub fn private_publication(&self) -> PublicationBuilder {
+        PublicationBuilder {
+            bus: self.clone(),
+            name: SlotName::private(),
+            capacity: None,
+        }
+    }
+
+    fn register<T, C: Codec<T>>(
+        &self,
+        name: SlotName,
+        kind: EndpointKind,
+        capacity: usize,
+    ) -> Result<Arc<Endpoint>, BusError> {
+        let schema = C::schema()?;
+        let registration = Registration {
+            endpoint: 0,
+            name,
+            kind,
+            type_name: schema.type_name().to_owned(),
+            schema_hash: schema.hash().0,
+            schema: schema.to_bytes(),
+            capacity: capacity as u64,
+        };
+        self.client.register(registration)
+    }
+}
+
+/// Options of a publication before it is created.
+pub struct PublicationBuilder {
+    bus: Bus,
+    name: SlotName,
+    capacity: Option<usize>,
+}
+
+impl PublicationBuilder {
+    /// Largest encoded value, in bytes (default 4 KiB for serde types, the type's size for
+    /// plain-old-data). Fixed when the slot is created.
+    pub fn capacity(mut self, bytes: usize) -> Self {
+        self.capacity = Some(bytes);
+        self
+    }
+
+    pub fn create<T, C: Codec<T>>(self) -> Result<Publication<T, C>, BusError> {
+        let capacity = self.capacity.unwrap_or_else(C::default_capacity).max(1);
+        let endpoint = self
+            .bus
+            .register::<T, C>(self.name, EndpointKind::Publication, capacity)?;
+        Ok(Publication {
+            endpoint,
+            capacity,
+            scratch: Vec::new(),
+            _type: PhantomData,
+        })
+    }
+}
+
+/// Writes values of `T` into one slot. Never blocks on readers.
+pub struct Publication<T, C = Serde> {
+    endpoint: Arc<Endpoint>,
+    capacity: usize,
+    scratch: Vec<u8>,
+    _type: PhantomData<fn(&T) -> C>,
+}
+
+impl<T, C: Codec<T>> Publication<T, C> {
+    /// Publishes `value`. Before the registry has bound the slot the value is kept and written
+    /// at binding. A value larger than the capacity is refused, never truncated.
+    pub fn write(&mut self, value: &T) -> Result<(), BusError> {
+        let bytes = C::encode(value, &mut self.scratch)?;
+        if bytes.len() > self.capacity {
+            return Err(BusError::TooLarge {
+                name: self.endpoint.registration.name.to_string(),
+                size: bytes.len(),
+                capacity: self.capacity,
+            });
+        }
+        self.endpoint.publish_bytes(bytes)
+    }
+
+    pub fn name(&self) -> &SlotName {
+        &self.endpoint.registration.name
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn is_bound(&self) -> bool {
+        self.endpoint.slot.get().is_some()
+    }
+
+    /// Waits until the registry has created and bound the slot.
+    pub fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
+        self.endpoint.wait_bound(timeout)
+    }
+}
+
+/// Metadata of the value a subscription holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValueMeta {
+    /// Increases by one with every write to the slot.
+    pub sequence: u64,
+    pub write_time: SystemTime,
+    /// The slot's writer now (not when the value was written).
+    pub writer: WriterState,
+    pub writer_pid: u32,
+    /// Host the value came from; `None` for values written on this computer.
+    pub origin: Option<String>,
+}
+
+/// Reads the latest value of one slot.
+pub struct Subscription<T, C = Serde> {
+    endpoint: Arc<Endpoint>,
+    scratch: Vec<u8>,
+    value: Option<T>,
+    last: Option<ReadInfo>,
+    _codec: PhantomData<fn() -> C>,
+}
+
+impl<T, C: Codec<T>> Subscription<T, C> {
+    fn create(bus: &Bus, name: SlotName) -> Result<Self, BusError> {
+        let endpoint = bus.register::<T, C>(name, EndpointKind::Subscription, 0)?;
+        Ok(Subscription {
+            endpoint,
+            scratch: Vec::new(),
+            value: None,
+            last: None,
+            _codec: PhantomData,
+        })
+    }
+
+    /// Pulls the current value. `true` if it is newer than the one held before.
+    pub fn update(&mut self) -> Result<bool, BusError> {
+        let Some(slot) = self.endpoint.slot.get() else {
+            return match self.endpoint.error() {
+                Some(e) => Err(e),
+                None => Ok(false),
+            };
+        };
+        let seen = self.last_sequence();
+        match C::read(slot, seen, &mut self.scratch, &mut self.value)? {
+            Some(info) => {
+                self.last = Some(info);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Blocks, without spinning, until a value newer than the one held exists (and pulls it:
+    /// `Ok(true)`), or `timeout` passes (`Ok(false)`).
+    pub fn wait_update(&mut self, timeout: Duration) -> Result<bool, BusError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.update()? {
+                return Ok(true);
+            }
+            let wake = match self.endpoint.slot.get() {
+                Some(slot) => wait_on_slot(slot, self.last_sequence(), deadline),
+                None => {
+                    let client = &self.endpoint.client;
+                    let seen = client.bind_word.load(Ordering::SeqCst);
+                    if self.endpoint.slot.get().is_some() || self.endpoint.error().is_some() {
+                        continue;
+                    }
+                    futex::wait(&client.bind_word, seen, false, Some(deadline))
+                }
+            };
+            if wake == futex::Wake::TimedOut {
+                return self.update();
+            }
+        }
+    }
+
+    /// The value held (after the last successful `update`), if any.
+    pub fn value(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+
+    /// Metadata of the value held; `None` before the first value.
+    pub fn meta(&self) -> Option<ValueMeta> {
+        let info = self.last?;
+        let slot = self.endpoint.slot.get()?;
+        let writer = slot.writer();
+        let origin = slot.origin();
+        Some(ValueMeta {
+            sequence: info.sequence,
+            write_time: info.write_time(),
+            writer: writer.state,
+            writer_pid: writer.pid,
+            origin: (!origin.is_empty()).then_some(origin),
+        })
+    }
+
+    /// State of the slot's writer now; `None` while unbound.
+    pub fn writer(&self) -> Option<WriterState> {
+        self.endpoint.slot.get().map(|s| s.writer().state)
+    }
+
+    pub fn name(&self) -> &SlotName {
+        &self.endpoint.registration.name
+    }
+
+    pub fn is_bound(&self) -> bool {
+        self.endpoint.slot.get().is_some()
+    }
+
+    /// Waits until the slot exists and is bound.
+    pub fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
+        self.endpoint.wait_bound(timeout)
+    }
+
+    pub(crate) fn last_sequence(&self) -> u64 {
+        self.last.map_or(0, |i| i.sequence)
+    }
+
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+}
+
+/// Sleeps on `slot`'s notify word unless its latest sequence already differs from `seen`.
+fn wait_on_slot(slot: &Slot, seen: u64, deadline: Instant) -> futex::Wake {
+    let waiters = slot.waiters_word();
+    // SeqCst, paired with the writer's SeqCst notify store + waiters load (see `Slot::write_at`).
+    waiters.fetch_add(1, Ordering::SeqCst);
+    let expected = slot.notify_word().load(Ordering::SeqCst);
+    let wake = if slot.latest_sequence() != seen {
+        futex::Wake::Maybe(None)
+    } else {
+        futex::wait(slot.notify_word(), expected, true, Some(deadline))
+    };
+    waiters.fetch_sub(1, Ordering::SeqCst);
+    wake
+}

@@ -1,0 +1,118 @@
+//! Errors of the bus library. Each says what was expected and what was found, so that a
+//! binary can print it as its one line and exit.
+
+use thiserror::Error;
+
+/// A domain or slot name that breaks the naming rule.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum NameError {
+    #[error("invalid domain name {name:?}: a domain is 1 to 32 of the characters A-Z a-z 0-9 _ -")]
+    Domain { name: String },
+    #[error(
+        "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes and uses \
+         only letters, digits and _ - . /"
+    )]
+    Slot { name: String },
+}
+
+/// A shared-memory segment whose header does not describe a valid slot. Every size, length and
+/// offset read from shared memory is checked; a check that fails gives one of these.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum SegmentError {
+    #[error("segment {segment}: wrong magic number {found:#018x} (expected {expected:#018x}); not a Baton slot or corrupt")]
+    BadMagic {
+        segment: String,
+        found: u64,
+        expected: u64,
+    },
+    #[error("segment {segment}: layout version {found}, this build reads version {expected}")]
+    BadVersion {
+        segment: String,
+        found: u32,
+        expected: u32,
+    },
+    #[error(
+        "segment {segment}: {what} is {found}, which does not fit a {segment_size}-byte segment"
+    )]
+    BadSize {
+        segment: String,
+        what: &'static str,
+        found: u64,
+        segment_size: u64,
+    },
+    #[error("segment {segment}: stored {what} is corrupt: {reason}")]
+    BadField {
+        segment: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("segment {segment}: {message}")]
+    Io { segment: String, message: String },
+}
+
+/// Everything that can go wrong using the bus.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum BusError {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+    #[error("type {type_name} cannot be used on the bus: {reason}")]
+    Schema { type_name: String, reason: String },
+    #[error(
+        "type mismatch on {name}: the slot holds {slot_type} (schema {slot_hash}), \
+         this endpoint is {requested_type} (schema {requested_hash})"
+    )]
+    TypeMismatch {
+        name: String,
+        slot_type: String,
+        slot_hash: String,
+        requested_type: String,
+        requested_hash: String,
+    },
+    #[error("value too large for {name}: {size} bytes encoded, the slot holds at most {capacity}; ask for more with .capacity() when creating the publication")]
+    TooLarge {
+        name: String,
+        size: usize,
+        capacity: usize,
+    },
+    #[error("{name} was created with capacity {capacity} bytes, this publication asks for {requested}; stop the slot's other endpoints so the registry can re-create it, or ask for at most {capacity}")]
+    CapacityTooSmall {
+        name: String,
+        capacity: usize,
+        requested: usize,
+    },
+    #[error("{name} already has a live publisher (pid {pid}); a slot has one writer")]
+    AlreadyPublished { name: String, pid: u32 },
+    #[error("no registry-server answers for domain '{domain}' (socket @{socket}): {reason}; start `registry-server --domain {domain}`")]
+    RegistryUnreachable {
+        domain: String,
+        socket: String,
+        reason: String,
+    },
+    #[error("registry refused {name}: {reason}")]
+    Refused { name: String, reason: String },
+    #[error("cannot decode the value in {name} as {type_name}: {reason}")]
+    Decode {
+        name: String,
+        type_name: String,
+        reason: String,
+    },
+    #[error("{name}: slot memory is inconsistent ({reason}); the segment is corrupt")]
+    Inconsistent { name: String, reason: String },
+    #[error("a subscription group waits on at most {max} slots, this one has {members}")]
+    GroupTooLarge { members: usize, max: usize },
+    #[error("{context}: {message}")]
+    Io { context: String, message: String },
+}
+
+impl BusError {
+    pub(crate) fn io(context: impl Into<String>, err: impl std::fmt::Display) -> BusError {
+        BusError::Io {
+            context: context.into(),
+            message: err.to_string(),
+        }
+    }
+}
+
+pub type Result<T, E = BusError> = std::result::Result<T, E>;

@@ -1,0 +1,153 @@
+//! Sleeping on and waking 32-bit words in shared memory: the one module that calls `futex`.
+//!
+//! Slot words live in memory shared between processes, so they use shared futexes (no
+//! `FUTEX_PRIVATE_FLAG`); a process-local word (the client's "something got bound" counter) uses
+//! a private one. `futex_waitv` (Linux 5.16) waits on up to 128 words at once, which is what a
+//! subscription group needs.
+
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+/// Most words one `futex_waitv` call can wait on (kernel `FUTEX_WAITV_MAX`).
+pub const WAITV_MAX: usize = 128;
+
+const FUTEX2_SIZE_U32: u32 = 0x02;
+const FUTEX2_PRIVATE: u32 = 128;
+
+/// Why a wait returned. Callers re-check their condition in every case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Woken, or the word no longer held the expected value, or a signal interrupted us.
+    Maybe(Option<usize>),
+    TimedOut,
+}
+
+/// One word to wait on.
+pub struct WaitOn<'a> {
+    pub word: &'a AtomicU32,
+    pub expected: u32,
+    pub shared: bool,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Sleeps while `word == expected`, at most until `deadline`.
+pub fn wait(word: &AtomicU32, expected: u32, shared: bool, deadline: Option<Instant>) -> Wake {
+    let op = if shared {
+        libc::FUTEX_WAIT
+    } else {
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG
+    };
+    let timeout = match deadline {
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Wake::TimedOut;
+            }
+            Some(timespec(left))
+        }
+        None => None,
+    };
+    let ts_ptr = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the whole call; the kernel only reads
+    // it. The timeout pointer is null or points to a timespec on our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            expected,
+            ts_ptr,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if rc == -1 && errno() == libc::ETIMEDOUT {
+        Wake::TimedOut
+    } else {
+        Wake::Maybe(None)
+    }
+}
+
+/// Wakes every waiter on `word`.
+pub fn wake_all(word: &AtomicU32, shared: bool) {
+    let op = if shared {
+        libc::FUTEX_WAKE
+    } else {
+        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG
+    };
+    // SAFETY: `word` is a live aligned atomic; FUTEX_WAKE does not access memory beyond
+    // hashing the address.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX);
+    }
+}
+
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// Sleeps until any of `words` changes from its expected value, at most until `deadline`.
+/// At most `WAITV_MAX` words.
+pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
+    debug_assert!(!words.is_empty() && words.len() <= WAITV_MAX);
+    let list: Vec<FutexWaitv> = words
+        .iter()
+        .map(|w| FutexWaitv {
+            val: u64::from(w.expected),
+            uaddr: w.word.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32 | if w.shared { 0 } else { FUTEX2_PRIVATE },
+            reserved: 0,
+        })
+        .collect();
+    // futex_waitv takes an absolute CLOCK_MONOTONIC deadline.
+    let abs = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec into the valid local.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let total = Duration::new(now.tv_sec as u64, now.tv_nsec as u32) + left;
+        timespec(total)
+    });
+    let ts_ptr = abs
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `list` is a valid array of `list.len()` futex_waitv entries (kernel ABI layout,
+    // reserved zero) whose addresses point at live aligned atomics borrowed for this call; the
+    // timeout is null or a local timespec.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            list.as_ptr(),
+            list.len() as u32,
+            0u32,
+            ts_ptr,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc >= 0 {
+        Wake::Maybe(Some(rc as usize))
+    } else if errno() == libc::ETIMEDOUT {
+        Wake::TimedOut
+    } else {
+        Wake::Maybe(None)
+    }
+}
+
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}

@@ -1,0 +1,196 @@
+//! Subscription groups: update many subscriptions at once, and wait select-like until any of
+//! them changes (one `futex_waitv` over every member's notify word).
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::ClientShared;
+use crate::endpoints::Subscription;
+use crate::error::BusError;
+use crate::futex::{self, WaitOn, WAITV_MAX};
+use crate::value::Codec;
+
+/// A typed handle on a group member, returned by `SubscriptionGroup::add`.
+pub struct Member<T, C> {
+    index: usize,
+    _type: PhantomData<fn() -> (T, C)>,
+}
+
+impl<T, C> Member<T, C> {
+    /// Position of the member in the group, as `update_all` and `wait_any` report it.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl<T, C> Clone for Member<T, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, C> Copy for Member<T, C> {}
+
+trait AnySubscription {
+    fn update(&mut self) -> Result<bool, BusError>;
+    fn sequence(&self) -> u64;
+    fn slot(&self) -> Option<&crate::slot::Slot>;
+    fn client(&self) -> &Arc<ClientShared>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
+    fn update(&mut self) -> Result<bool, BusError> {
+        Subscription::update(self)
+    }
+    fn sequence(&self) -> u64 {
+        self.last_sequence()
+    }
+    fn slot(&self) -> Option<&crate::slot::Slot> {
+        self.endpoint().slot.get()
+    }
+    fn client(&self) -> &Arc<ClientShared> {
+        &self.endpoint().client
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Subscriptions updated and waited on together.
+#[derive(Default)]
+pub struct SubscriptionGroup {
+    members: Vec<Box<dyn AnySubscription>>,
+}
+
+impl SubscriptionGroup {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a subscription; the handle gives typed access to it later.
+    pub fn add<T: 'static, C: Codec<T>>(
+        &mut self,
+        subscription: Subscription<T, C>,
+    ) -> Member<T, C> {
+        self.members.push(Box::new(subscription));
+        Member {
+            index: self.members.len() - 1,
+            _type: PhantomData,
+        }
+    }
+
+    pub fn get<T: 'static, C: Codec<T>>(&self, member: Member<T, C>) -> &Subscription<T, C> {
+        self.members[member.index]
+            .as_any()
+            .downcast_ref()
+            .expect("a Member handle always names a subscription of its own type")
+    }
+
+    pub fn get_mut<T: 'static, C: Codec<T>>(
+        &mut self,
+        member: Member<T, C>,
+    ) -> &mut Subscription<T, C> {
+        self.members[member.index]
+            .as_any_mut()
+            .downcast_mut()
+            .expect("a Member handle always names a subscription of its own type")
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Pulls every member; returns the indices of those that changed.
+    pub fn update_all(&mut self) -> Result<Vec<usize>, BusError> {
+        let mut changed = Vec::new();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if m.update()? {
+                changed.push(i);
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Blocks until at least one member has a newer value, pulls the members that changed and
+    /// returns their indices; an empty list means `timeout` passed. At most 127 members can be
+    /// waited on (the kernel's `futex_waitv` limit, one word kept for binding).
+    pub fn wait_any(&mut self, timeout: Duration) -> Result<Vec<usize>, BusError> {
+        let deadline = Instant::now() + timeout;
+        if self.members.len() >= WAITV_MAX {
+            return Err(BusError::GroupTooLarge {
+                members: self.members.len(),
+                max: WAITV_MAX - 1,
+            });
+        }
+        loop {
+            let changed = self.update_all()?;
+            if !changed.is_empty() {
+                return Ok(changed);
+            }
+            if self.members.is_empty() {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                return Ok(Vec::new());
+            }
+            let wake = self.sleep(deadline);
+            if wake == futex::Wake::TimedOut {
+                return self.update_all();
+            }
+        }
+    }
+
+    fn sleep(&self, deadline: Instant) -> futex::Wake {
+        let mut words = Vec::with_capacity(self.members.len() + 1);
+        let mut counted = Vec::with_capacity(self.members.len());
+        let mut clients: Vec<&Arc<ClientShared>> = Vec::new();
+        let mut ready = false;
+        for m in &self.members {
+            match m.slot() {
+                Some(slot) => {
+                    // As in `Subscription::wait_update`: count ourselves, read the notify word,
+                    // then re-check, so that a concurrent write either sees us or we see it.
+                    slot.waiters_word().fetch_add(1, Ordering::SeqCst);
+                    counted.push(slot);
+                    words.push(WaitOn {
+                        word: slot.notify_word(),
+                        expected: slot.notify_word().load(Ordering::SeqCst),
+                        shared: true,
+                    });
+                    ready |= slot.latest_sequence() != m.sequence();
+                }
+                None => {
+                    let client = m.client();
+                    if !clients.iter().any(|c| Arc::ptr_eq(c, client)) {
+                        clients.push(client);
+                        words.push(WaitOn {
+                            word: &client.bind_word,
+                            expected: client.bind_word.load(Ordering::SeqCst),
+                            shared: false,
+                        });
+                    }
+                    // Bound after our update but before we read the bind word: don't sleep.
+                    ready |= m.slot().is_some();
+                }
+            }
+        }
+        let wake = if ready {
+            futex::Wake::Maybe(None)
+        } else {
+            futex::wait_any(&words, Some(deadline))
+        };
+        for slot in counted {
+            slot.waiters_word().fetch_sub(1, Ordering::SeqCst);
+        }
+        wake
+    }
+}

@@ -1,0 +1,239 @@
+//! Names on the bus: domains, slot names, and how both map onto kernel objects.
+//!
+//! A domain isolates one bus on a machine; every shared-memory segment and socket name carries
+//! it, so tests and robots never see each other's slots. A slot name is either public (a pathname
+//! such as `/robot/controller/teleop`) or private (generated, starting with `%`). The mapping to a
+//! POSIX shared-memory name is injective: `/` becomes `~`, which a public name cannot contain.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::NameError;
+
+/// Environment variable naming the domain when `--domain` is not given.
+pub const DOMAIN_ENV: &str = "BUS_DOMAIN";
+/// Domain used when neither `--domain` nor `BUS_DOMAIN` is set.
+pub const DEFAULT_DOMAIN: &str = "default";
+/// Longest public slot name, in bytes.
+pub const MAX_NAME_LEN: usize = 200;
+/// Longest domain name, in bytes.
+pub const MAX_DOMAIN_LEN: usize = 32;
+/// Where Linux keeps POSIX shared memory.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// A validated bus domain name: 1 to 32 of `A-Z a-z 0-9 _ -`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Domain(String);
+
+impl Domain {
+    pub fn new(name: &str) -> Result<Domain, NameError> {
+        let ok = !name.is_empty()
+            && name.len() <= MAX_DOMAIN_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if ok {
+            Ok(Domain(name.to_owned()))
+        } else {
+            Err(NameError::Domain {
+                name: name.to_owned(),
+            })
+        }
+    }
+
+    /// The domain from `BUS_DOMAIN`, or `default`.
+    pub fn from_env() -> Result<Domain, NameError> {
+        match std::env::var(DOMAIN_ENV) {
+            Ok(name) => Domain::new(&name),
+            Err(_) => Domain::new(DEFAULT_DOMAIN),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Name of the registry's abstract Unix socket (no file to clean up, scoped to the
+    /// network namespace like the registry itself).
+    pub fn registry_socket(&self) -> String {
+        format!("baton.{}.registry", self.0)
+    }
+
+    /// File-name prefix (in `/dev/shm`) shared by every segment of this domain.
+    pub fn segment_prefix(&self) -> String {
+        format!("baton.{}", self.0)
+    }
+
+    /// POSIX shared-memory name (with the leading `/` that `shm_open` wants) of a slot.
+    pub fn segment_name(&self, slot: &SlotName) -> String {
+        format!("/{}{}", self.segment_prefix(), slot.0.replace('/', "~"))
+    }
+
+    /// The slot a file in `/dev/shm` belongs to, if it belongs to this domain.
+    pub fn slot_of_segment_file(&self, file_name: &str) -> Option<SlotName> {
+        let rest = file_name.strip_prefix(&self.segment_prefix())?;
+        match rest.as_bytes().first() {
+            Some(b'~') => SlotName::public(&rest.replace('~', "/")).ok(),
+            Some(b'%') => SlotName::parse_private(rest),
+            _ => None,
+        }
+    }
+
+    /// Paths of every segment of this domain currently in `/dev/shm`.
+    pub fn segment_files(&self) -> std::io::Result<Vec<(SlotName, std::path::PathBuf)>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(SHM_DIR)? {
+            let entry = entry?;
+            let file_name = entry.file_name();
+            if let Some(slot) = file_name
+                .to_str()
+                .and_then(|f| self.slot_of_segment_file(f))
+            {
+                found.push((slot, entry.path()));
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Removes every segment of this domain. For tests and for `bus-inspect clean`; running
+    /// processes keep their mappings, but nobody new can join those slots.
+    pub fn remove_all_segments(&self) -> std::io::Result<usize> {
+        let files = self.segment_files()?;
+        for (_, path) in &files {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(files.len())
+    }
+}
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The name of a slot: public (`/a/b`) or private (`%<pid>-<n>-<nonce>`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotName(String);
+
+impl SlotName {
+    /// A public name: starts with `/`, at most 200 bytes of letters, digits and `_ - . /`.
+    pub fn public(name: &str) -> Result<SlotName, NameError> {
+        let ok = name.starts_with('/')
+            && name.len() > 1
+            && name.len() <= MAX_NAME_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
+        if ok {
+            Ok(SlotName(name.to_owned()))
+        } else {
+            Err(NameError::Slot {
+                name: name.to_owned(),
+            })
+        }
+    }
+
+    /// A fresh private name, unique on this machine: pid, a per-process counter and the clock.
+    pub fn private() -> SlotName {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        SlotName(format!("%{}-{}-{:x}", std::process::id(), n, nonce))
+    }
+
+    fn parse_private(name: &str) -> Option<SlotName> {
+        let body = name.strip_prefix('%')?;
+        let ok = !body.is_empty()
+            && body.len() <= 64
+            && body
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b.is_ascii_digit() || b == b'-');
+        ok.then(|| SlotName(name.to_owned()))
+    }
+
+    /// Parses either form: what a registry or tool receives from elsewhere.
+    pub fn parse(name: &str) -> Result<SlotName, NameError> {
+        if name.starts_with('%') {
+            SlotName::parse_private(name).ok_or_else(|| NameError::Slot {
+                name: name.to_owned(),
+            })
+        } else {
+            SlotName::public(name)
+        }
+    }
+
+    pub fn is_private(&self) -> bool {
+        self.0.starts_with('%')
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SlotName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for SlotName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SlotName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SlotName, D::Error> {
+        let s = String::deserialize(d)?;
+        SlotName::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_names_follow_the_rule() {
+        assert!(SlotName::public("/robot/controller/teleop").is_ok());
+        assert!(SlotName::public("/a_b-c.d/9").is_ok());
+        for bad in ["", "/", "robot", "/a b", "/a~b", "/é", "/a%b"] {
+            assert!(SlotName::public(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(SlotName::public(&format!("/{}", "a".repeat(199))).is_ok());
+        assert!(SlotName::public(&format!("/{}", "a".repeat(200))).is_err());
+    }
+
+    #[test]
+    fn segment_names_round_trip_and_do_not_collide() {
+        let d = Domain::new("t1").unwrap();
+        let public = SlotName::public("/robot/x").unwrap();
+        let private = SlotName::private();
+        for slot in [public, private] {
+            let seg = d.segment_name(&slot);
+            assert_eq!(d.slot_of_segment_file(&seg[1..]), Some(slot.clone()));
+        }
+        // Another domain whose name extends this one's never matches.
+        let other = Domain::new("t1-b").unwrap();
+        let seg = other.segment_name(&SlotName::public("/x").unwrap());
+        assert_eq!(d.slot_of_segment_file(&seg[1..]), None);
+    }
+
+    #[test]
+    fn domains_are_checked() {
+        assert!(Domain::new("ci-42_x").is_ok());
+        for bad in ["", "a.b", "a/b", &"x".repeat(33)] {
+            assert!(Domain::new(bad).is_err());
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Process identity: a pid alone is reused by the kernel, so a process is its pid plus its start
+//! time (clock ticks since boot, field 22 of `/proc/<pid>/stat`).
+
+/// Start time of `pid`, or `None` if no such process exists.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces or ')': skip past the
+    // last ')'. Field 3 (state) is then the first, so starttime (22) is the 20th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process `pid` that started at `start` still runs (and is not a zombie).
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return false;
+    };
+    let mut fields = stat[close + 1..].split_whitespace();
+    let state = fields.next();
+    let started = fields.nth(18).and_then(|s| s.parse::<u64>().ok());
+    state != Some("Z") && state != Some("X") && started == Some(start)
+}
+
+/// This process's own start time.
+pub fn own_start_time() -> u64 {
+    start_time(std::process::id()).unwrap_or(0)
+}
+
+/// This process's program name, for listings.
+pub fn own_program() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_process_is_alive_and_a_wrong_start_time_is_not() {
+        let pid = std::process::id();
+        let start = super::start_time(pid).expect("own stat");
+        assert!(super::is_alive(pid, start));
+        assert!(!super::is_alive(pid, start + 1));
+        assert!(!super::is_alive(u32::MAX - 1, start));
+    }
+}

@@ -1,0 +1,201 @@
+//! Mapping POSIX shared-memory segments: the one module that calls `shm_open` and `mmap`.
+//!
+//! Why not the `shared_memory` crate: it creates segments with mode 0600 (the registry must give
+//! a configurable group read/write access) and unlinks a segment when its owner drops, while a
+//! Baton slot must outlive the registry that created it (a restarted registry adopts it).
+//! `nix` gives the same calls with the control we need.
+
+use std::num::NonZeroUsize;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use nix::fcntl::OFlag;
+use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
+use nix::sys::stat::{fchmod, fstat, Mode};
+use nix::unistd::{fchown, ftruncate, Gid};
+
+use crate::error::SegmentError;
+
+/// A shared mapping of a whole segment. The memory stays mapped until this is dropped, so any
+/// reference derived from `base()` is valid for the lifetime of the `Mapping`.
+#[derive(Debug)]
+pub struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
+// byte copies that tolerate concurrent writers (the slot protocol), so sharing the handle
+// between threads is as safe as sharing it between processes.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` itself has no interior state besides the immutable base/len.
+unsafe impl Sync for Mapping {}
+
+fn io_err(segment: &str, what: &str, e: nix::Error) -> SegmentError {
+    SegmentError::Io {
+        segment: segment.to_owned(),
+        message: format!("{what}: {e}"),
+    }
+}
+
+impl Mapping {
+    /// Creates a new segment (fails if it exists), sized `len`, mode 0660 whatever the umask,
+    /// owned by `group` when given, and maps it read-write. The memory reads as zeroes.
+    pub fn create(name: &str, len: usize, group: Option<Gid>) -> Result<Mapping, SegmentError> {
+        let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR;
+        let mode = Mode::from_bits_truncate(0o660);
+        let fd = shm_open(name, flags, mode).map_err(|e| io_err(name, "shm_open(create)", e))?;
+        let set_up = || -> Result<(), SegmentError> {
+            if group.is_some() {
+                fchown(&fd, None, group).map_err(|e| io_err(name, "fchown", e))?;
+            }
+            // The umask may have removed group bits at creation; set them explicitly.
+            fchmod(&fd, mode).map_err(|e| io_err(name, "fchmod", e))?;
+            ftruncate(&fd, len as i64).map_err(|e| io_err(name, "ftruncate", e))?;
+            Ok(())
+        };
+        if let Err(e) = set_up() {
+            let _ = shm_unlink(name);
+            return Err(e);
+        }
+        Self::map(name, fd, len, true)
+    }
+
+    /// Maps an existing segment at its current size.
+    pub fn open(name: &str, writable: bool) -> Result<Mapping, SegmentError> {
+        let flags = if writable {
+            OFlag::O_RDWR
+        } else {
+            OFlag::O_RDONLY
+        };
+        let fd = shm_open(name, flags, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
+        let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
+        Self::map(name, fd, stat.st_size.max(0) as usize, writable)
+    }
+
+    fn map(name: &str, fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SegmentError> {
+        let nz_len = NonZeroUsize::new(len).ok_or_else(|| SegmentError::BadSize {
+            segment: name.to_owned(),
+            what: "segment size",
+            found: 0,
+            segment_size: 0,
+        })?;
+        let prot = if writable {
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE
+        } else {
+            ProtFlags::PROT_READ
+        };
+        // SAFETY: we map a fresh region chosen by the kernel (addr None), so no existing Rust
+        // object is aliased; `fd` is a valid shared-memory descriptor of at least `len` bytes
+        // (created with that size or measured by fstat).
+        let base = unsafe { mmap(None, nz_len, prot, MapFlags::MAP_SHARED, &fd, 0) }
+            .map_err(|e| io_err(name, "mmap", e))?;
+        // The mapping keeps the segment alive; the descriptor is no longer needed.
+        drop(fd);
+        Ok(Mapping {
+            base: base.cast(),
+            len,
+            writable,
+        })
+    }
+
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+/// Typed access to the mapped memory. All shared slot memory is accessed through these, i.e.
+/// atomically, because another process may write it at any moment.
+impl Mapping {
+    /// The 32-bit atomic at byte offset `off`. Panics if out of bounds or misaligned (offsets
+    /// are the slot layout's constants or validated against the mapping's size).
+    pub fn word32(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off % 4 == 0 && off + 4 <= self.len,
+            "word32 at {off} of {}",
+            self.len
+        );
+        // SAFETY: in bounds and 4-aligned (the mapping is page-aligned); mapped for the lifetime
+        // of `self`; all access to this memory is atomic, so no non-atomic alias exists.
+        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    pub fn word64(&self, off: usize) -> &AtomicU64 {
+        &self.words(off, 1)[0]
+    }
+
+    /// `n` consecutive 64-bit atomics starting at byte offset `off`.
+    pub fn words(&self, off: usize, n: usize) -> &[AtomicU64] {
+        let end = n.checked_mul(8).and_then(|b| b.checked_add(off));
+        assert!(
+            off % 8 == 0 && end.is_some_and(|e| e <= self.len),
+            "words at {off}+{n} of {}",
+            self.len
+        );
+        // SAFETY: as in `word32`: checked in bounds, 8-aligned, mapped while `self` lives, only
+        // accessed atomically. On a read-only mapping (tools) only loads are issued, and on
+        // x86-64 and aarch64 a 64-bit atomic load is a plain load, valid on read-only pages.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off) as *const AtomicU64, n) }
+    }
+
+    /// Copies `src` in at `off` with relaxed word stores; the last word is zero-padded. Racing
+    /// readers detect the race through the slot's sequence words, never through these bytes.
+    pub fn copy_in(&self, off: usize, src: &[u8]) {
+        debug_assert!(self.writable);
+        let words = self.words(off, src.len().div_ceil(8));
+        let mut chunks = src.chunks_exact(8);
+        for (w, c) in words.iter().zip(&mut chunks) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+        }
+        let tail = chunks.remainder();
+        if let (false, Some(last)) = (tail.is_empty(), words.last()) {
+            let mut b = [0u8; 8];
+            b[..tail.len()].copy_from_slice(tail);
+            last.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+        }
+    }
+
+    /// Copies `dst.len()` bytes out from `off` with relaxed word loads.
+    pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
+        let words = self.words(off, dst.len().div_ceil(8));
+        let mut chunks = dst.chunks_exact_mut(8);
+        for (w, c) in words.iter().zip(&mut chunks) {
+            c.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let tail = chunks.into_remainder();
+        if let (false, Some(last)) = (tail.is_empty(), words.last()) {
+            let b = last.load(Ordering::Relaxed).to_ne_bytes();
+            let n = tail.len();
+            tail.copy_from_slice(&b[..n]);
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len are exactly what mmap returned, and nothing derived from the mapping
+        // outlives `self` (callers borrow from `&self`).
+        let _ = unsafe { munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Removes a segment's name; processes that map it keep their memory.
+pub fn unlink(name: &str) -> Result<(), SegmentError> {
+    shm_unlink(name).map_err(|e| io_err(name, "shm_unlink", e))
+}

@@ -1,0 +1,12 @@
+//! The registry server of one bus domain: it creates and initialises every slot's shared memory,
+//! registers publications and subscriptions (endpoints) over the domain's local socket, lists
+//! what it knows, removes the endpoints of processes that died, and on start adopts the slots
+//! that already exist, so that it can be restarted (even after SIGKILL) under running processes.
+//!
+//! `server` owns the socket and threads; `state` is the bookkeeping, free of I/O so that it reads
+//! as the rules it enforces.
+
+pub mod server;
+pub mod state;
+
+pub use server::{serve, ServerConfig};

@@ -1,0 +1,199 @@
+//! The registry's I/O: the domain's abstract Unix socket, one thread per connected process, and
+//! a sweeper that removes the endpoints of processes that died.
+
+use std::io::Write;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bus::protocol::{read_frame, write_frame, Reply, Request};
+use bus::Domain;
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use nix::unistd::Gid;
+
+use crate::state::{Outbox, Peer, Registry};
+
+/// How often the sweeper checks that connected processes still live.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// A client that does not read its socket for this long is disconnected rather than allowed to
+/// stall the registry.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct ServerConfig {
+    pub domain: Domain,
+    /// Group given read/write access to every segment (mode 0660); `None`: the registry's own.
+    pub group: Option<Gid>,
+}
+
+struct Shared {
+    state: Mutex<Registry>,
+    writers: Mutex<std::collections::HashMap<u64, Arc<Mutex<UnixStream>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Binds the domain's socket. Fails if another registry serves the domain.
+pub fn bind(domain: &Domain) -> std::io::Result<UnixListener> {
+    let addr = SocketAddr::from_abstract_name(domain.registry_socket())?;
+    UnixListener::bind_addr(&addr).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "a registry-server already serves domain '{domain}' (socket @{} in use)",
+                    domain.registry_socket()
+                ),
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// Adopts existing slots, then serves `listener` forever. `ready` runs once the registry
+/// accepts connections (sd_notify, logging).
+pub fn serve(
+    config: ServerConfig,
+    listener: UnixListener,
+    ready: impl FnOnce(usize),
+) -> std::io::Result<()> {
+    let mut registry = Registry::new(config.domain.clone(), config.group);
+    let (adopted, skipped) = registry.adopt_existing();
+    if skipped > 0 {
+        tracing::warn!(
+            "{skipped} segment(s) of domain '{}' are unreadable and were not adopted",
+            config.domain
+        );
+    }
+    let shared = Arc::new(Shared {
+        state: Mutex::new(registry),
+        writers: Mutex::new(Default::default()),
+    });
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("sweeper".into())
+            .spawn(move || sweep(&shared))?;
+    }
+    ready(adopted);
+    let mut next_conn = 0u64;
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                continue;
+            }
+        };
+        next_conn += 1;
+        let conn = next_conn;
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name(format!("conn-{conn}"))
+            .spawn(move || handle(&shared, conn, stream))?;
+    }
+    Ok(())
+}
+
+fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
+    let pid = getsockopt(&stream, PeerCredentials).map_or(0, |c| c.pid() as u32);
+    let peer = Peer {
+        pid,
+        start_time: bus::process::start_time(pid).unwrap_or(0),
+        program: String::new(),
+    };
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let (writer, mut reader) = match stream.try_clone() {
+        Ok(r) => (Arc::new(Mutex::new(stream)), r),
+        Err(e) => {
+            tracing::warn!("connection from pid {pid}: {e}");
+            return;
+        }
+    };
+    lock(&shared.writers).insert(conn, writer);
+    lock(&shared.state).connect(conn, peer);
+    loop {
+        let frame = match read_frame::<Request>(&mut reader) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!("dropping connection of pid {pid}: {e}");
+                break;
+            }
+        };
+        let out: Outbox = {
+            let mut state = lock(&shared.state);
+            match frame.body {
+                Request::Hello { program } => {
+                    state.set_program(conn, program);
+                    vec![(
+                        conn,
+                        frame.id,
+                        Reply::Welcome {
+                            registry_pid: std::process::id(),
+                        },
+                    )]
+                }
+                Request::Register(reg) => state.register(conn, frame.id, reg),
+                Request::Unregister { endpoint } => {
+                    state.unregister(conn, endpoint);
+                    vec![(conn, frame.id, Reply::Unregistered { endpoint })]
+                }
+                Request::List => vec![(
+                    conn,
+                    frame.id,
+                    Reply::Listing {
+                        slots: state.listing(),
+                    },
+                )],
+            }
+        };
+        send(shared, out);
+    }
+    close(shared, conn);
+}
+
+fn send(shared: &Shared, out: Outbox) {
+    for (conn, id, reply) in out {
+        let writer = lock(&shared.writers).get(&conn).cloned();
+        let Some(writer) = writer else { continue };
+        let mut stream = lock(&writer);
+        if let Err(e) = write_frame(&mut *stream, id, &reply).and_then(|()| stream.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                tracing::debug!("connection {conn} closed before its answer");
+            } else {
+                tracing::warn!("connection {conn} does not take messages ({e}); closing it");
+            }
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn close(shared: &Shared, conn: u64) {
+    lock(&shared.writers).remove(&conn);
+    if let Some(peer) = lock(&shared.state).disconnect(conn) {
+        tracing::debug!("pid {} ({}) disconnected", peer.pid, peer.program);
+    }
+}
+
+fn sweep(shared: &Shared) {
+    loop {
+        std::thread::sleep(SWEEP_EVERY);
+        let dead = {
+            let state = lock(&shared.state);
+            state.sweep_adopted_writers();
+            state.dead_connections()
+        };
+        for conn in dead {
+            if let Some(w) = lock(&shared.writers).get(&conn) {
+                // Its thread sees the end of stream and removes the endpoints.
+                let _ = lock(w).shutdown(std::net::Shutdown::Both);
+            }
+            tracing::info!("connection {conn}: its process died; removing its endpoints");
+            close(shared, conn);
+        }
+    }
+}

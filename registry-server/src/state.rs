@@ -1,0 +1,388 @@
+//! What the registry knows: slots, their endpoints, and the connected processes. Every method
+//! returns the messages to send; `server` sends them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bus::protocol::{EndpointInfo, EndpointKind, Refusal, Registration, Reply, SlotListing};
+use bus::schema::{Schema, SchemaHash};
+use bus::slot::{Slot, StoredSchema, WriterState};
+use bus::{Domain, SlotName};
+use nix::unistd::Gid;
+
+/// A connected client process.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub pid: u32,
+    pub start_time: u64,
+    pub program: String,
+}
+
+#[derive(Clone, Debug)]
+struct EndpointRef {
+    conn: u64,
+    endpoint: u64,
+    kind: EndpointKind,
+    bound: bool,
+}
+
+struct SlotEntry {
+    slot: Option<Slot>,
+    schema: StoredSchema,
+    endpoints: Vec<EndpointRef>,
+}
+
+/// Messages to send: (connection, request id or 0 for a push, reply).
+pub type Outbox = Vec<(u64, u64, Reply)>;
+
+pub struct Registry {
+    domain: Domain,
+    group: Option<Gid>,
+    slots: BTreeMap<SlotName, SlotEntry>,
+    peers: HashMap<u64, Peer>,
+}
+
+impl Registry {
+    pub fn new(domain: Domain, group: Option<Gid>) -> Registry {
+        Registry {
+            domain,
+            group,
+            slots: BTreeMap::new(),
+            peers: HashMap::new(),
+        }
+    }
+
+    /// Adopts the domain's existing segments. Returns (adopted, skipped as invalid).
+    pub fn adopt_existing(&mut self) -> (usize, usize) {
+        let files = match self.domain.segment_files() {
+            Ok(files) => files,
+            Err(e) => {
+                tracing::warn!("cannot list {}: {e}", bus::names::SHM_DIR);
+                return (0, 0);
+            }
+        };
+        let (mut adopted, mut skipped) = (0, 0);
+        for (name, _path) in files {
+            let segment = self.domain.segment_name(&name);
+            match Slot::open(&segment, true) {
+                Ok(slot) => {
+                    let writer = slot.writer();
+                    if writer.state == WriterState::Alive
+                        && !bus::process::is_alive(writer.pid, writer.start_time)
+                    {
+                        slot.mark_writer_gone();
+                    }
+                    self.slots.insert(
+                        name,
+                        SlotEntry {
+                            schema: slot.schema().clone(),
+                            slot: Some(slot),
+                            endpoints: Vec::new(),
+                        },
+                    );
+                    adopted += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("not adopting {segment}: {e}");
+                    skipped += 1;
+                }
+            }
+        }
+        (adopted, skipped)
+    }
+
+    pub fn connect(&mut self, conn: u64, peer: Peer) {
+        self.peers.insert(conn, peer);
+    }
+
+    pub fn set_program(&mut self, conn: u64, program: String) {
+        if let Some(peer) = self.peers.get_mut(&conn) {
+            peer.program = program;
+        }
+    }
+
+    pub fn peers(&self) -> impl Iterator<Item = (u64, &Peer)> {
+        self.peers.iter().map(|(c, p)| (*c, p))
+    }
+
+    /// Handles a registration from connection `conn`.
+    pub fn register(&mut self, conn: u64, id: u64, reg: Registration) -> Outbox {
+        let endpoint = reg.endpoint;
+        match self.try_register(conn, &reg) {
+            Ok(mut out) => {
+                let segment = self
+                    .slots
+                    .get(&reg.name)
+                    .and_then(|e| e.slot.as_ref())
+                    .map(|s| s.segment().to_owned());
+                out.insert(0, (conn, id, Reply::Registered { endpoint, segment }));
+                out
+            }
+            Err(refusal) => {
+                self.forget_if_unused(&reg.name);
+                tracing::info!(
+                    "refused {:?} of {} by pid {}: {refusal:?}",
+                    reg.kind,
+                    reg.name,
+                    self.peers.get(&conn).map_or(0, |p| p.pid)
+                );
+                vec![(conn, id, Reply::Refused { endpoint, refusal })]
+            }
+        }
+    }
+
+    fn try_register(&mut self, conn: u64, reg: &Registration) -> Result<Outbox, Refusal> {
+        let failed = |reason: String| Refusal::Failed { reason };
+        let parsed = Schema::from_bytes(&reg.schema)
+            .map_err(|e| failed(format!("unreadable schema: {e}")))?;
+        if parsed.hash().0 != reg.schema_hash {
+            return Err(failed(format!(
+                "schema hashes to {}, registration says {}",
+                parsed.hash(),
+                SchemaHash(reg.schema_hash)
+            )));
+        }
+        if reg.kind == EndpointKind::Publication && reg.capacity > bus::slot::MAX_CAPACITY {
+            return Err(failed(format!(
+                "capacity {} exceeds the largest slot, {} bytes",
+                reg.capacity,
+                bus::slot::MAX_CAPACITY
+            )));
+        }
+        let peer = self
+            .peers
+            .get(&conn)
+            .cloned()
+            .ok_or_else(|| failed("unknown connection".into()))?;
+        let entry = self
+            .slots
+            .entry(reg.name.clone())
+            .or_insert_with(|| SlotEntry {
+                slot: None,
+                schema: StoredSchema::new(&parsed),
+                endpoints: Vec::new(),
+            });
+        if entry.schema.hash.0 != reg.schema_hash {
+            return Err(Refusal::TypeMismatch {
+                slot_type: entry.schema.type_name.clone(),
+                slot_hash: entry.schema.hash.0,
+            });
+        }
+        // Drop any earlier registration of the same endpoint (a re-registration after reconnect).
+        entry
+            .endpoints
+            .retain(|e| !(e.conn == conn && e.endpoint == reg.endpoint));
+        let mut out = Outbox::new();
+        match reg.kind {
+            EndpointKind::Subscription => {
+                let bound = entry.slot.is_some();
+                entry.endpoints.push(EndpointRef {
+                    conn,
+                    endpoint: reg.endpoint,
+                    kind: EndpointKind::Subscription,
+                    bound,
+                });
+            }
+            EndpointKind::Publication => {
+                if let Some(other) = entry
+                    .endpoints
+                    .iter()
+                    .find(|e| e.kind == EndpointKind::Publication)
+                {
+                    let pid = self.peers.get(&other.conn).map_or(0, |p| p.pid);
+                    return Err(Refusal::AlreadyPublished { pid });
+                }
+                let segment = self.domain.segment_name(&reg.name);
+                let entry = self
+                    .slots
+                    .get_mut(&reg.name)
+                    .ok_or_else(|| failed("slot vanished".into()))?;
+                let too_small = entry
+                    .slot
+                    .as_ref()
+                    .is_some_and(|s| (s.capacity() as u64) < reg.capacity);
+                if too_small {
+                    if entry.endpoints.iter().any(|e| e.bound) {
+                        let capacity = entry.slot.as_ref().map_or(0, |s| s.capacity() as u64);
+                        return Err(Refusal::CapacityTooSmall { capacity });
+                    }
+                    // Nobody maps it: re-create it larger (the old value is lost, nobody saw it).
+                    tracing::info!("re-creating {} with capacity {}", reg.name, reg.capacity);
+                    entry.slot = None;
+                    let _ = bus::shm::unlink(&segment);
+                }
+                if entry.slot.is_none() {
+                    let created =
+                        create_slot(&segment, &reg.name, &parsed, reg.capacity, self.group)
+                            .map_err(|e| failed(format!("cannot create {segment}: {e}")))?;
+                    tracing::info!(
+                        "created {} ({}, {} bytes) for pid {}",
+                        reg.name,
+                        parsed.type_name(),
+                        created.capacity(),
+                        peer.pid
+                    );
+                    entry.slot = Some(created);
+                }
+                let slot = entry
+                    .slot
+                    .as_ref()
+                    .ok_or_else(|| failed("slot vanished".into()))?;
+                slot.set_writer(peer.pid, peer.start_time);
+                entry.endpoints.push(EndpointRef {
+                    conn,
+                    endpoint: reg.endpoint,
+                    kind: EndpointKind::Publication,
+                    bound: true,
+                });
+                for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
+                    sub.bound = true;
+                    out.push((
+                        sub.conn,
+                        0,
+                        Reply::Bound {
+                            endpoint: sub.endpoint,
+                            segment: segment.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes one endpoint.
+    pub fn unregister(&mut self, conn: u64, endpoint: u64) {
+        let names: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| {
+                e.endpoints
+                    .iter()
+                    .any(|r| r.conn == conn && r.endpoint == endpoint)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.remove_endpoints(&name, |r| r.conn == conn && r.endpoint == endpoint);
+        }
+    }
+
+    /// Removes everything of a connection that closed or whose process died.
+    pub fn disconnect(&mut self, conn: u64) -> Option<Peer> {
+        let names: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| e.endpoints.iter().any(|r| r.conn == conn))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.remove_endpoints(&name, |r| r.conn == conn);
+        }
+        self.peers.remove(&conn)
+    }
+
+    fn remove_endpoints(&mut self, name: &SlotName, gone: impl Fn(&EndpointRef) -> bool) {
+        let Some(entry) = self.slots.get_mut(name) else {
+            return;
+        };
+        let publisher_gone = entry
+            .endpoints
+            .iter()
+            .any(|e| gone(e) && e.kind == EndpointKind::Publication);
+        entry.endpoints.retain(|e| !gone(e));
+        if publisher_gone {
+            if let Some(slot) = &entry.slot {
+                slot.mark_writer_gone();
+            }
+        }
+        self.forget_if_unused(name);
+    }
+
+    /// A slot without memory and without endpoints was only a pending subscription: forget it.
+    fn forget_if_unused(&mut self, name: &SlotName) {
+        if self
+            .slots
+            .get(name)
+            .is_some_and(|e| e.slot.is_none() && e.endpoints.is_empty())
+        {
+            self.slots.remove(name);
+        }
+    }
+
+    /// Connections whose process is no longer the one that connected (died, or pid reused).
+    pub fn dead_connections(&self) -> Vec<u64> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| !bus::process::is_alive(p.pid, p.start_time))
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// Marks gone the writers of adopted slots whose recorded process died while no registry
+    /// ran (nobody re-registered them).
+    pub fn sweep_adopted_writers(&self) {
+        for entry in self.slots.values() {
+            let Some(slot) = &entry.slot else { continue };
+            let writer = slot.writer();
+            let registered = entry
+                .endpoints
+                .iter()
+                .any(|e| e.kind == EndpointKind::Publication);
+            if !registered
+                && writer.state == WriterState::Alive
+                && !bus::process::is_alive(writer.pid, writer.start_time)
+            {
+                slot.mark_writer_gone();
+            }
+        }
+    }
+
+    pub fn listing(&self) -> Vec<SlotListing> {
+        self.slots
+            .iter()
+            .map(|(name, entry)| SlotListing {
+                name: name.clone(),
+                type_name: entry.schema.type_name.clone(),
+                schema_hash: entry.schema.hash.0,
+                segment: entry.slot.as_ref().map(|s| s.segment().to_owned()),
+                capacity: entry.slot.as_ref().map_or(0, |s| s.capacity() as u64),
+                writer: entry
+                    .slot
+                    .as_ref()
+                    .map_or(WriterState::None, |s| s.writer().state),
+                endpoints: entry
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let peer = self.peers.get(&e.conn);
+                        EndpointInfo {
+                            kind: e.kind,
+                            pid: peer.map_or(0, |p| p.pid),
+                            program: peer.map_or_else(String::new, |p| p.program.clone()),
+                            bound: e.bound,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+fn create_slot(
+    segment: &str,
+    name: &SlotName,
+    schema: &Schema,
+    capacity: u64,
+    group: Option<Gid>,
+) -> Result<Slot, bus::SegmentError> {
+    let capacity = capacity as usize;
+    match Slot::create(segment, name, schema, capacity, group) {
+        Err(bus::SegmentError::Io { message, .. }) if message.contains("EEXIST") => {
+            // A segment we did not adopt (corrupt header): replace it.
+            tracing::warn!("replacing unreadable segment {segment}");
+            let _ = bus::shm::unlink(segment);
+            Slot::create(segment, name, schema, capacity, group)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,146 @@
+//! `bus-stress`: writes or checks self-checking values on a slot. Used by Baton's test suite and
+//! to burn in a machine: any bad read means a torn or corrupt value.
+
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use tools::stress::{cycling_size, Checked};
+
+#[derive(Parser)]
+#[command(version, about = "Write or check self-checking values on a Baton slot")]
+struct Args {
+    /// Bus domain.
+    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    domain: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write values as fast as possible (or every --interval-ms), sizes cycling min..max.
+    Write {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value_t = 8)]
+        min_size: usize,
+        #[arg(long, default_value_t = 1 << 20)]
+        max_size: usize,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Stop after this many values.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Pause between values.
+        #[arg(long, default_value_t = 0)]
+        interval_ms: u64,
+        /// After the last value, keep running (holding the publication) this many seconds.
+        #[arg(long, default_value_t = 0.0)]
+        linger: f64,
+    },
+    /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read.
+    Read {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        seconds: f64,
+        /// Wait for updates (futex) instead of busy polling.
+        #[arg(long)]
+        wait: bool,
+        /// Stop early once a value with this sequence field or higher was read.
+        #[arg(long)]
+        until: Option<u64>,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = bus::Domain::new(&args.domain)
+        .map_err(|e| e.to_string())
+        .and_then(|d| bus::Bus::open(d).map_err(|e| e.to_string()))
+        .and_then(|bus| run(&bus, args.command));
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("bus-stress: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
+    match command {
+        Command::Write {
+            name,
+            min_size,
+            max_size,
+            seconds,
+            count,
+            interval_ms,
+            linger,
+        } => {
+            let mut publication = bus
+                .publication(&name)
+                .map_err(|e| e.to_string())?
+                .capacity(max_size + 64)
+                .create::<Checked, bus::Serde>()
+                .map_err(|e| e.to_string())?;
+            let end = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
+            let mut i = 0u64;
+            while count.is_none_or(|c| i < c) && end.is_none_or(|e| Instant::now() < e) {
+                i += 1;
+                let value = Checked::new(i, cycling_size(i, min_size, max_size));
+                publication.write(&value).map_err(|e| e.to_string())?;
+                if interval_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(interval_ms));
+                }
+            }
+            println!("{{\"written\":{i}}}");
+            std::thread::sleep(Duration::from_secs_f64(linger));
+            Ok(0)
+        }
+        Command::Read {
+            name,
+            seconds,
+            wait,
+            until,
+        } => {
+            let mut sub = bus.subscribe::<Checked>(&name).map_err(|e| e.to_string())?;
+            let end = Instant::now() + Duration::from_secs_f64(seconds);
+            let (mut reads, mut bad, mut last, mut backwards) = (0u64, 0u64, 0u64, 0u64);
+            while Instant::now() < end {
+                let changed = if wait {
+                    sub.wait_update(end.saturating_duration_since(Instant::now()))
+                } else {
+                    sub.update()
+                };
+                match changed {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        eprintln!("bus-stress: read error: {e}");
+                        bad += 1;
+                        continue;
+                    }
+                }
+                let Some(value) = sub.value() else { continue };
+                reads += 1;
+                if !value.is_valid() {
+                    bad += 1;
+                }
+                if value.sequence < last {
+                    backwards += 1;
+                }
+                last = value.sequence;
+                if until.is_some_and(|u| last >= u) {
+                    break;
+                }
+            }
+            println!(
+                "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last}}}"
+            );
+            Ok(if bad > 0 || backwards > 0 { 2 } else { 0 })
+        }
+    }
+}

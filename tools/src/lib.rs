@@ -1,0 +1,6 @@
+//! Library behind Baton's command-line tools: reading the bus without disturbing it
+//! (`inspect`). The binaries in `src/bin` are thin shells over it.
+
+pub mod bench;
+pub mod inspect;
+pub mod stress;

@@ -1,0 +1,161 @@
+//! Harness for tests across real processes: a fresh bus domain per test, the real
+//! `registry-server`, `bus-stress` and `bus-inspect` binaries, and cleanup (children killed,
+//! the domain's shared memory removed) even when the test fails.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bus::Domain;
+
+/// Longest any single wait in a test may take before the test fails.
+pub const WATCHDOG: Duration = Duration::from_secs(20);
+
+pub fn bin(name: &str) -> PathBuf {
+    // Cargo puts every workspace binary in the same directory as bus-stress.
+    let here = PathBuf::from(env!("CARGO_BIN_EXE_bus-stress"));
+    let path = here.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} not built; run the tests with `cargo nextest run --workspace` (or cargo test --workspace)",
+        path.display()
+    );
+    path
+}
+
+pub struct TestBus {
+    pub domain: Domain,
+    children: Vec<Option<Child>>,
+    registry: Option<usize>,
+}
+
+impl TestBus {
+    pub fn new() -> TestBus {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "t{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let domain = Domain::new(&name).expect("test domain name");
+        let _ = domain.remove_all_segments();
+        TestBus {
+            domain,
+            children: Vec::new(),
+            registry: None,
+        }
+    }
+
+    pub fn bus(&self) -> bus::Bus {
+        bus::Bus::open(self.domain.clone()).expect("open bus")
+    }
+
+    /// Starts the registry and waits until it accepts connections.
+    pub fn start_registry(&mut self) {
+        let child = Command::new(bin("registry-server"))
+            .args(["--domain", self.domain.as_str()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn registry-server");
+        self.children.push(Some(child));
+        self.registry = Some(self.children.len() - 1);
+        let deadline = Instant::now() + WATCHDOG;
+        while bus::protocol::connect(&self.domain).is_err() {
+            assert!(Instant::now() < deadline, "registry-server did not come up");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kills the registry with SIGKILL and reaps it.
+    pub fn kill_registry(&mut self) {
+        let i = self.registry.take().expect("registry running");
+        let mut child = self.children[i].take().expect("registry child");
+        child.kill().expect("kill registry");
+        child.wait().expect("reap registry");
+    }
+
+    /// Starts `bus-stress` with the given arguments (domain added), stdout captured.
+    pub fn spawn_stress(&mut self, args: &[&str]) -> usize {
+        self.spawn(bin("bus-stress"), args)
+    }
+
+    pub fn spawn(&mut self, program: PathBuf, args: &[&str]) -> usize {
+        let child = Command::new(program)
+            .args(args)
+            .args(["--domain", self.domain.as_str()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn child");
+        self.children.push(Some(child));
+        self.children.len() - 1
+    }
+
+    pub fn pid(&self, child: usize) -> i32 {
+        self.children[child].as_ref().expect("child running").id() as i32
+    }
+
+    pub fn signal(&self, child: usize, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid(child)), signal)
+            .expect("signal");
+    }
+
+    /// Waits for a child to exit (watchdog-bounded) and returns its output.
+    pub fn finish(&mut self, child: usize) -> Output {
+        let mut process = self.children[child].take().expect("child not finished yet");
+        let deadline = Instant::now() + WATCHDOG;
+        while process.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = process.kill();
+                let _ = process.wait();
+                panic!("child {child} did not finish within {WATCHDOG:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        process.wait_with_output().expect("collect output")
+    }
+
+    /// Runs `bus-inspect` to completion.
+    pub fn inspect(&self, args: &[&str]) -> Output {
+        Command::new(bin("bus-inspect"))
+            .args(["--domain", self.domain.as_str()])
+            .args(args)
+            .output()
+            .expect("run bus-inspect")
+    }
+}
+
+impl Drop for TestBus {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.domain.remove_all_segments();
+    }
+}
+
+/// Parses the one JSON line a `bus-stress` child printed.
+pub fn summary(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "bad summary {line:?} ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Polls `cond` until it holds, failing the test after the watchdog.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

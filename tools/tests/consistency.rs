@@ -1,0 +1,165 @@
+//! No torn values, across real processes: fast writers, many readers, writers killed with
+//! SIGKILL mid-write, readers stopped with SIGSTOP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{summary, TestBus};
+use nix::sys::signal::Signal;
+use tools::stress::Checked;
+
+#[test]
+fn readers_never_see_a_torn_value_from_a_fast_writer() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    // Readers first: they bind when the writer creates the slot.
+    let readers: Vec<usize> = [&["--wait"][..], &[], &[]]
+        .iter()
+        .map(|extra| {
+            let mut args = vec!["read", "--name", "/torture", "--seconds", "5"];
+            args.extend_from_slice(extra);
+            t.spawn_stress(&args)
+        })
+        .collect();
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/torture",
+        "--seconds",
+        "4",
+        "--min-size",
+        "8",
+        "--max-size",
+        "1048576",
+    ]);
+    let written = summary(&t.finish(writer))["written"].as_u64().unwrap();
+    assert!(written > 100, "writer wrote only {written} values");
+    for r in readers {
+        let out = t.finish(r);
+        let s = summary(&out);
+        eprintln!("reader: {s}");
+        assert_eq!(s["bad"], 0, "torn or corrupt values read: {s}");
+        assert_eq!(s["backwards"], 0, "a value older than one seen before: {s}");
+        assert!(
+            s["reads"].as_u64().unwrap() > 10,
+            "reader read almost nothing: {s}"
+        );
+        assert!(out.status.success());
+    }
+}
+
+#[test]
+fn a_writer_killed_mid_write_leaves_the_last_complete_value() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<Checked>("/killed").unwrap();
+    let readers: Vec<usize> = (0..2)
+        .map(|_| t.spawn_stress(&["read", "--name", "/killed", "--seconds", "3", "--wait"]))
+        .collect();
+    // Large values: the writer spends most of its time copying, so the kill lands mid-write.
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/killed",
+        "--min-size",
+        "262144",
+        "--max-size",
+        "1048576",
+    ]);
+    assert!(
+        sub.wait_update(common::WATCHDOG).unwrap(),
+        "no value before the kill"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    t.signal(writer, Signal::SIGKILL);
+    let _ = t.finish(writer);
+
+    // The value left behind is whole, and nothing newer appears.
+    sub.update().unwrap();
+    let last = sub.value().cloned().unwrap();
+    assert!(last.is_valid());
+    assert!(
+        !sub.wait_update(Duration::from_millis(300)).unwrap(),
+        "a value after the kill"
+    );
+    common::eventually("writer marked gone", || {
+        sub.writer() == Some(bus::WriterState::Gone)
+    });
+    // Readers that were waiting neither hang nor read garbage; they end on their own clock.
+    for r in readers {
+        let s = summary(&t.finish(r));
+        assert_eq!(s["bad"], 0, "{s}");
+        assert_eq!(s["last"], last.sequence, "{s}");
+    }
+    // A new writer takes over the slot and readers follow it.
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/killed",
+        "--count",
+        "3",
+        "--max-size",
+        "64",
+        "--linger",
+        "5",
+    ]);
+    assert!(sub.wait_update(common::WATCHDOG).unwrap());
+    assert!(sub.value().unwrap().is_valid());
+    assert!(sub.meta().unwrap().sequence > 0);
+    t.signal(writer, Signal::SIGKILL);
+}
+
+#[test]
+fn a_stopped_reader_does_not_block_writers() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut probe = bus.subscribe::<Checked>("/fast").unwrap();
+    let reader = t.spawn_stress(&["read", "--name", "/fast", "--seconds", "60", "--wait"]);
+    // Let the reader bind and go to sleep in its wait, then freeze it there.
+    let first = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/fast",
+        "--count",
+        "1",
+        "--max-size",
+        "64",
+        "--linger",
+        "0.5",
+    ]);
+    assert!(probe.wait_update(common::WATCHDOG).unwrap());
+    let _ = t.finish(first);
+    std::thread::sleep(Duration::from_millis(200));
+    t.signal(reader, Signal::SIGSTOP);
+    // Two writers, on the stopped reader's slot and on another slot, both run to completion.
+    let a = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/fast",
+        "--count",
+        "200000",
+        "--max-size",
+        "64",
+    ]);
+    let b = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/other",
+        "--count",
+        "200000",
+        "--max-size",
+        "64",
+    ]);
+    assert_eq!(summary(&t.finish(a))["written"], 200000);
+    assert_eq!(summary(&t.finish(b))["written"], 200000);
+    // The frozen reader, once resumed, reads the newest value, whole.
+    t.signal(reader, Signal::SIGCONT);
+    assert!(probe.wait_update(common::WATCHDOG).unwrap());
+    assert_eq!(probe.value().unwrap().sequence, 200000);
+    t.signal(reader, Signal::SIGTERM);
+    let out = t.finish(reader);
+    assert!(!out.status.success() || summary(&out)["bad"] == 0);
+}

@@ -1,0 +1,228 @@
+//! Bad input gives a clear error, never a panic or undefined behaviour: type mismatch, oversized
+//! value, invalid names, no registry, corrupt segment headers.
+
+mod common;
+
+use std::time::Duration;
+
+use bus::BusError;
+use common::{TestBus, WATCHDOG};
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+struct Pose {
+    x: f64,
+    y: f64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+struct Twist {
+    linear: f64,
+    angular: f64,
+}
+
+#[test]
+fn a_second_type_is_refused_naming_both_types() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let _pose = bus.publish::<Pose>("/robot/pose").unwrap();
+    let err = bus
+        .subscribe::<Twist>("/robot/pose")
+        .err()
+        .expect("mismatch refused");
+    let msg = err.to_string();
+    assert!(matches!(err, BusError::TypeMismatch { .. }), "{msg}");
+    assert!(msg.contains("Pose") && msg.contains("Twist"), "{msg}");
+    let err = bus
+        .publish::<Twist>("/robot/pose")
+        .err()
+        .expect("mismatch refused");
+    assert!(err.to_string().contains("Pose"), "{err}");
+    // Subscriber first: the first endpoint's type is the slot's type.
+    let _sub = bus.subscribe::<Pose>("/robot/goal").unwrap();
+    let err = bus
+        .publish::<u32>("/robot/goal")
+        .err()
+        .expect("mismatch refused");
+    assert!(
+        err.to_string().contains("Pose") && err.to_string().contains("u32"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_oversized_value_is_refused_with_both_sizes() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut small = bus
+        .publication("/small")
+        .unwrap()
+        .capacity(100)
+        .create::<Vec<u8>, bus::Serde>()
+        .unwrap();
+    small.write(&vec![1u8; 50]).unwrap();
+    let err = small.write(&vec![1u8; 200]).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            BusError::TooLarge {
+                size: 208,
+                capacity: 100,
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("208") && msg.contains("100"), "{msg}");
+    // Nothing was truncated: the slot still holds the last value that fitted.
+    let mut sub = bus.subscribe::<Vec<u8>>("/small").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value().unwrap().len(), 50);
+    // Asking for an absurd capacity is refused by the registry.
+    let err = bus
+        .publication("/huge")
+        .unwrap()
+        .capacity(1 << 40)
+        .create::<Vec<u8>, bus::Serde>()
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+}
+
+#[test]
+fn invalid_names_state_the_rule() {
+    let t = TestBus::new();
+    let bus = t.bus();
+    for bad in ["robot/pose", "/with space", "/bad~char", ""] {
+        let err = bus.publish::<u8>(bad).err().expect("refused");
+        assert!(err.to_string().contains("starts with '/'"), "{err}");
+        assert!(bus.subscribe::<u8>(bad).is_err());
+    }
+    let long = format!("/{}", "x".repeat(200));
+    assert!(bus.publish::<u8>(&long).is_err());
+    assert!(bus::Domain::new("bad domain")
+        .unwrap_err()
+        .to_string()
+        .contains("A-Z"));
+}
+
+#[test]
+fn no_registry_is_a_clear_error_where_one_is_needed() {
+    let t = TestBus::new();
+    let bus = t.bus();
+    // Creating endpoints never fails for want of a registry...
+    let publication = bus.publish::<u8>("/lonely").unwrap();
+    // ...but asking for one says what is missing and how to fix it.
+    let err = bus
+        .wait_for_registry(Duration::from_millis(200))
+        .unwrap_err();
+    assert!(matches!(err, BusError::RegistryUnreachable { .. }));
+    assert!(
+        err.to_string().contains("registry-server --domain"),
+        "{err}"
+    );
+    let err = publication
+        .wait_bound(Duration::from_millis(100))
+        .unwrap_err();
+    assert!(matches!(err, BusError::RegistryUnreachable { .. }), "{err}");
+    let out = t.inspect(&["endpoints"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no registry-server answers"), "{stderr}");
+}
+
+/// Byte offsets in the slot header (see bus/src/slot.rs).
+const MAGIC_AT: usize = 0;
+const VERSION_AT: usize = 8;
+const TOTAL_SIZE_AT: usize = 16;
+const CAPACITY_AT: usize = 24;
+
+fn corrupt(t: &TestBus, name: &str, at: usize, bytes: &[u8]) {
+    let path = format!(
+        "/dev/shm/{}",
+        &t.domain.segment_name(&bus::SlotName::public(name).unwrap())[1..]
+    );
+    let mut data = std::fs::read(&path).unwrap();
+    data[at..at + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(&path, data).unwrap();
+}
+
+#[test]
+fn corrupt_segment_headers_give_errors_not_crashes() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut keep = Vec::new();
+    for name in [
+        "/bad/magic",
+        "/bad/version",
+        "/bad/size",
+        "/bad/capacity",
+        "/good",
+    ] {
+        let mut p = bus.publish::<u64>(name).unwrap();
+        p.write(&42).unwrap();
+        keep.push(p);
+    }
+    corrupt(&t, "/bad/magic", MAGIC_AT, b"NOTBATON");
+    corrupt(&t, "/bad/version", VERSION_AT, &99u32.to_le_bytes());
+    corrupt(&t, "/bad/size", TOTAL_SIZE_AT, &u64::MAX.to_le_bytes());
+    corrupt(&t, "/bad/capacity", CAPACITY_AT, &u32::MAX.to_le_bytes());
+    let open = |n: &str| {
+        bus::slot::Slot::open(
+            &t.domain.segment_name(&bus::SlotName::public(n).unwrap()),
+            false,
+        )
+    };
+    let expect = |n: &str, needle: &str| {
+        let err = open(n).unwrap_err().to_string();
+        assert!(err.contains(needle), "{n}: {err}");
+    };
+    expect("/bad/magic", "wrong magic");
+    expect("/bad/version", "version 99");
+    expect("/bad/size", "recorded total size");
+    expect("/bad/capacity", "capacity");
+    assert!(open("/good").is_ok());
+
+    // A tool lists the good slot and reports the bad ones.
+    let out = t.inspect(&["list", "--json"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.contains("/good"));
+    assert_eq!(stderr.matches("unreadable").count(), 4, "{stderr}");
+
+    // A restarted registry skips the corrupt segments, adopts the good one and keeps serving;
+    // a new publisher of a corrupt slot gets a fresh one.
+    t.kill_registry();
+    drop(keep);
+    t.start_registry();
+    let fresh = t.bus();
+    let mut sub = fresh.subscribe::<u64>("/good").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&42));
+    let mut again = fresh.publish::<u64>("/bad/magic").unwrap();
+    again.write(&7).unwrap();
+    let mut sub = fresh.subscribe::<u64>("/bad/magic").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&7));
+}
+
+#[test]
+fn segments_are_never_readable_by_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let p = bus.publish::<u8>("/perm").unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    let seg = t.domain.segment_name(p.name());
+    let mode = std::fs::metadata(format!("/dev/shm{seg}"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o660, "mode {:o}", mode & 0o777);
+}

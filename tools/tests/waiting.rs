@@ -1,0 +1,159 @@
+//! `wait_update` and `wait_any` wake with the right value and the right members, and a timeout
+//! returns as a timeout. Writers are separate processes or threads; the registry is real.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{summary, TestBus, WATCHDOG};
+use tools::stress::Checked;
+
+#[test]
+fn wait_update_wakes_with_the_new_value_and_times_out_without_one() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<Checked>("/w").unwrap();
+    // Nothing published: a timeout, reported as such.
+    let started = Instant::now();
+    assert!(!sub.wait_update(Duration::from_millis(200)).unwrap());
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(sub.value().is_none());
+
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/w",
+        "--count",
+        "1",
+        "--max-size",
+        "100",
+        "--linger",
+        "30",
+    ]);
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    let v = sub.value().unwrap();
+    assert_eq!(v.sequence, 1);
+    assert!(v.is_valid());
+    // Already seen: waiting again times out.
+    assert!(!sub.wait_update(Duration::from_millis(100)).unwrap());
+    t.signal(writer, nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn a_waiter_is_woken_by_a_write_from_another_thread() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u32>("/ping").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let waiter = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            let mut sub = bus.subscribe::<u32>("/ping").unwrap();
+            sub.wait_bound(WATCHDOG).unwrap();
+            let mut seen = Vec::new();
+            while seen.last() != Some(&10) {
+                assert!(sub.wait_update(WATCHDOG).unwrap(), "wait_update timed out");
+                seen.push(*sub.value().unwrap());
+            }
+            seen
+        })
+    };
+    for i in 1..=10 {
+        std::thread::sleep(Duration::from_millis(20));
+        publication.write(&i).unwrap();
+    }
+    let seen = waiter.join().unwrap();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&10));
+}
+
+#[test]
+fn wait_any_reports_exactly_the_members_that_changed() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut group = bus::SubscriptionGroup::new();
+    let a = group.add(bus.subscribe::<u64>("/g/a").unwrap());
+    let b = group.add(bus.subscribe::<String>("/g/b").unwrap());
+    let c = group.add(bus.subscribe::<Checked>("/g/c").unwrap());
+    // Nothing exists yet: the group waits on binding and times out cleanly.
+    assert!(group
+        .wait_any(Duration::from_millis(150))
+        .unwrap()
+        .is_empty());
+
+    let mut pa = bus.publish::<u64>("/g/a").unwrap();
+    let mut pb = bus.publish::<String>("/g/b").unwrap();
+    pa.write(&7).unwrap();
+    let changed = group.wait_any(WATCHDOG).unwrap();
+    assert_eq!(changed, vec![a.index()]);
+    assert_eq!(group.get(a).value(), Some(&7));
+
+    pb.write(&"hello".into()).unwrap();
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![b.index()]);
+    assert_eq!(group.get(b).value().map(String::as_str), Some("hello"));
+
+    // A write from another process to the third member.
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/g/c",
+        "--count",
+        "1",
+        "--max-size",
+        "10",
+        "--linger",
+        "30",
+    ]);
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![c.index()]);
+    assert!(group.get(c).value().unwrap().is_valid());
+
+    // Two changes before the wait: both reported by one call.
+    pa.write(&8).unwrap();
+    pb.write(&"again".into()).unwrap();
+    assert_eq!(
+        group.wait_any(WATCHDOG).unwrap(),
+        vec![a.index(), b.index()]
+    );
+    assert!(group
+        .wait_any(Duration::from_millis(100))
+        .unwrap()
+        .is_empty());
+    assert!(group.update_all().unwrap().is_empty());
+    t.signal(writer, nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn waiting_readers_wake_on_writes_from_another_process() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let reader = t.spawn_stress(&[
+        "read",
+        "--name",
+        "/pp",
+        "--seconds",
+        "10",
+        "--wait",
+        "--until",
+        "50",
+    ]);
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/pp",
+        "--count",
+        "50",
+        "--interval-ms",
+        "5",
+        "--max-size",
+        "64",
+        "--linger",
+        "10",
+    ]);
+    let s = summary(&t.finish(reader));
+    assert_eq!(s["last"], 50, "{s}");
+    assert_eq!(s["bad"], 0);
+    t.signal(writer, nix::sys::signal::Signal::SIGKILL);
+}
