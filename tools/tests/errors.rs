@@ -212,17 +212,48 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
 }
 
 #[test]
-fn segments_are_never_readable_by_others() {
-    use std::os::unix::fs::PermissionsExt;
+fn segments_belong_to_owner_and_group_never_to_others() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut t = TestBus::new();
-    t.start_registry();
+    // As root we may give segments to any group: check that --group takes effect.
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        t.start_registry_with(&["--group", "12345"]);
+    } else {
+        t.start_registry();
+    }
     let bus = t.bus();
     let p = bus.publish::<u8>("/perm").unwrap();
     p.wait_bound(WATCHDOG).unwrap();
     let seg = t.domain.segment_name(p.name());
-    let mode = std::fs::metadata(format!("/dev/shm{seg}"))
-        .unwrap()
-        .permissions()
-        .mode();
+    let meta = std::fs::metadata(format!("/dev/shm{seg}")).unwrap();
+    let mode = meta.permissions().mode();
     assert_eq!(mode & 0o777, 0o660, "mode {:o}", mode & 0o777);
+    if root {
+        assert_eq!(meta.gid(), 12345);
+    }
+}
+
+#[test]
+fn an_unknown_group_is_refused_at_start() {
+    let out = std::process::Command::new(common::bin("registry-server"))
+        .args(["--domain", "unused-grp", "--group", "no-such-group-here"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no group named"), "{stderr}");
+}
+
+#[test]
+fn a_second_registry_for_the_same_domain_says_so() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let out = std::process::Command::new(common::bin("registry-server"))
+        .args(["--domain", t.domain.as_str()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already serves domain"), "{stderr}");
 }

@@ -55,8 +55,14 @@ impl TestBus {
 
     /// Starts the registry and waits until it accepts connections.
     pub fn start_registry(&mut self) {
+        self.start_registry_with(&[]);
+    }
+
+    /// Starts the registry with extra arguments and waits until it accepts connections.
+    pub fn start_registry_with(&mut self, args: &[&str]) {
         let child = Command::new(bin("registry-server"))
             .args(["--domain", self.domain.as_str()])
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
