@@ -35,6 +35,7 @@ impl<T, C> Copy for Member<T, C> {}
 
 trait AnySubscription {
     fn update(&mut self) -> Result<bool, BusError>;
+    fn writer_state(&self) -> Option<crate::slot::WriterState>;
     fn sequence(&self) -> u64;
     fn slot(&self) -> Option<&crate::slot::Slot>;
     fn client(&self) -> &Arc<ClientShared>;
@@ -45,6 +46,9 @@ trait AnySubscription {
 impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     fn update(&mut self) -> Result<bool, BusError> {
         Subscription::update(self)
+    }
+    fn writer_state(&self) -> Option<crate::slot::WriterState> {
+        self.writer()
     }
     fn sequence(&self) -> u64 {
         self.last_sequence()
@@ -63,10 +67,13 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     }
 }
 
-/// Subscriptions updated and waited on together.
+/// Subscriptions updated and waited on together. A member counts as changed when it holds a
+/// newer value, or when its slot's writer came or went (so that a process waiting on a group
+/// learns at once that a publisher died or was dropped).
 #[derive(Default)]
 pub struct SubscriptionGroup {
     members: Vec<Box<dyn AnySubscription>>,
+    writers: Vec<Option<crate::slot::WriterState>>,
 }
 
 impl SubscriptionGroup {
@@ -79,6 +86,7 @@ impl SubscriptionGroup {
         &mut self,
         subscription: Subscription<T, C>,
     ) -> Member<T, C> {
+        self.writers.push(subscription.writer());
         self.members.push(Box::new(subscription));
         Member {
             index: self.members.len() - 1,
@@ -111,11 +119,15 @@ impl SubscriptionGroup {
         self.members.is_empty()
     }
 
-    /// Pulls every member; returns the indices of those that changed.
+    /// Pulls every member; returns the indices of those that changed (new value, or writer
+    /// came or went).
     pub fn update_all(&mut self) -> Result<Vec<usize>, BusError> {
         let mut changed = Vec::new();
-        for (i, m) in self.members.iter_mut().enumerate() {
-            if m.update()? {
+        for (i, (m, writer)) in self.members.iter_mut().zip(&mut self.writers).enumerate() {
+            let new_value = m.update()?;
+            let now = m.writer_state();
+            if new_value || now != *writer {
+                *writer = now;
                 changed.push(i);
             }
         }
@@ -154,7 +166,7 @@ impl SubscriptionGroup {
         let mut counted = Vec::with_capacity(self.members.len());
         let mut clients: Vec<&Arc<ClientShared>> = Vec::new();
         let mut ready = false;
-        for m in &self.members {
+        for (m, writer) in self.members.iter().zip(&self.writers) {
             match m.slot() {
                 Some(slot) => {
                     // As in `Subscription::wait_update`: count ourselves, read the notify word,
@@ -166,7 +178,7 @@ impl SubscriptionGroup {
                         expected: slot.notify_word().load(Ordering::SeqCst),
                         shared: true,
                     });
-                    ready |= slot.latest_sequence() != m.sequence();
+                    ready |= slot.latest_sequence() != m.sequence() || m.writer_state() != *writer;
                 }
                 None => {
                     let client = m.client();

@@ -389,9 +389,10 @@ impl Slot {
         // Release: payload, len and time happen-before a reader's Acquire load that sees 2n.
         seq.store(2 * n, Ordering::Release);
         latest.store(n, Ordering::Release);
-        // SeqCst store + SeqCst load against the waiter's SeqCst increment + load: either we see
-        // its increment and wake it, or it sees our new notify value and does not sleep.
-        self.notify_word().store(n as u32, Ordering::SeqCst);
+        // SeqCst RMW + SeqCst load against the waiter's SeqCst increment + load: either we see
+        // its increment and wake it, or it sees our new notify value and does not sleep. The
+        // notify word counts events (writes, writer gone), so every event changes it.
+        self.notify_word().fetch_add(1, Ordering::SeqCst);
         if self.waiters_word().load(Ordering::SeqCst) != 0 {
             futex::wake_all(self.notify_word(), true);
         }
@@ -525,7 +526,7 @@ impl Slot {
     /// waiters so that they can notice.
     pub fn mark_writer_gone(&self) {
         self.word32(OFF_WRITER_STATE).store(2, Ordering::Release);
-        self.notify_word().fetch_add(0, Ordering::SeqCst);
+        self.notify_word().fetch_add(1, Ordering::SeqCst);
         futex::wake_all(self.notify_word(), true);
     }
 

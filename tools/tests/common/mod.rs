@@ -15,9 +15,13 @@ use bus::Domain;
 pub const WATCHDOG: Duration = Duration::from_secs(20);
 
 pub fn bin(name: &str) -> PathBuf {
-    // Cargo puts every workspace binary in the same directory as bus-stress.
-    let here = PathBuf::from(env!("CARGO_BIN_EXE_bus-stress"));
-    let path = here.with_file_name(name);
+    // Cargo puts every workspace binary in the directory above the test executable's `deps/`.
+    let test_exe = std::env::current_exe().expect("test executable path");
+    let dir = test_exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory");
+    let path = dir.join(name);
     assert!(
         path.exists(),
         "{} not built; run the tests with `cargo nextest run --workspace` (or cargo test --workspace)",
@@ -47,6 +51,13 @@ impl TestBus {
             children: Vec::new(),
             registry: None,
         }
+    }
+
+    /// A scratch directory for this test's files (configs), removed on drop.
+    pub fn dir(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("baton-{}", self.domain));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        dir
     }
 
     pub fn bus(&self) -> bus::Bus {
@@ -89,16 +100,47 @@ impl TestBus {
         self.spawn(bin("bus-stress"), args)
     }
 
+    /// Starts one of the workspace's binaries with `args` (domain added).
+    pub fn spawn_bin(&mut self, name: &str, args: &[&str]) -> usize {
+        self.spawn(bin(name), args)
+    }
+
+    /// Kills a child with SIGKILL and reaps it.
+    pub fn kill(&mut self, child: usize) {
+        if let Some(mut c) = self.children[child].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Output goes to files in the scratch directory (a pipe nobody drains could block a
+    /// chatty child); `finish` reads them back.
     pub fn spawn(&mut self, program: PathBuf, args: &[&str]) -> usize {
+        let n = self.children.len();
+        let (out, err) = self.output_files(n);
         let child = Command::new(program)
             .args(args)
             .args(["--domain", self.domain.as_str()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(&out).expect("stdout file"))
+            .stderr(std::fs::File::create(&err).expect("stderr file"))
             .spawn()
             .expect("spawn child");
         self.children.push(Some(child));
-        self.children.len() - 1
+        n
+    }
+
+    fn output_files(&self, n: usize) -> (PathBuf, PathBuf) {
+        let dir = self.dir();
+        (
+            dir.join(format!("child-{n}.out")),
+            dir.join(format!("child-{n}.err")),
+        )
+    }
+
+    /// What a child printed so far.
+    pub fn stdout_of(&self, child: usize) -> String {
+        std::fs::read_to_string(self.output_files(child).0).unwrap_or_default()
     }
 
     pub fn pid(&self, child: usize) -> i32 {
@@ -114,15 +156,23 @@ impl TestBus {
     pub fn finish(&mut self, child: usize) -> Output {
         let mut process = self.children[child].take().expect("child not finished yet");
         let deadline = Instant::now() + WATCHDOG;
-        while process.try_wait().expect("try_wait").is_none() {
+        let status = loop {
+            if let Some(status) = process.try_wait().expect("try_wait") {
+                break status;
+            }
             if Instant::now() > deadline {
                 let _ = process.kill();
                 let _ = process.wait();
                 panic!("child {child} did not finish within {WATCHDOG:?}");
             }
             std::thread::sleep(Duration::from_millis(10));
+        };
+        let (out, err) = self.output_files(child);
+        Output {
+            status,
+            stdout: std::fs::read(out).unwrap_or_default(),
+            stderr: std::fs::read(err).unwrap_or_default(),
         }
-        process.wait_with_output().expect("collect output")
     }
 
     /// Runs `bus-inspect` to completion.
@@ -142,6 +192,8 @@ impl Drop for TestBus {
             let _ = child.wait();
         }
         let _ = self.domain.remove_all_segments();
+        let _ =
+            std::fs::remove_dir_all(std::env::temp_dir().join(format!("baton-{}", self.domain)));
     }
 }
 

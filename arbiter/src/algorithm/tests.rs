@@ -1,0 +1,343 @@
+//! The algorithm pinned down: a table of cases (the patents' arm example first) and properties
+//! over random controller sets and priorities.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const NOW: u64 = 1_000_000_000_000;
+
+fn arm() -> Vec<ResourceSpec> {
+    ["turret", "shoulder", "elbow1", "elbow2"]
+        .iter()
+        .map(|n| ResourceSpec {
+            name: (*n).into(),
+            kind: Kind::Position,
+            limits: Limits {
+                min: -2.0,
+                max: 2.0,
+            },
+            safe: SafeCommand::Hold,
+        })
+        .collect()
+}
+
+fn block(name: &str, status: Status, commands: &[(&str, f64)]) -> ControllerBlock {
+    ControllerBlock {
+        name: name.into(),
+        status,
+        commands: commands.iter().map(|(k, v)| ((*k).into(), *v)).collect(),
+        stamp_ns: NOW,
+        ttl_ms: 100,
+    }
+}
+
+fn run(blocks: &[&ControllerBlock]) -> Decision {
+    let candidates: Vec<Candidate> = blocks
+        .iter()
+        .map(|b| Candidate {
+            name: &b.name,
+            block: Some(b),
+            writer_alive: true,
+        })
+        .collect();
+    arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW)
+}
+
+fn owner(d: &Decision, r: &str) -> Option<String> {
+    d.owners[r].clone()
+}
+
+use crate::protocol::{ControllerBlock, Limits, Outcome, Status};
+use Status::*;
+
+#[test]
+fn the_patents_arm_example() {
+    let a = block("a", NonCompromising, &[("arm/shoulder", 0.3)]);
+    let b = block(
+        "b",
+        Compromising,
+        &[("arm/shoulder", 0.5), ("arm/turret", 1.0)],
+    );
+    let n = block(
+        "n",
+        NonCompromising,
+        &[
+            ("arm/shoulder", 0.1),
+            ("arm/elbow1", 0.2),
+            ("arm/elbow2", 0.3),
+        ],
+    );
+    let d = run(&[&a, &b, &n]);
+    assert_eq!(owner(&d, "shoulder").as_deref(), Some("a"));
+    assert_eq!(owner(&d, "turret").as_deref(), Some("b"));
+    assert_eq!(owner(&d, "elbow1"), None);
+    assert_eq!(owner(&d, "elbow2"), None);
+    assert_eq!(d.outcomes["a"], Outcome::Full);
+    assert_eq!(d.outcomes["b"], Outcome::Partial);
+    assert_eq!(d.outcomes["n"], Outcome::Denied);
+    assert_eq!(d.setpoints["shoulder"], 0.3);
+    assert_eq!(d.setpoints["turret"], 1.0);
+    // N gets all three once A no longer wants the shoulder.
+    let a_idle = block("a", NonCompromising, &[]);
+    let d = run(&[&a_idle, &b, &n]);
+    assert_eq!(d.outcomes["a"], Outcome::Idle);
+    // B (higher) now takes the shoulder too, so N is still denied...
+    assert_eq!(owner(&d, "shoulder").as_deref(), Some("b"));
+    assert_eq!(d.outcomes["n"], Outcome::Denied);
+    // ...and only when B releases it does N get all three at once.
+    let b_turret = block("b", Compromising, &[("arm/turret", 1.0)]);
+    let d = run(&[&a_idle, &b_turret, &n]);
+    assert_eq!(d.outcomes["n"], Outcome::Full);
+    for r in ["shoulder", "elbow1", "elbow2"] {
+        assert_eq!(owner(&d, r).as_deref(), Some("n"));
+    }
+}
+
+#[test]
+fn expired_blocks_and_dead_writers_are_absent() {
+    let mut old = block("old", NonCompromising, &[("arm/turret", 1.0)]);
+    old.stamp_ns = NOW - 200_000_000; // ttl 100 ms
+    let dead = block("dead", NonCompromising, &[("arm/shoulder", 1.0)]);
+    let live = block(
+        "live",
+        Compromising,
+        &[("arm/turret", 0.5), ("arm/shoulder", 0.5)],
+    );
+    let candidates = [
+        Candidate {
+            name: "old",
+            block: Some(&old),
+            writer_alive: true,
+        },
+        Candidate {
+            name: "dead",
+            block: Some(&dead),
+            writer_alive: false,
+        },
+        Candidate {
+            name: "live",
+            block: Some(&live),
+            writer_alive: true,
+        },
+    ];
+    let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
+    assert_eq!(d.outcomes["old"], Outcome::Expired);
+    assert_eq!(d.outcomes["dead"], Outcome::Expired);
+    assert_eq!(d.outcomes["live"], Outcome::Full);
+    assert_eq!(owner(&d, "turret").as_deref(), Some("live"));
+    assert_eq!(d.next_expiry_ns, Some(live.expires_at_ns()));
+}
+
+#[test]
+fn unknown_controllers_empty_commands_and_foreign_resources() {
+    let other = block(
+        "other",
+        NonCompromising,
+        &[("drive/left", 1.0), ("arm/nonexistent", 1.0)],
+    );
+    let none = Candidate {
+        name: "ghost",
+        block: None,
+        writer_alive: false,
+    };
+    let candidates = [
+        none,
+        Candidate {
+            name: "other",
+            block: Some(&other),
+            writer_alive: true,
+        },
+    ];
+    let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
+    assert!(
+        !d.outcomes.contains_key("ghost"),
+        "a controller without a block has no outcome"
+    );
+    assert_eq!(
+        d.outcomes["other"],
+        Outcome::Idle,
+        "no resource of this arbiter wanted"
+    );
+    assert!(d.owners.values().all(Option::is_none));
+    assert_eq!(d.next_expiry_ns, Some(other.expires_at_ns()));
+}
+
+#[test]
+fn every_resource_committed_early_denies_the_rest() {
+    let all = block(
+        "all",
+        NonCompromising,
+        &[
+            ("arm/turret", 0.0),
+            ("arm/shoulder", 0.0),
+            ("arm/elbow1", 0.0),
+            ("arm/elbow2", 0.0),
+        ],
+    );
+    let comp = block("comp", Compromising, &[("arm/turret", 1.0)]);
+    let idle = block("idle", Compromising, &[]);
+    let d = run(&[&all, &comp, &idle]);
+    assert_eq!(d.outcomes["all"], Outcome::Full);
+    assert_eq!(d.outcomes["comp"], Outcome::Denied);
+    assert_eq!(d.outcomes["idle"], Outcome::Idle);
+}
+
+#[test]
+fn uncommitted_resources_get_their_safe_commands() {
+    let mut specs = arm();
+    specs[0].safe = SafeCommand::Value(0.25);
+    specs.push(ResourceSpec {
+        name: "wheel".into(),
+        kind: Kind::Velocity,
+        limits: Limits {
+            min: -1.0,
+            max: 1.0,
+        },
+        safe: SafeCommand::Value(0.0),
+    });
+    let state: BTreeMap<String, f64> = [("shoulder".to_string(), 0.7)].into();
+    let b = block(
+        "b",
+        NonCompromising,
+        &[("arm/wheel", 5.0), ("arm/elbow1", -9.0)],
+    );
+    let candidates = [Candidate {
+        name: "b",
+        block: Some(&b),
+        writer_alive: true,
+    }];
+    let first = arbitrate("arm", &specs, &candidates, &state, None, NOW);
+    assert_eq!(first.setpoints["turret"], 0.25, "fixed safe value");
+    assert_eq!(first.setpoints["shoulder"], 0.7, "hold where it is");
+    assert_eq!(
+        first.setpoints["elbow2"], 0.0,
+        "no state, nothing sent before: 0"
+    );
+    assert_eq!(
+        first.setpoints["wheel"], 1.0,
+        "owner's command clamped to the limits"
+    );
+    assert_eq!(first.setpoints["elbow1"], -2.0);
+    // Released: the wheel stops, elbow1 holds where it was measured, shoulder keeps its latch.
+    let moved: BTreeMap<String, f64> =
+        [("shoulder".to_string(), 0.9), ("elbow1".to_string(), -1.5)].into();
+    let second = arbitrate("arm", &specs, &[], &moved, Some(&first), NOW);
+    assert_eq!(second.setpoints["wheel"], 0.0);
+    assert_eq!(second.setpoints["elbow1"], -1.5);
+    assert_eq!(
+        second.setpoints["shoulder"], 0.7,
+        "latched when released, not chasing state"
+    );
+}
+
+#[test]
+fn a_name_listed_twice_keeps_its_higher_place() {
+    let a = block("a", NonCompromising, &[("arm/turret", 1.0)]);
+    let b = block("b", NonCompromising, &[("arm/turret", 2.0)]);
+    let d = run(&[&a, &b, &a]);
+    assert_eq!(owner(&d, "turret").as_deref(), Some("a"));
+    assert_eq!(d.outcomes["b"], Outcome::Denied);
+}
+
+const RESOURCES: [&str; 4] = ["turret", "shoulder", "elbow1", "elbow2"];
+
+fn arb_block(i: usize) -> impl Strategy<Value = (ControllerBlock, bool)> {
+    (
+        any::<bool>(),
+        proptest::collection::btree_set(0..6usize, 0..5),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(move |(compromising, wanted, expired, alive)| {
+            let commands: Vec<(String, f64)> = wanted
+                .into_iter()
+                .map(|r| {
+                    // 4 and 5 are another arbiter's and an unknown resource.
+                    let key = match r {
+                        0..=3 => format!("arm/{}", RESOURCES[r]),
+                        4 => "drive/left".into(),
+                        _ => "arm/unknown".into(),
+                    };
+                    (key, r as f64 / 10.0)
+                })
+                .collect();
+            let mut b = block(
+                &format!("c{i}"),
+                if compromising {
+                    Compromising
+                } else {
+                    NonCompromising
+                },
+                &[],
+            );
+            b.commands = commands.into_iter().collect();
+            if expired {
+                b.stamp_ns = NOW - 1_000_000_000;
+            }
+            (b, alive || !expired)
+        })
+}
+
+proptest! {
+    #[test]
+    fn arbitration_properties(blocks in proptest::collection::vec((0..8usize).prop_flat_map(arb_block), 0..8)) {
+        let blocks: Vec<(ControllerBlock, bool)> = blocks
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut b, alive))| { b.name = format!("c{i}"); (b, alive) })
+            .collect();
+        let candidates: Vec<Candidate> = blocks
+            .iter()
+            .map(|(b, alive)| Candidate { name: &b.name, block: Some(b), writer_alive: *alive })
+            .collect();
+        let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
+        let live = |b: &ControllerBlock, alive: bool| alive && b.expires_at_ns() >= NOW;
+        let wants = |b: &ControllerBlock| -> Vec<&str> {
+            RESOURCES.iter().copied().filter(|r| b.commands.contains_key(&format!("arm/{r}"))).collect()
+        };
+        // Exactly one entry per resource (so at most one owner), every setpoint within limits.
+        prop_assert_eq!(d.owners.len(), 4);
+        prop_assert!(d.setpoints.values().all(|v| (-2.0..=2.0).contains(v)));
+        for (i, (b, alive)) in blocks.iter().enumerate() {
+            let held: Vec<&str> = RESOURCES.iter().copied()
+                .filter(|r| d.owners[*r].as_deref() == Some(b.name.as_str()))
+                .collect();
+            // Only live controllers own, and only what they asked for.
+            if !live(b, *alive) {
+                prop_assert!(held.is_empty());
+                prop_assert_eq!(d.outcomes[&b.name], Outcome::Expired);
+                continue;
+            }
+            prop_assert!(held.iter().all(|r| wants(b).contains(r)));
+            // A non-compromising controller holds all it asked for, or nothing.
+            if b.status == NonCompromising {
+                prop_assert!(held.is_empty() || held.len() == wants(b).len());
+            }
+            // No resource goes to a lower-priority controller when a higher one wanted it and
+            // could take it.
+            for r in &held {
+                for (h, h_alive) in &blocks[..i] {
+                    if !live(h, *h_alive) || !wants(h).contains(r) {
+                        continue;
+                    }
+                    prop_assert_eq!(h.status, NonCompromising, "compromising {} wanted {} before {}", h.name, r, b.name);
+                    // The higher NC controller was blocked by something owned above it.
+                    let blocked = wants(h).iter().any(|hr| {
+                        d.owners[*hr].as_deref().is_some_and(|o| {
+                            blocks.iter().position(|(x, _)| x.name == o).unwrap() < blocks.iter().position(|(x, _)| x.name == h.name).unwrap()
+                        })
+                    });
+                    prop_assert!(blocked, "{} could have taken {}", h.name, r);
+                }
+            }
+            let expected = if wants(b).is_empty() { Outcome::Idle }
+                else if held.is_empty() { Outcome::Denied }
+                else if held.len() == wants(b).len() { Outcome::Full }
+                else { Outcome::Partial };
+            prop_assert_eq!(d.outcomes[&b.name], expected);
+        }
+    }
+}

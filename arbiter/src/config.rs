@@ -1,0 +1,189 @@
+//! The arbiter's configuration file (TOML):
+//!
+//! ```toml
+//! name = "arm"                  # the arbiter and its resource group
+//! [[resources]]
+//! name = "shoulder"
+//! kind = "position"             # position (default) | velocity | switch
+//! min = -1.5                    # limits; default ±inf (switch: 0..1)
+//! max = 1.5
+//! safe = "hold"                 # "hold" | "zero" | a number; default: hold for position,
+//!                               # zero for velocity and switch
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::algorithm::{Kind, ResourceSpec, SafeCommand};
+use crate::protocol::Limits;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: String,
+    resources: Vec<RawResource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    name: String,
+    #[serde(default)]
+    kind: Kind,
+    min: Option<f64>,
+    max: Option<f64>,
+    safe: Option<RawSafe>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawSafe {
+    Value(f64),
+    Word(String),
+}
+
+/// A validated arbiter configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArbiterConfig {
+    pub name: String,
+    pub resources: Vec<ResourceSpec>,
+}
+
+fn valid_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl ArbiterConfig {
+    pub fn load(path: &Path) -> Result<ArbiterConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.display().to_string(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<ArbiterConfig, String> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if !valid_part(&raw.name) {
+            return Err(format!(
+                "arbiter name {:?}: use 1 to 64 letters, digits, _ - .",
+                raw.name
+            ));
+        }
+        if raw.resources.is_empty() {
+            return Err("an arbiter needs at least one [[resources]] entry".into());
+        }
+        let mut resources: Vec<ResourceSpec> = Vec::new();
+        for r in raw.resources {
+            if !valid_part(&r.name) {
+                return Err(format!(
+                    "resource name {:?}: use 1 to 64 letters, digits, _ - .",
+                    r.name
+                ));
+            }
+            if resources.iter().any(|x| x.name == r.name) {
+                return Err(format!("resource {:?} is listed twice", r.name));
+            }
+            let (dmin, dmax) = match r.kind {
+                Kind::Switch => (0.0, 1.0),
+                _ => (f64::NEG_INFINITY, f64::INFINITY),
+            };
+            let limits = Limits {
+                min: r.min.unwrap_or(dmin),
+                max: r.max.unwrap_or(dmax),
+            };
+            if limits.min.is_nan() || limits.max.is_nan() || limits.min > limits.max {
+                return Err(format!(
+                    "resource {:?}: min {} is above max {}",
+                    r.name, limits.min, limits.max
+                ));
+            }
+            let safe = match (r.safe, r.kind) {
+                (None, Kind::Position) => SafeCommand::Hold,
+                (None, _) => SafeCommand::Value(0.0),
+                (Some(RawSafe::Value(v)), _) => SafeCommand::Value(v),
+                (Some(RawSafe::Word(w)), _) if w == "hold" => SafeCommand::Hold,
+                (Some(RawSafe::Word(w)), _) if w == "zero" || w == "off" => SafeCommand::Value(0.0),
+                (Some(RawSafe::Word(w)), _) => {
+                    return Err(format!(
+                    "resource {:?}: safe = {w:?}; expected \"hold\", \"zero\", \"off\" or a number",
+                    r.name
+                ))
+                }
+            };
+            resources.push(ResourceSpec {
+                name: r.name,
+                kind: r.kind,
+                limits,
+                safe,
+            });
+        }
+        Ok(ArbiterConfig {
+            name: raw.name,
+            resources,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = ArbiterConfig::parse(
+            "name = \"drive\"\n[[resources]]\nname = \"left\"\nkind = \"velocity\"\nmin = -1\nmax = 1\n\
+             [[resources]]\nname = \"lamp\"\nkind = \"switch\"\n[[resources]]\nname = \"pan\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.resources[0].safe, SafeCommand::Value(0.0));
+        assert_eq!(c.resources[1].limits, Limits { min: 0.0, max: 1.0 });
+        assert_eq!(c.resources[2].safe, SafeCommand::Hold);
+        for (bad, needle) in [
+            ("name = \"a\"\nresources = []", "at least one"),
+            ("name = \"a\"\ncolour = 1\nresources = []", "unknown field"),
+            (
+                "name = \"a b\"\n[[resources]]\nname = \"x\"",
+                "arbiter name",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\n[[resources]]\nname = \"x\"",
+                "twice",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = 2\nmax = 1",
+                "above max",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = \"park\"",
+                "expected \"hold\"",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"torque\"",
+                "unknown variant",
+            ),
+        ] {
+            let err = ArbiterConfig::parse(bad).unwrap_err();
+            assert!(err.contains(needle), "{bad:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Control arbitration (DESIGN.md, "Control arbitration"): the protocol types that the manager,
+//! arbiters, controllers and drivers share on the bus (`protocol`), the pure algorithm
+//! (`algorithm`), the arbiter's configuration file (`config`) and the arbiter process loop
+//! (`process`). The `arbiter` binary is a thin shell over `process`.
+
+pub mod algorithm;
+pub mod config;
+pub mod process;
+pub mod protocol;

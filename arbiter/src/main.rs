@@ -1,0 +1,55 @@
+//! `arbiter`: one control arbiter process per resource group.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Run one control arbiter: decide, every cycle, which robot controller commands each resource",
+    long_about = "Run one control arbiter: decide, every cycle, which robot controller commands \
+each resource of one group (an arm, a drive base).\n\n\
+It follows the robot manager's priority list on /robot/manager, reads each listed controller's \
+block on /robot/controller/<name>, and publishes the coherent command on \
+/robot/arbiter/<name>/command and its feedback (owners, outcomes, state) on /robot/arbiter/<name>. \
+It wakes only when one of those changes or a block's time to live runs out.\n\n\
+Config (TOML):\n  name = \"arm\"\n  [[resources]]\n  name = \"shoulder\"\n  kind = \"position\"   \
+# position | velocity | switch\n  min = -1.5\n  max = 1.5\n  safe = \"hold\"       # hold | zero | off | a number"
+)]
+struct Args {
+    /// Arbiter configuration file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Bus domain.
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    domain: String,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("arbiter: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let config = arbiter::config::ArbiterConfig::load(&args.config).map_err(|e| e.to_string())?;
+    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
+    tracing::info!(
+        "arbiter {} with {} resource(s) on domain '{}'",
+        config.name,
+        config.resources.len(),
+        args.domain
+    );
+    arbiter::process::run(&bus, &config, |_| {}).map_err(|e| e.to_string())
+}

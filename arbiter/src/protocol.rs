@@ -1,0 +1,166 @@
+//! The arbitration protocol: the values that the robot manager, the control arbiters, the robot
+//! controllers and the drivers exchange on the bus. Their JSON forms (as `bus-inspect get --json`
+//! prints them) are documented in `docs/arbitration.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Slot of the robot manager's configuration.
+pub const MANAGER_SLOT: &str = "/robot/manager";
+
+/// Slot of a robot controller's memory block.
+pub fn controller_slot(controller: &str) -> String {
+    format!("/robot/controller/{controller}")
+}
+
+/// Slot of an arbiter's memory block (feedback).
+pub fn arbiter_slot(arbiter: &str) -> String {
+    format!("/robot/arbiter/{arbiter}")
+}
+
+/// Slot of an arbiter's coherent command for its resources.
+pub fn command_slot(arbiter: &str) -> String {
+    format!("/robot/arbiter/{arbiter}/command")
+}
+
+/// Slot where the driver (or simulator) of an arbiter's resources publishes their state.
+pub fn state_slot(arbiter: &str) -> String {
+    format!("/robot/resource/{arbiter}/state")
+}
+
+/// What happens to a controller that publishes a block but is not in the manager's list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unlisted {
+    /// It gets no resources.
+    #[default]
+    Ignore,
+    /// It is placed after every listed controller, in order of appearance.
+    Last,
+}
+
+/// `/robot/manager`: the robot controllers in priority order (highest first) and the arbiters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerConfig {
+    /// Effective priority order, highest first: the configured list, then (with
+    /// `unlisted = last`) the controllers discovered on the bus that the list does not name.
+    pub controllers: Vec<String>,
+    pub arbiters: Vec<String>,
+    pub unlisted: Unlisted,
+    /// Increases with every change the manager publishes.
+    pub revision: u64,
+}
+
+/// Whether a controller accepts part of what it asked for (patent terms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Takes whatever subset of its wanted resources is still free.
+    Compromising,
+    /// Takes all of its wanted resources or none.
+    NonCompromising,
+}
+
+/// `/robot/controller/<name>`: a robot controller's memory block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ControllerBlock {
+    pub name: String,
+    pub status: Status,
+    /// Setpoints keyed by `<arbiter>/<resource>`.
+    pub commands: BTreeMap<String, f64>,
+    /// When the block was written, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+    /// The block counts as absent once `stamp_ns + ttl_ms` has passed.
+    pub ttl_ms: u64,
+}
+
+impl ControllerBlock {
+    /// Nanoseconds since the epoch after which the block is expired.
+    pub fn expires_at_ns(&self) -> u64 {
+        self.stamp_ns
+            .saturating_add(self.ttl_ms.saturating_mul(1_000_000))
+    }
+}
+
+/// What an arbiter did with a controller's request this cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Got every resource of this arbiter it asked for.
+    Full,
+    /// Compromising, got some of them.
+    Partial,
+    /// Got none of the resources it asked for.
+    Denied,
+    /// Its block's time to live passed, or its writer is gone: treated as absent.
+    Expired,
+    /// Asked for none of this arbiter's resources.
+    Idle,
+}
+
+/// Position or velocity bounds of a resource; commands are clamped into them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Limits {
+    pub fn clamp(&self, v: f64) -> f64 {
+        if v.is_nan() {
+            return self.min.max(0.0).min(self.max);
+        }
+        v.clamp(self.min, self.max)
+    }
+}
+
+/// One resource in an arbiter's memory block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceFeedback {
+    /// Last state the driver reported; `None` before the first report.
+    pub state: Option<f64>,
+    pub limits: Limits,
+    /// Controller that owns the resource this cycle; `None`: it gets its safe command.
+    pub owner: Option<String>,
+    /// The setpoint sent this cycle.
+    pub command: f64,
+}
+
+/// `/robot/arbiter/<name>`: an arbiter's memory block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArbiterBlock {
+    pub name: String,
+    /// Increases with every block the arbiter publishes.
+    pub cycle: u64,
+    pub stamp_ns: u64,
+    pub resources: BTreeMap<String, ResourceFeedback>,
+    /// Resource name to owning controller (or `null`).
+    pub owners: BTreeMap<String, Option<String>>,
+    /// Controller name to its outcome this cycle, for every controller the manager lists whose
+    /// block exists.
+    pub outcomes: BTreeMap<String, Outcome>,
+}
+
+/// `/robot/arbiter/<name>/command`: the coherent command for the arbiter's resources.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceCommand {
+    pub arbiter: String,
+    pub cycle: u64,
+    pub stamp_ns: u64,
+    /// Resource name to setpoint (the owner's, clamped, or the safe command).
+    pub setpoints: BTreeMap<String, f64>,
+}
+
+/// `/robot/resource/<arbiter>/state`: what the driver measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourceState {
+    pub stamp_ns: u64,
+    /// Resource name to measured value (position or velocity).
+    pub values: BTreeMap<String, f64>,
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> u64 {
+    bus::slot::now_ns()
+}

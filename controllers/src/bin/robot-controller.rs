@@ -1,0 +1,171 @@
+//! `robot-controller`: a generic robot controller for scripts and people. Holds a set of
+//! commands until it ends and prints its outcomes whenever they change.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arbiter::protocol::Status;
+use clap::{Parser, ValueEnum};
+use controllers::RobotController;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StatusArg {
+    Compromising,
+    #[value(name = "non_compromising", alias = "non-compromising")]
+    NonCompromising,
+}
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Hold commands for robot resources and print what the arbiters grant",
+    long_about = "Hold commands for robot resources and print what the arbiters grant.\n\n\
+Publishes /robot/controller/<name> (kept fresh while it runs), and prints one line per arbiter \
+whenever this controller's outcome or owned resources change. Ends after --duration-s, or on \
+Ctrl-C / SIGTERM, releasing its resources at once.\n\n\
+Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
+)]
+struct Args {
+    /// Controller name (its place in the robot manager's priority list).
+    #[arg(long)]
+    name: String,
+    /// compromising: accept part of what is asked; non_compromising: all or nothing.
+    #[arg(long, value_enum)]
+    status: StatusArg,
+    /// A command, <arbiter>/<resource>=<value>; repeat for several.
+    #[arg(long = "set", value_name = "ARBITER/RESOURCE=VALUE")]
+    set: Vec<String>,
+    /// Time to live of the published block, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    ttl_ms: u64,
+    /// Run this many seconds, then release and exit (default: until interrupted).
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Print each change as one JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Bus domain.
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    domain: String,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("robot-controller: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn parse_set(s: &str) -> Result<(String, f64), String> {
+    let (resource, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--set {s:?}: expected <arbiter>/<resource>=<value>"))?;
+    let value: f64 = value
+        .parse()
+        .map_err(|_| format!("--set {s:?}: {value:?} is not a number"))?;
+    Ok((resource.to_owned(), value))
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let commands: Vec<(String, f64)> = args
+        .set
+        .iter()
+        .map(|s| parse_set(s))
+        .collect::<Result<_, _>>()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // A plain flag: the main loop checks it between short waits and releases cleanly.
+    stop_on_signals(Arc::clone(&stop))?;
+    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
+    let status = match args.status {
+        StatusArg::Compromising => Status::Compromising,
+        StatusArg::NonCompromising => Status::NonCompromising,
+    };
+    let mut controller =
+        RobotController::with_ttl(&bus, &args.name, status, Duration::from_millis(args.ttl_ms))
+            .map_err(|e| e.to_string())?;
+    controller.refresh().map_err(|e| e.to_string())?;
+    for (resource, value) in &commands {
+        controller
+            .set(resource, *value)
+            .map_err(|e| e.to_string())?;
+    }
+    controller.publish().map_err(|e| e.to_string())?;
+    let end = args
+        .duration_s
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut printed = Vec::new();
+    while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+        controller
+            .wait_feedback(Duration::from_millis(50))
+            .map_err(|e| e.to_string())?;
+        // Arbiters that appear later are checked too.
+        controller.validate().map_err(|e| e.to_string())?;
+        let feedback = controller.feedback();
+        if feedback != printed {
+            for f in &feedback {
+                if printed.contains(f) {
+                    continue;
+                }
+                print_feedback(args, f);
+            }
+            printed = feedback;
+        }
+    }
+    controller.release().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn print_feedback(args: &Args, f: &controllers::Feedback) {
+    let outcome = f.outcome.map(|o| {
+        serde_json::to_value(o)
+            .map(|v| v.as_str().unwrap_or("?").to_owned())
+            .unwrap_or_default()
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome, "owned": f.owned})
+        );
+    } else {
+        println!(
+            "{} {}: {} (owns: {})",
+            args.name,
+            f.arbiter,
+            outcome.as_deref().unwrap_or("not seen yet"),
+            if f.owned.is_empty() {
+                "nothing".to_owned()
+            } else {
+                f.owned.join(", ")
+            }
+        );
+    }
+}
+
+fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<(), String> {
+    // Block SIGINT and SIGTERM before any other thread starts (threads inherit the mask), then
+    // wait for them in a thread of their own: no code runs in signal-handler context.
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::SIGINT);
+    set.add(nix::sys::signal::SIGTERM);
+    set.thread_block()
+        .map_err(|e| format!("blocking signals: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if set.wait().is_ok() {
+                flag.store(true, Ordering::Relaxed);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

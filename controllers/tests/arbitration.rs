@@ -1,0 +1,343 @@
+//! Control arbitration across real processes: `registry-server`, `robot-manager`, `arbiter` and
+//! `robot-controller`s, checked through `bus-inspect get /robot/arbiter/arm --json`.
+
+#[path = "../../tools/tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use common::TestBus;
+use nix::sys::signal::Signal;
+use serde_json::{json, Value};
+
+const ARM: &str = r#"
+name = "arm"
+[[resources]]
+name = "turret"
+min = -3.0
+max = 3.0
+[[resources]]
+name = "shoulder"
+min = -1.57
+max = 1.57
+[[resources]]
+name = "elbow1"
+min = -2.5
+max = 2.5
+[[resources]]
+name = "elbow2"
+min = -2.5
+max = 2.5
+"#;
+
+fn manager_toml(order: &[&str]) -> String {
+    format!("controllers = {order:?}\narbiters = [\"arm\"]\nunlisted = \"ignore\"\n")
+}
+
+struct Robot {
+    t: TestBus,
+    manager_file: std::path::PathBuf,
+    arm_file: std::path::PathBuf,
+}
+
+impl Robot {
+    fn new(order: &[&str]) -> Robot {
+        let t = TestBus::new();
+        let dir = t.dir();
+        let manager_file = dir.join("manager.toml");
+        let arm_file = dir.join("arm.toml");
+        std::fs::write(&manager_file, manager_toml(order)).unwrap();
+        std::fs::write(&arm_file, ARM).unwrap();
+        Robot {
+            t,
+            manager_file,
+            arm_file,
+        }
+    }
+
+    fn manager(&mut self) -> usize {
+        let f = self.manager_file.to_str().unwrap().to_owned();
+        self.t.spawn_bin("robot-manager", &["--config", &f])
+    }
+
+    fn arbiter(&mut self) -> usize {
+        let f = self.arm_file.to_str().unwrap().to_owned();
+        self.t.spawn_bin("arbiter", &["--config", &f])
+    }
+
+    fn controller(&mut self, name: &str, status: &str, sets: &[&str], ttl_ms: u64) -> usize {
+        let ttl = ttl_ms.to_string();
+        let mut args = vec!["--name", name, "--status", status, "--ttl-ms", &ttl];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        self.t.spawn_bin("robot-controller", &args)
+    }
+
+    /// The patents' three controllers.
+    fn abn(&mut self, ttl_ms: u64) -> [usize; 3] {
+        [
+            self.controller("a", "non_compromising", &["arm/shoulder=0.3"], ttl_ms),
+            self.controller(
+                "b",
+                "compromising",
+                &["arm/shoulder=0.5", "arm/turret=1.0"],
+                ttl_ms,
+            ),
+            self.controller(
+                "n",
+                "non_compromising",
+                &["arm/shoulder=0.1", "arm/elbow1=0.2", "arm/elbow2=0.3"],
+                ttl_ms,
+            ),
+        ]
+    }
+
+    /// The arbiter's memory block as `bus-inspect get --json` prints it.
+    fn arm_block(&self) -> Option<Value> {
+        let out = self.t.inspect(&["get", "/robot/arbiter/arm", "--json"]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).expect("one line of JSON"))
+    }
+
+    /// Waits until the arm's owners and outcomes are exactly these.
+    fn expect(&self, what: &str, owners: Value, outcomes: Value) {
+        let mut last = None;
+        let deadline = Instant::now() + common::WATCHDOG;
+        loop {
+            if let Some(block) = self.arm_block() {
+                if block["owners"] == owners && block["outcomes"] == outcomes {
+                    return;
+                }
+                last = Some(block);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: expected owners {owners} outcomes {outcomes}, last block {}",
+                    last.map_or("none".into(), |b| b.to_string())
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn expect_patent_example(&self, what: &str) {
+        self.expect(
+            what,
+            json!({"turret": "b", "shoulder": "a", "elbow1": null, "elbow2": null}),
+            json!({"a": "full", "b": "partial", "n": "denied"}),
+        );
+    }
+}
+
+#[test]
+fn the_patents_arm_example_across_processes() {
+    let mut r = Robot::new(&["a", "b", "n"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let [a, b, _n] = r.abn(500);
+    r.expect_patent_example("initial");
+    let block = r.arm_block().unwrap();
+    assert_eq!(block["resources"]["shoulder"]["command"], 0.3);
+    assert_eq!(block["resources"]["turret"]["command"], 1.0);
+    assert_eq!(
+        block["resources"]["turret"]["limits"],
+        json!({"min": -3.0, "max": 3.0})
+    );
+
+    // A exits cleanly: it releases at once and B, compromising, gets both of its resources. A's
+    // writer is then gone, so its block counts as absent: outcome `expired`.
+    r.t.signal(a, Signal::SIGTERM);
+    let out = r.t.finish(a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("a arm: full (owns: shoulder)"),
+        "{printed}"
+    );
+    r.expect(
+        "after a exits",
+        json!({"turret": "b", "shoulder": "b", "elbow1": null, "elbow2": null}),
+        json!({"a": "expired", "b": "full", "n": "denied"}),
+    );
+    // B exits too: N, non-compromising, finally gets all three at once.
+    r.t.signal(b, Signal::SIGTERM);
+    r.t.finish(b);
+    r.expect(
+        "after b exits",
+        json!({"turret": null, "shoulder": "n", "elbow1": "n", "elbow2": "n"}),
+        json!({"a": "expired", "b": "expired", "n": "full"}),
+    );
+}
+
+#[test]
+fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
+    let mut r = Robot::new(&["a", "b", "n"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let [a, _b, _n] = r.abn(300);
+    r.expect_patent_example("initial");
+    let killed = Instant::now();
+    r.t.signal(a, Signal::SIGKILL);
+    r.expect(
+        "after a is killed",
+        json!({"turret": "b", "shoulder": "b", "elbow1": null, "elbow2": null}),
+        json!({"a": "expired", "b": "full", "n": "denied"}),
+    );
+    eprintln!(
+        "resources moved {:?} after SIGKILL (time to live 300 ms)",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn changing_the_priority_file_changes_owners() {
+    let mut r = Robot::new(&["a", "b", "n"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    r.abn(500);
+    r.expect_patent_example("initial");
+    std::fs::write(&r.manager_file, manager_toml(&["n", "b", "a"])).unwrap();
+    r.expect(
+        "n first",
+        json!({"turret": "b", "shoulder": "n", "elbow1": "n", "elbow2": "n"}),
+        json!({"a": "denied", "b": "partial", "n": "full"}),
+    );
+    // An invalid file is refused and the previous order stays in force.
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"a\", \"a\"]\narbiters = [\"arm\"]\n",
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.expect(
+        "still n first",
+        json!({"turret": "b", "shoulder": "n", "elbow1": "n", "elbow2": "n"}),
+        json!({"a": "denied", "b": "partial", "n": "full"}),
+    );
+}
+
+#[test]
+fn unlisted_controllers_join_last_when_the_manager_says_so() {
+    let mut r = Robot::new(&["a"]);
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
+    )
+    .unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    r.controller("a", "non_compromising", &["arm/shoulder=0.3"], 500);
+    r.controller(
+        "payload",
+        "compromising",
+        &["arm/shoulder=0.1", "arm/turret=0.2"],
+        500,
+    );
+    r.expect(
+        "payload placed last",
+        json!({"turret": "payload", "shoulder": "a", "elbow1": null, "elbow2": null}),
+        json!({"a": "full", "payload": "partial"}),
+    );
+}
+
+#[test]
+fn an_unknown_resource_is_a_clear_error() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    r.expect(
+        "arbiter up",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({}),
+    );
+    let c = r.controller("x", "compromising", &["arm/wrist=1.0"], 500);
+    let out = r.t.finish(c);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown resource arm/wrist") && err.contains("shoulder"),
+        "{err}"
+    );
+    let c = r.controller("x", "compromising", &["gripper/jaw=1.0"], 500);
+    let err = String::from_utf8_lossy(&r.t.finish(c).stderr).into_owned();
+    assert!(
+        err.contains("unknown arbiter") && err.contains("arm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn arbiter_manager_and_registry_restarts_recover_ownership() {
+    let mut r = Robot::new(&["a", "b", "n"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    let arbiter = r.arbiter();
+    r.abn(500);
+    r.expect_patent_example("initial");
+
+    r.t.kill(arbiter);
+    r.arbiter();
+    r.expect_patent_example("after the arbiter restarted");
+
+    r.t.kill(manager);
+    r.manager();
+    r.expect_patent_example("after the manager restarted");
+
+    r.t.kill_registry();
+    r.t.start_registry();
+    r.expect_patent_example("after the registry restarted");
+    // The arbiter still follows changes after all that.
+    std::fs::write(&r.manager_file, manager_toml(&["b", "a", "n"])).unwrap();
+    r.expect(
+        "b first",
+        json!({"turret": "b", "shoulder": "b", "elbow1": null, "elbow2": null}),
+        json!({"a": "denied", "b": "full", "n": "denied"}),
+    );
+}
+
+#[test]
+fn every_start_order_ends_in_the_same_ownership() {
+    #[derive(Clone, Copy, Debug)]
+    enum P {
+        Registry,
+        Manager,
+        Arbiter,
+        Controllers,
+    }
+    use P::*;
+    for order in [
+        [Registry, Manager, Arbiter, Controllers],
+        [Controllers, Arbiter, Manager, Registry],
+        [Arbiter, Controllers, Registry, Manager],
+        [Manager, Registry, Controllers, Arbiter],
+    ] {
+        let mut r = Robot::new(&["a", "b", "n"]);
+        for p in order {
+            match p {
+                Registry => r.t.start_registry(),
+                Manager => {
+                    r.manager();
+                }
+                Arbiter => {
+                    r.arbiter();
+                }
+                Controllers => {
+                    r.abn(500);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        r.expect_patent_example(&format!("order {order:?}"));
+    }
+}

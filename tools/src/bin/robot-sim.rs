@@ -1,0 +1,103 @@
+//! `robot-sim`: simulates an arm and a drive base, executing the arbiters' coherent commands and
+//! publishing resource state, in place of hardware drivers.
+
+use std::time::{Duration, Instant};
+
+use arbiter::protocol::{command_slot, now_ns, state_slot, ResourceCommand, ResourceState};
+use clap::Parser;
+use tools::sim::Robot;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Simulate a 4-joint arm and a differential drive base in place of hardware",
+    long_about = "Simulate a 4-joint arm (turret, shoulder, elbow1, elbow2; position setpoints, \
+first-order response within limits) and a differential drive base (left, right wheel velocity \
+setpoints; pose integrated).\n\nReads /robot/arbiter/<arm>/command and \
+/robot/arbiter/<drive>/command, publishes /robot/resource/<arm>/state and \
+/robot/resource/<drive>/state whenever the state moves."
+)]
+struct Args {
+    /// Name of the arm's arbiter.
+    #[arg(long, default_value = "arm")]
+    arm: String,
+    /// Name of the drive base's arbiter.
+    #[arg(long, default_value = "drive")]
+    drive: String,
+    /// Simulation steps per second.
+    #[arg(long, default_value_t = 50.0)]
+    rate_hz: f64,
+    /// Bus domain.
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    domain: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("robot-sim: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if !(args.rate_hz > 0.0 && args.rate_hz <= 1000.0) {
+        return Err(format!(
+            "--rate-hz {}: expected 0 < rate <= 1000",
+            args.rate_hz
+        ));
+    }
+    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
+    let e = |e: bus::BusError| e.to_string();
+    let mut arm_cmd = bus
+        .subscribe::<ResourceCommand>(&command_slot(&args.arm))
+        .map_err(e)?;
+    let mut drive_cmd = bus
+        .subscribe::<ResourceCommand>(&command_slot(&args.drive))
+        .map_err(e)?;
+    let mut arm_state = bus
+        .publish::<ResourceState>(&state_slot(&args.arm))
+        .map_err(e)?;
+    let mut drive_state = bus
+        .publish::<ResourceState>(&state_slot(&args.drive))
+        .map_err(e)?;
+    let mut robot = Robot::default();
+    let period = Duration::from_secs_f64(1.0 / args.rate_hz);
+    let mut last_arm = None;
+    let mut last_drive = None;
+    let mut next = Instant::now();
+    loop {
+        arm_cmd.update().map_err(e)?;
+        drive_cmd.update().map_err(e)?;
+        let empty = Default::default();
+        let arm = arm_cmd.value().map_or(&empty, |c| &c.setpoints);
+        let drive = drive_cmd.value().map_or(&empty, |c| &c.setpoints);
+        robot.step(period.as_secs_f64(), arm, drive);
+        // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
+        let publish = |values: std::collections::BTreeMap<String, f64>,
+                       last: &mut Option<std::collections::BTreeMap<String, f64>>,
+                       publication: &mut bus::Publication<ResourceState>|
+         -> Result<(), String> {
+            let moved = last.as_ref().is_none_or(|l| {
+                l.iter()
+                    .zip(&values)
+                    .any(|((_, a), (_, b))| (a - b).abs() > 1e-5)
+            });
+            if moved {
+                publication
+                    .write(&ResourceState {
+                        stamp_ns: now_ns(),
+                        values: values.clone(),
+                    })
+                    .map_err(|e| e.to_string())?;
+                *last = Some(values);
+            }
+            Ok(())
+        };
+        publish(robot.arm_state(), &mut last_arm, &mut arm_state)?;
+        publish(robot.drive_state(), &mut last_drive, &mut drive_state)?;
+        next += period;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
