@@ -102,21 +102,17 @@ pub fn run(
         if let Some(s) = watched.group.get(watched.state).value() {
             state.clone_from(&s.values);
         }
-        let blocks: Vec<(String, Option<ControllerBlock>, bool)> = watched
+        // Borrowed straight from the subscriptions: no block is copied per cycle.
+        let candidates: Vec<Candidate> = watched
             .controllers
             .iter()
             .map(|(n, m)| {
                 let sub = watched.group.get(*m);
-                let alive = sub.writer() == Some(WriterState::Alive);
-                (n.clone(), sub.value().cloned(), alive)
-            })
-            .collect();
-        let candidates: Vec<Candidate> = blocks
-            .iter()
-            .map(|(n, b, alive)| Candidate {
-                name: n,
-                block: b.as_ref(),
-                writer_alive: *alive,
+                Candidate {
+                    name: n,
+                    block: sub.value(),
+                    writer_alive: sub.writer() == Some(WriterState::Alive),
+                }
             })
             .collect();
         let decision = arbitrate(
