@@ -5,7 +5,7 @@
 //! ```text
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
 //! 512    latest sequence (u64), notify word (u32), waiter count (u32)       (one cache line)
-//! 576    writer pid, state, start time, origin                              (registry-maintained)
+//! 576    writer pid, state, start time, origin host, origin sequence        (registry-maintained)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      `buffer_count` buffers, each: seq, len, write time (64 B) + `capacity` payload bytes
 //! ```
@@ -66,6 +66,7 @@ const OFF_WRITER_START: usize = 584;
 const OFF_ORIGIN_LEN: usize = 592;
 const OFF_ORIGIN: usize = 600;
 const ORIGIN_AREA: usize = 64;
+const OFF_ORIGIN_SEQ: usize = 664;
 const HEADER_SIZE: usize = 1024;
 const BUF_SEQ: usize = 0;
 const BUF_LEN: usize = 8;
@@ -536,6 +537,31 @@ impl Slot {
         let mut bytes = vec![0u8; len];
         self.copy_out(OFF_ORIGIN, &mut bytes);
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Records the host a mirrored slot's values come from (the registry, when it creates a
+    /// mirror of a remote publication); `""` marks the slot local again. Longer names are cut
+    /// at 64 bytes.
+    pub fn set_origin(&self, host: &str) {
+        let bytes = host.as_bytes();
+        let len = bytes.len().min(ORIGIN_AREA);
+        self.copy_in(OFF_ORIGIN, &bytes[..len]);
+        // Release: a reader that sees the new length sees the bytes stored before it.
+        self.word32(OFF_ORIGIN_LEN)
+            .store(len as u32, Ordering::Release);
+    }
+
+    /// Sequence number the latest reflected value had on its origin host (0 for local slots).
+    /// Informational, and what a restarted registry resumes ordering from.
+    pub fn origin_sequence(&self) -> u64 {
+        self.load64(OFF_ORIGIN_SEQ)
+    }
+
+    /// Stores the origin sequence of the value about to be (or just) written by the mirror's
+    /// writer, the registry.
+    pub fn set_origin_sequence(&self, sequence: u64) {
+        self.word64(OFF_ORIGIN_SEQ)
+            .store(sequence, Ordering::Release);
     }
 
     /// The word writers bump and waiters sleep on.

@@ -24,11 +24,34 @@ pub struct ServerConfig {
     pub domain: Domain,
     /// Group given read/write access to every segment (mode 0660); `None`: the registry's own.
     pub group: Option<Gid>,
+    /// Network reflection; `None`: this computer only.
+    pub net: Option<crate::net::NetConfig>,
 }
 
-struct Shared {
+/// What the connection threads, the sweeper and the network threads share.
+pub struct Shared {
     state: Mutex<Registry>,
     writers: Mutex<std::collections::HashMap<u64, Arc<Mutex<UnixStream>>>>,
+    net: Option<Arc<crate::net::Net>>,
+}
+
+impl Shared {
+    /// Runs `f` on the registry's state under its lock.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+        f(&mut lock(&self.state))
+    }
+
+    /// Sends replies and pushes to connected processes.
+    pub fn send_outbox(&self, out: Outbox) {
+        send(self, out);
+    }
+
+    /// Tells the network layer that endpoints changed.
+    fn changed(&self) {
+        if let Some(net) = &self.net {
+            net.poke();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,10 +91,30 @@ pub fn serve(
             config.domain
         );
     }
+    let net = match config.net {
+        Some(cfg) => {
+            let net = crate::net::Net::open(cfg, &config.domain).map_err(std::io::Error::other)?;
+            if net.is_authenticated() {
+                tracing::info!("network: datagrams authenticated with the key file");
+            } else {
+                tracing::warn!(
+                    "network: UNAUTHENTICATED (no --key-file): any host on the network can \
+                     read and write this domain's reflected slots"
+                );
+            }
+            Some(Arc::new(net))
+        }
+        None => None,
+    };
     let shared = Arc::new(Shared {
         state: Mutex::new(registry),
         writers: Mutex::new(Default::default()),
+        net,
     });
+    if let Some(net) = &shared.net {
+        net.start(&shared)?;
+        tracing::info!("network: reflecting as host '{}'", net.host());
+    }
     {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -137,8 +180,12 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
                         },
                     )]
                 }
-                Request::Register(reg) => state.register(conn, frame.id, reg),
+                Request::Register(reg) => {
+                    shared.changed();
+                    state.register(conn, frame.id, reg)
+                }
                 Request::Unregister { endpoint } => {
+                    shared.changed();
                     state.unregister(conn, endpoint);
                     vec![(conn, frame.id, Reply::Unregistered { endpoint })]
                 }
@@ -174,6 +221,7 @@ fn send(shared: &Shared, out: Outbox) {
 
 fn close(shared: &Shared, conn: u64) {
     lock(&shared.writers).remove(&conn);
+    shared.changed();
     if let Some(peer) = lock(&shared.state).disconnect(conn) {
         tracing::debug!("pid {} ({}) disconnected", peer.pid, peer.program);
     }

@@ -29,6 +29,38 @@ struct SlotEntry {
     slot: Option<Slot>,
     schema: StoredSchema,
     endpoints: Vec<EndpointRef>,
+    /// `Some(host)`: a mirror of a publication on that host, written by this registry.
+    origin: Option<String>,
+    /// A slot the registry itself publishes (its network statistics).
+    own: bool,
+}
+
+impl SlotEntry {
+    fn published_here(&self) -> bool {
+        self.own
+            || self
+                .endpoints
+                .iter()
+                .any(|e| e.kind == EndpointKind::Publication)
+    }
+}
+
+/// A public name published on another host, as the network layer learnt it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteClaim {
+    pub host: String,
+    pub type_name: String,
+    pub schema_hash: u64,
+}
+
+/// A public slot published on this host, for announcing and reflecting.
+#[derive(Clone, Debug)]
+pub struct LocalPublication {
+    pub name: SlotName,
+    pub schema: StoredSchema,
+    pub capacity: u64,
+    pub writer_alive: bool,
+    pub segment: String,
 }
 
 /// Messages to send: (connection, request id or 0 for a push, reply).
@@ -39,6 +71,10 @@ pub struct Registry {
     group: Option<Gid>,
     slots: BTreeMap<SlotName, SlotEntry>,
     peers: HashMap<u64, Peer>,
+    /// Public names published on other hosts (empty without networking).
+    remote: BTreeMap<SlotName, RemoteClaim>,
+    /// Registrations refused because another host publishes the name.
+    pub conflicts: u64,
 }
 
 impl Registry {
@@ -48,6 +84,8 @@ impl Registry {
             group,
             slots: BTreeMap::new(),
             peers: HashMap::new(),
+            remote: BTreeMap::new(),
+            conflicts: 0,
         }
     }
 
@@ -71,12 +109,15 @@ impl Registry {
                     {
                         slot.mark_writer_gone();
                     }
+                    let origin = slot.origin();
                     self.slots.insert(
                         name,
                         SlotEntry {
                             schema: slot.schema().clone(),
                             slot: Some(slot),
                             endpoints: Vec::new(),
+                            origin: (!origin.is_empty()).then_some(origin),
+                            own: false,
                         },
                     );
                     adopted += 1;
@@ -153,6 +194,37 @@ impl Registry {
             .get(&conn)
             .cloned()
             .ok_or_else(|| failed("unknown connection".into()))?;
+        if let Some(claim) = self.remote.get(&reg.name) {
+            if reg.kind == EndpointKind::Publication {
+                self.conflicts += 1;
+                tracing::warn!(
+                    "conflict: refused publication of {} ({}) by pid {}: host '{}' already \
+                     publishes it ({})",
+                    reg.name,
+                    reg.type_name,
+                    peer.pid,
+                    claim.host,
+                    claim.type_name
+                );
+                return Err(failed(format!(
+                    "host '{}' already publishes {} (type {}); one public name has one \
+                     publisher on the whole bus",
+                    claim.host, reg.name, claim.type_name
+                )));
+            }
+            if claim.schema_hash != reg.schema_hash {
+                return Err(Refusal::TypeMismatch {
+                    slot_type: format!("{} (published on host '{}')", claim.type_name, claim.host),
+                    slot_hash: claim.schema_hash,
+                });
+            }
+        }
+        if reg.kind == EndpointKind::Publication && self.slots.get(&reg.name).is_some_and(|e| e.own)
+        {
+            return Err(Refusal::AlreadyPublished {
+                pid: std::process::id(),
+            });
+        }
         let entry = self
             .slots
             .entry(reg.name.clone())
@@ -160,6 +232,8 @@ impl Registry {
                 slot: None,
                 schema: StoredSchema::new(&parsed),
                 endpoints: Vec::new(),
+                origin: None,
+                own: false,
             });
         if entry.schema.hash.0 != reg.schema_hash {
             return Err(Refusal::TypeMismatch {
@@ -227,6 +301,11 @@ impl Registry {
                     .slot
                     .as_ref()
                     .ok_or_else(|| failed("slot vanished".into()))?;
+                if entry.origin.take().is_some() {
+                    // A mirror whose remote publisher went away: the name is local now.
+                    slot.set_origin("");
+                    slot.set_origin_sequence(0);
+                }
                 slot.set_writer(peer.pid, peer.start_time);
                 entry.endpoints.push(EndpointRef {
                     conn,
@@ -337,6 +416,193 @@ impl Registry {
         }
     }
 
+    /// Replaces what is known of other hosts' publications.
+    pub fn set_remote_claims(&mut self, claims: BTreeMap<SlotName, RemoteClaim>) {
+        self.remote = claims;
+    }
+
+    /// Public slots published on this host (by a process, or by the registry itself).
+    pub fn local_publications(&self) -> Vec<LocalPublication> {
+        self.slots
+            .iter()
+            .filter(|(name, e)| !name.is_private() && e.origin.is_none() && e.published_here())
+            .filter_map(|(name, e)| {
+                let slot = e.slot.as_ref()?;
+                Some(LocalPublication {
+                    name: name.clone(),
+                    schema: e.schema.clone(),
+                    capacity: slot.capacity() as u64,
+                    writer_alive: slot.writer().state == WriterState::Alive,
+                    segment: slot.segment().to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
+    /// not published here.
+    pub fn wanted(&self) -> Vec<SlotName> {
+        self.slots
+            .iter()
+            .filter(|(name, e)| {
+                !name.is_private()
+                    && !e.published_here()
+                    && (e.origin.is_some()
+                        || e.endpoints
+                            .iter()
+                            .any(|r| r.kind == EndpointKind::Subscription))
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Whether the name is published by a process on this host.
+    pub fn is_published_here(&self, name: &SlotName) -> bool {
+        self.slots.get(name).is_some_and(SlotEntry::published_here)
+    }
+
+    /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed (or re-creates
+    /// one too small that nobody maps), records the origin host, makes this registry its writer,
+    /// and binds the subscriptions that wait for it. Returns the segment and the messages.
+    pub fn ensure_mirror(
+        &mut self,
+        name: &SlotName,
+        claim: &RemoteClaim,
+        schema: &Schema,
+        capacity: u64,
+    ) -> Result<(String, Outbox), String> {
+        let segment = self.domain.segment_name(name);
+        let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
+            slot: None,
+            schema: StoredSchema::new(schema),
+            endpoints: Vec::new(),
+            origin: None,
+            own: false,
+        });
+        if entry.published_here() {
+            return Err(format!("{name} is published on this host too"));
+        }
+        if entry.schema.hash.0 != claim.schema_hash {
+            return Err(format!(
+                "local subscribers of {name} use type {}, host '{}' publishes {}",
+                entry.schema.type_name, claim.host, claim.type_name
+            ));
+        }
+        let too_small = entry
+            .slot
+            .as_ref()
+            .is_some_and(|s| (s.capacity() as u64) < capacity);
+        if too_small {
+            if entry.endpoints.iter().any(|e| e.bound) {
+                return Err(format!(
+                    "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
+                     and is in use",
+                    claim.host
+                ));
+            }
+            entry.slot = None;
+            let _ = bus::shm::unlink(&segment);
+        }
+        if entry.slot.is_none() {
+            let created = create_slot(&segment, name, schema, capacity, self.group)
+                .map_err(|e| format!("cannot create {segment}: {e}"))?;
+            tracing::info!(
+                "created mirror {name} ({}, {} bytes) of host '{}'",
+                claim.type_name,
+                created.capacity(),
+                claim.host
+            );
+            entry.slot = Some(created);
+        }
+        let slot = entry
+            .slot
+            .as_ref()
+            .ok_or_else(|| format!("{name}: slot vanished"))?;
+        if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
+            slot.set_origin(&claim.host);
+            entry.origin = Some(claim.host.clone());
+        }
+        if slot.writer().state != WriterState::Alive || slot.writer().pid != std::process::id() {
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
+        }
+        let mut out = Outbox::new();
+        for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
+            sub.bound = true;
+            out.push((
+                sub.conn,
+                0,
+                Reply::Bound {
+                    endpoint: sub.endpoint,
+                    segment: segment.clone(),
+                },
+            ));
+        }
+        Ok((segment, out))
+    }
+
+    /// The remote publisher of a mirror went away (or its host was forgotten).
+    pub fn mirror_writer_gone(&self, name: &SlotName) {
+        if let Some(slot) = self
+            .slots
+            .get(name)
+            .filter(|e| e.origin.is_some())
+            .and_then(|e| e.slot.as_ref())
+        {
+            if slot.writer().state == WriterState::Alive {
+                slot.mark_writer_gone();
+            }
+        }
+    }
+
+    /// Creates (or adopts) a slot the registry itself writes. Returns its segment.
+    pub fn create_own_slot(
+        &mut self,
+        name: &SlotName,
+        schema: &Schema,
+        capacity: u64,
+    ) -> Result<String, String> {
+        let segment = self.domain.segment_name(name);
+        if let Some(e) = self.slots.get(name) {
+            let fits = e.schema.hash == schema.hash()
+                && e.slot
+                    .as_ref()
+                    .is_some_and(|s| s.capacity() as u64 >= capacity);
+            if !fits {
+                if e.endpoints.iter().any(|r| r.bound) {
+                    return Err(format!(
+                        "{name} exists with another type or size and is in use"
+                    ));
+                }
+                self.slots.remove(name);
+                let _ = bus::shm::unlink(&segment);
+            }
+        }
+        if !self.slots.contains_key(name) {
+            let slot = create_slot(&segment, name, schema, capacity, self.group)
+                .map_err(|e| format!("cannot create {segment}: {e}"))?;
+            self.slots.insert(
+                name.clone(),
+                SlotEntry {
+                    schema: StoredSchema::new(schema),
+                    slot: Some(slot),
+                    endpoints: Vec::new(),
+                    origin: None,
+                    own: true,
+                },
+            );
+        }
+        let entry = self
+            .slots
+            .get_mut(name)
+            .ok_or_else(|| format!("{name}: slot vanished"))?;
+        entry.own = true;
+        if let Some(slot) = &entry.slot {
+            slot.set_origin("");
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
+        }
+        Ok(segment)
+    }
+
     pub fn listing(&self) -> Vec<SlotListing> {
         self.slots
             .iter()
@@ -384,5 +650,77 @@ fn create_slot(
             Slot::create(segment, name, schema, capacity, group)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> Registration {
+        Registration {
+            endpoint: 1,
+            name: SlotName::public(name).unwrap(),
+            kind,
+            type_name: schema.type_name().into(),
+            schema_hash: schema.hash().0,
+            schema: schema.to_bytes(),
+            capacity: 64,
+        }
+    }
+
+    #[test]
+    fn names_published_on_another_host_are_refused_with_the_host_and_type() {
+        let mut reg = Registry::new(Domain::new("unit-remote").unwrap(), None);
+        reg.connect(
+            7,
+            Peer {
+                pid: 1,
+                start_time: 0,
+                program: "t".into(),
+            },
+        );
+        let theirs = Schema::of_serde::<u64>().unwrap();
+        let ours = Schema::of_serde::<String>().unwrap();
+        let name = SlotName::public("/remote/x").unwrap();
+        reg.set_remote_claims(BTreeMap::from([(
+            name,
+            RemoteClaim {
+                host: "hA".into(),
+                type_name: theirs.type_name().into(),
+                schema_hash: theirs.hash().0,
+            },
+        )]));
+        let out = reg.register(
+            7,
+            1,
+            registration("/remote/x", EndpointKind::Publication, &theirs),
+        );
+        assert!(
+            matches!(&out[0].2, Reply::Refused { refusal: Refusal::Failed { reason }, .. }
+                if reason.contains("host 'hA' already publishes /remote/x")),
+            "{out:?}"
+        );
+        assert_eq!(reg.conflicts, 1);
+        let out = reg.register(
+            7,
+            2,
+            registration("/remote/x", EndpointKind::Subscription, &ours),
+        );
+        assert!(
+            matches!(&out[0].2, Reply::Refused { refusal: Refusal::TypeMismatch { slot_type, .. }, .. }
+                if slot_type.contains("hA")),
+            "{out:?}"
+        );
+        let out = reg.register(
+            7,
+            3,
+            registration("/remote/x", EndpointKind::Subscription, &theirs),
+        );
+        assert!(
+            matches!(&out[0].2, Reply::Registered { segment: None, .. }),
+            "{out:?}"
+        );
+        assert_eq!(reg.wanted(), vec![SlotName::public("/remote/x").unwrap()]);
     }
 }

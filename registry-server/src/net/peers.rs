@@ -1,0 +1,216 @@
+//! What the other registries of the domain announced, and the decisions drawn from it: who
+//! publishes which name (the first host heard wins a conflict), who wants which name, and when
+//! a silent host is forgotten. No I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bus::SlotName;
+
+use super::wire::{Announce, PubInfo};
+use crate::state::RemoteClaim;
+
+pub struct PeerEntry {
+    pub announce: Announce,
+    pub session: u64,
+    pub sender: u64,
+    /// Where its values and our values for it go: the announcement's source address and its
+    /// announced data port.
+    pub data_addr: SocketAddr,
+    pub last_heard: Instant,
+    first_heard: Instant,
+}
+
+/// What an announcement changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Nothing,
+    Changed,
+    /// A host not known before (or restarted).
+    New,
+}
+
+impl Change {
+    pub fn is_new(self) -> bool {
+        self == Change::New
+    }
+
+    pub fn changed(self) -> bool {
+        self != Change::Nothing
+    }
+}
+
+/// A remote publication as claimed by its host.
+pub struct Claim {
+    pub claim: RemoteClaim,
+    pub info: PubInfo,
+}
+
+#[derive(Default)]
+pub struct Peers {
+    by_host: BTreeMap<String, PeerEntry>,
+    host_of_sender: HashMap<u64, String>,
+}
+
+impl Peers {
+    pub fn heard(&mut self, a: Announce, session: u64, addr: SocketAddr, now: Instant) -> Change {
+        let sender = super::wire::fnv1a(a.host.as_bytes());
+        match self.by_host.get_mut(&a.host) {
+            Some(p) if p.session > session => Change::Nothing,
+            Some(p) => {
+                let change = if p.session != session {
+                    Change::New
+                } else if p.announce != a || p.data_addr != addr {
+                    Change::Changed
+                } else {
+                    Change::Nothing
+                };
+                p.announce = a;
+                p.session = session;
+                p.data_addr = addr;
+                p.last_heard = now;
+                change
+            }
+            None => {
+                tracing::info!("discovered host '{}' at {}", a.host, addr.ip());
+                self.host_of_sender.insert(sender, a.host.clone());
+                self.by_host.insert(
+                    a.host.clone(),
+                    PeerEntry {
+                        announce: a,
+                        session,
+                        sender,
+                        data_addr: addr,
+                        last_heard: now,
+                        first_heard: now,
+                    },
+                );
+                Change::New
+            }
+        }
+    }
+
+    pub fn host_of(&self, sender: u64) -> Option<&str> {
+        self.host_of_sender.get(&sender).map(String::as_str)
+    }
+
+    /// Forgets hosts silent for longer than `after`; returns (host, sender id) of each.
+    pub fn expire(&mut self, now: Instant, after: Duration) -> Vec<(String, u64)> {
+        let gone: Vec<(String, u64)> = self
+            .by_host
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.last_heard) > after)
+            .map(|(h, p)| (h.clone(), p.sender))
+            .collect();
+        for (host, sender) in &gone {
+            self.by_host.remove(host);
+            self.host_of_sender.remove(sender);
+        }
+        gone
+    }
+
+    /// Every public name published remotely, with its publisher. When two hosts publish one
+    /// name, the one heard first keeps it and `conflict(name, kept, ignored)` is called.
+    pub fn claims(&self, conflict: &mut dyn FnMut(&str, &str, &str)) -> BTreeMap<SlotName, Claim> {
+        let mut hosts: Vec<&PeerEntry> = self.by_host.values().collect();
+        hosts.sort_by_key(|p| p.first_heard);
+        let mut claims: BTreeMap<SlotName, Claim> = BTreeMap::new();
+        for p in hosts {
+            for info in &p.announce.publications {
+                let Ok(name) = SlotName::public(&info.name) else {
+                    continue;
+                };
+                if let Some(first) = claims.get(&name) {
+                    conflict(&info.name, &first.claim.host, &p.announce.host);
+                    continue;
+                }
+                claims.insert(
+                    name,
+                    Claim {
+                        claim: RemoteClaim {
+                            host: p.announce.host.clone(),
+                            type_name: info.type_name.clone(),
+                            schema_hash: info.schema_hash,
+                        },
+                        info: info.clone(),
+                    },
+                );
+            }
+        }
+        claims
+    }
+
+    /// Hosts that want `name`: (host, data address, session).
+    pub fn wanting(&self, name: &str) -> Vec<(String, SocketAddr, u64)> {
+        self.by_host
+            .values()
+            .filter(|p| p.announce.wants.iter().any(|w| w == name))
+            .map(|p| (p.announce.host.clone(), p.data_addr, p.session))
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PeerEntry> {
+        self.by_host.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn announce(host: &str, pubs: &[&str], wants: &[&str]) -> Announce {
+        Announce {
+            host: host.into(),
+            data_port: 9,
+            interval_ms: 100,
+            publications: pubs
+                .iter()
+                .map(|n| PubInfo {
+                    name: (*n).into(),
+                    type_name: "T".into(),
+                    schema_hash: 1,
+                    capacity: 8,
+                    writer_alive: true,
+                    schema: Vec::new(),
+                })
+                .collect(),
+            wants: wants.iter().map(|w| (*w).into()).collect(),
+        }
+    }
+
+    #[test]
+    fn first_publisher_wins_and_silent_hosts_are_forgotten() {
+        let addr: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let t0 = Instant::now();
+        let mut p = Peers::default();
+        assert_eq!(
+            p.heard(announce("a", &["/x"], &[]), 1, addr, t0),
+            Change::New
+        );
+        let t1 = t0 + Duration::from_millis(10);
+        assert_eq!(
+            p.heard(announce("b", &["/x"], &["/y"]), 1, addr, t1),
+            Change::New
+        );
+        assert_eq!(
+            p.heard(announce("b", &["/x"], &["/y"]), 1, addr, t1),
+            Change::Nothing
+        );
+        let mut conflicts = Vec::new();
+        let claims =
+            p.claims(&mut |n, a, b| conflicts.push((n.to_owned(), a.to_owned(), b.to_owned())));
+        assert_eq!(claims[&SlotName::public("/x").unwrap()].claim.host, "a");
+        assert_eq!(conflicts, vec![("/x".into(), "a".into(), "b".into())]);
+        assert_eq!(p.wanting("/y").len(), 1);
+        // An older session of b is ignored; a newer one is a restart.
+        assert_eq!(
+            p.heard(announce("b", &[], &[]), 0, addr, t1),
+            Change::Nothing
+        );
+        assert_eq!(p.heard(announce("b", &[], &[]), 2, addr, t1), Change::New);
+        let gone = p.expire(t0 + Duration::from_millis(500), Duration::from_millis(400));
+        assert_eq!(gone.len(), 2);
+        assert!(p.host_of(super::super::wire::fnv1a(b"a")).is_none());
+    }
+}

@@ -1,0 +1,21 @@
+//! The `robot-manager` command line: an invalid configuration at start is one clear line and a
+//! non-zero exit. (These tests also make `cargo test` build the binary.)
+
+use std::process::Command;
+
+#[test]
+fn an_invalid_config_at_start_is_refused() {
+    let dir = std::env::temp_dir().join(format!("manager-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("manager.toml");
+    std::fs::write(&file, "controllers = [\"a\", \"a\"]\narbiters = []\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_robot-manager"))
+        .args(["--domain", "manager-cli-test", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"a\" is listed twice"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

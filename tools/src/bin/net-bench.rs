@@ -1,0 +1,446 @@
+//! `net-bench`: reflection between two hosts made of network namespaces, against raw UDP
+//! between the same namespaces, in one run. Needs root and `ip` (it builds the namespaces).
+//!
+//! `net-bench run` sets up hosts hA and hB (veth pair, private /dev/shm each), starts a
+//! registry on each, and runs in them:
+//! - slot ping-pong (hA writes /bench/ping, hB's pong copies it to /bench/pong, hA waits for it)
+//!   for 64 B, 1 KiB and 64 KiB values, and raw UDP ping-pong of the same sizes;
+//! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second.
+//!
+//! The other subcommands are the parts it runs inside the namespaces.
+
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Measure Baton's network reflection against raw UDP (needs root)"
+)]
+struct Args {
+    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = "netbench")]
+    domain: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the namespaces, run everything, print the table.
+    Run {
+        /// Round trips per size (64 KiB uses a quarter).
+        #[arg(long, default_value_t = 4000)]
+        iterations: usize,
+        /// Seconds of 64 B flood for the update rate.
+        #[arg(long, default_value_t = 3.0)]
+        flood_seconds: f64,
+    },
+    /// (inside hB) Copy every /bench/ping value to /bench/pong.
+    Pong { size: usize },
+    /// (inside hA) Time round trips through /bench/ping and /bench/pong; prints nanoseconds.
+    Ping { size: usize, iterations: usize },
+    /// (inside hB) Echo UDP datagrams.
+    UdpPong { port: u16 },
+    /// (inside hA) Time UDP round trips to `to`; prints nanoseconds.
+    UdpPing {
+        to: String,
+        size: usize,
+        iterations: usize,
+    },
+    /// (inside hB) Subscribe to /bench/rate (so that hA reflects it) and pull every update.
+    Count,
+    /// (inside hA) Write 64 B values to /bench/rate as fast as possible for `seconds`.
+    Flood { seconds: f64 },
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args.domain, args.command) {
+        eprintln!("net-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bus(domain: &str) -> Result<bus::Bus, String> {
+    let d = bus::Domain::new(domain).map_err(|e| e.to_string())?;
+    bus::Bus::open(d).map_err(|e| e.to_string())
+}
+
+fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
+    let e = |e: bus::BusError| e.to_string();
+    match cmd {
+        Cmd::Pong { size } => {
+            let b = bus(domain)?;
+            let mut sub = b
+                .subscribe::<Vec<u8>>(&format!("/bench/ping-{size}"))
+                .map_err(e)?;
+            let mut publ = b
+                .publication(&format!("/bench/pong-{size}"))
+                .map_err(e)?
+                .capacity(size + 64)
+                .create::<Vec<u8>, bus::Serde>()
+                .map_err(e)?;
+            loop {
+                if sub.wait_update(Duration::from_secs(60)).map_err(e)? {
+                    if let Some(v) = sub.value() {
+                        publ.write(v).map_err(e)?;
+                    }
+                }
+            }
+        }
+        Cmd::Ping { size, iterations } => {
+            let b = bus(domain)?;
+            let mut publ = b
+                .publication(&format!("/bench/ping-{size}"))
+                .map_err(e)?
+                .capacity(size + 64)
+                .create::<Vec<u8>, bus::Serde>()
+                .map_err(e)?;
+            let mut sub = b
+                .subscribe::<Vec<u8>>(&format!("/bench/pong-{size}"))
+                .map_err(e)?;
+            let mut samples = Vec::with_capacity(iterations);
+            let mut value = vec![0u8; size];
+            let warmup = 50;
+            let mut i = 0u64;
+            while samples.len() < iterations {
+                i += 1;
+                value[..8.min(size)].copy_from_slice(&i.to_le_bytes()[..8.min(size)]);
+                let t = Instant::now();
+                publ.write(&value).map_err(e)?;
+                // Wait for the echo of this very value (a refresh may bring an old one).
+                let deadline = t + Duration::from_secs(2);
+                let mut ok = false;
+                while Instant::now() < deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if sub.wait_update(left).map_err(e)?
+                        && sub
+                            .value()
+                            .is_some_and(|v| v[..8.min(size)] == value[..8.min(size)])
+                    {
+                        ok = true;
+                        break;
+                    }
+                }
+                if ok && i > warmup {
+                    samples.push(t.elapsed().as_nanos() as u64);
+                }
+            }
+            println!(
+                "{}",
+                serde_json::to_string(&samples).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        Cmd::UdpPong { port } => {
+            let s = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 65536];
+            loop {
+                let (n, from) = s.recv_from(&mut buf).map_err(|e| e.to_string())?;
+                let _ = s.send_to(&buf[..n], from);
+            }
+        }
+        Cmd::UdpPing {
+            to,
+            size,
+            iterations,
+        } => {
+            let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(1)))
+                .map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 65536];
+            let value = vec![7u8; size];
+            let mut samples = Vec::with_capacity(iterations);
+            let mut i = 0;
+            while samples.len() < iterations {
+                i += 1;
+                let t = Instant::now();
+                s.send_to(&value, &to).map_err(|e| e.to_string())?;
+                if s.recv_from(&mut buf).is_ok() && i > 50 {
+                    samples.push(t.elapsed().as_nanos() as u64);
+                }
+            }
+            println!(
+                "{}",
+                serde_json::to_string(&samples).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        Cmd::Count => {
+            let b = bus(domain)?;
+            let mut sub = b.subscribe::<[u64; 8]>("/bench/rate").map_err(e)?;
+            loop {
+                sub.wait_update(Duration::from_secs(60)).map_err(e)?;
+            }
+        }
+        Cmd::Flood { seconds } => {
+            let b = bus(domain)?;
+            let mut publ = b.publish::<[u64; 8]>("/bench/rate").map_err(e)?;
+            publ.wait_bound(Duration::from_secs(5)).map_err(e)?;
+            let end = Instant::now() + Duration::from_secs_f64(seconds);
+            let mut n = 0u64;
+            while Instant::now() < end {
+                n += 1;
+                publ.write(&[n; 8]).map_err(e)?;
+            }
+            println!("{n}");
+            Ok(())
+        }
+        Cmd::Run {
+            iterations,
+            flood_seconds,
+        } => orchestrate(domain, iterations, flood_seconds),
+    }
+}
+
+// ----- the orchestrator -----
+
+struct Lab {
+    tag: String,
+    holders: Vec<Child>,
+    children: Vec<Child>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e} (needs iproute2 and root)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Lab {
+    fn new() -> Result<Lab, String> {
+        let tag = format!("nb{}", std::process::id());
+        let mut lab = Lab {
+            tag: tag.clone(),
+            holders: Vec::new(),
+            children: Vec::new(),
+        };
+        let (a, b) = (format!("{tag}-a"), format!("{tag}-b"));
+        ip(&["netns", "add", &a])?;
+        ip(&["netns", "add", &b])?;
+        ip(&[
+            "-n", &a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &b,
+        ])?;
+        for (ns, addr) in [(&a, "10.98.0.1/24"), (&b, "10.98.0.2/24")] {
+            ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"])?;
+            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])?;
+            let holder = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                ])
+                .args([
+                    "sh",
+                    "-c",
+                    "mount -t tmpfs tmpfs /dev/shm && exec sleep infinity",
+                ])
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let pid = holder.id();
+            lab.holders.push(holder);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                != "sleep"
+            {
+                if Instant::now() > deadline {
+                    return Err("namespace holder did not start".into());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Ok(lab)
+    }
+
+    fn cmd(&self, host: usize, program: &PathBuf) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.holders[host].id().to_string(), "-m", "-n", "--"])
+            .arg(program);
+        c
+    }
+
+    fn spawn(&mut self, mut c: Command) -> Result<(), String> {
+        let child = c
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    fn output(&self, mut c: Command) -> Result<String, String> {
+        let out = c.output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().chain(self.holders.iter_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for s in ["a", "b"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &format!("{}-{s}", self.tag)])
+                .status();
+        }
+    }
+}
+
+/// Largest UDP payload over IPv4 is 65,507 bytes: the 64 KiB baseline sends 65,000.
+const MAX_UDP: usize = 65_000;
+
+struct Pct {
+    p50: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+}
+
+fn pct(mut s: Vec<u64>) -> Pct {
+    s.sort_unstable();
+    let at = |q: f64| s[((s.len() as f64 * q) as usize).min(s.len() - 1)];
+    Pct {
+        p50: at(0.5),
+        p99: at(0.99),
+        p999: at(0.999),
+        max: *s.last().unwrap_or(&0),
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1000.0)
+}
+
+fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let registry = me.with_file_name("registry-server");
+    let inspect = me.with_file_name("bus-inspect");
+    let mut lab = Lab::new()?;
+    for (h, name) in [(0, "hA"), (1, "hB")] {
+        let mut c = lab.cmd(h, &registry);
+        c.args([
+            "--domain",
+            domain,
+            "--net",
+            "--host",
+            name,
+            "--announce-ms",
+            "100",
+        ]);
+        lab.spawn(c)?;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = lab.cmd(1, &me);
+    c.args(["--domain", domain, "udp-pong", "9999"]);
+    lab.spawn(c)?;
+    println!(
+        "| case | size | p50 µs | p99 µs | p99.9 µs | max µs | p50 ratio vs raw UDP |\n|---|---|---|---|---|---|---|"
+    );
+    for size in [64usize, 1024, 65536] {
+        let n = if size >= 65536 {
+            iterations / 4
+        } else {
+            iterations
+        };
+        let mut c = lab.cmd(0, &me);
+        c.args(["--domain", domain, "udp-ping", "10.98.0.2:9999"])
+            .args([size.min(MAX_UDP).to_string(), n.to_string()]);
+        let raw: Vec<u64> =
+            serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
+        let mut c = lab.cmd(1, &me);
+        c.args(["--domain", domain, "pong", &size.to_string()]);
+        lab.spawn(c)?;
+        let mut c = lab.cmd(0, &me);
+        c.args(["--domain", domain, "ping"])
+            .args([size.to_string(), n.to_string()]);
+        let bus: Vec<u64> =
+            serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
+        // The pong of this size keeps running; the next size uses new slots' values anyway.
+        let (r, b) = (pct(raw), pct(bus));
+        println!(
+            "| raw UDP ping-pong | {size} | {} | {} | {} | {} | 1.00 |",
+            us(r.p50),
+            us(r.p99),
+            us(r.p999),
+            us(r.max)
+        );
+        println!(
+            "| reflection round trip | {size} | {} | {} | {} | {} | {:.2} |",
+            us(b.p50),
+            us(b.p99),
+            us(b.p999),
+            us(b.max),
+            b.p50 as f64 / r.p50.max(1) as f64
+        );
+        // Stop this size's pong (it holds /bench/pong with this capacity).
+        if let Some(mut p) = lab.children.pop() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Update rate: hB subscribes (so hA reflects), hA floods; count hB's mirror writes.
+    let mirrored = |lab: &Lab| -> Result<u64, String> {
+        let mut c = lab.cmd(1, &inspect);
+        c.args([
+            "--domain",
+            domain,
+            "get",
+            "/baton/registry/hB/net",
+            "--json",
+        ]);
+        let v: serde_json::Value =
+            serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
+        Ok(v["values_mirrored"].as_u64().unwrap_or(0))
+    };
+    let mut c = lab.cmd(1, &me);
+    c.args(["--domain", domain, "count"]);
+    lab.spawn(c)?;
+    std::thread::sleep(Duration::from_millis(500));
+    let before = mirrored(&lab)?;
+    let mut c = lab.cmd(0, &me);
+    c.args(["--domain", domain, "flood", &flood_seconds.to_string()]);
+    let written: u64 = lab
+        .output(c)?
+        .trim()
+        .parse()
+        .map_err(|e: std::num::ParseIntError| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let after = mirrored(&lab)?;
+    println!(
+        "\nupdate rate, 64 B: {written} values written on hA in {flood_seconds} s ({:.0}/s); \
+         {} written into hB's mirror ({:.0}/s)",
+        written as f64 / flood_seconds,
+        after - before,
+        (after - before) as f64 / flood_seconds
+    );
+    Ok(())
+}

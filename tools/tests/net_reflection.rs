@@ -1,0 +1,222 @@
+//! Reflection across hosts made of network namespaces, with the real `registry-server`,
+//! `bus-stress` and `bus-inspect` binaries: start orders, a registry restart, big values, and
+//! loss/duplication/reordering.
+
+mod common;
+mod netns;
+
+use std::time::Duration;
+
+use common::summary;
+use netns::Lab;
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Registry(usize),
+    Publisher,
+    Subscriber(usize),
+}
+
+fn writer(lab: &mut Lab, name: &str, count: &str, interval_ms: &str, size: &str) -> usize {
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            name,
+            "--count",
+            count,
+            "--interval-ms",
+            interval_ms,
+            "--min-size",
+            size,
+            "--max-size",
+            size,
+            "--linger",
+            "60",
+        ],
+    )
+}
+
+fn reader(lab: &mut Lab, host: usize, name: &str, until: &str, seconds: &str) -> usize {
+    lab.spawn(
+        host,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            name,
+            "--seconds",
+            seconds,
+            "--wait",
+            "--until",
+            until,
+        ],
+    )
+}
+
+fn check(lab: &mut Lab, child: usize, last: u64, what: &str) -> serde_json::Value {
+    let out = lab.finish(child);
+    let s = summary(&out);
+    assert_eq!(s["last"], last, "{what}: {s}");
+    assert_eq!(s["bad"], 0, "{what}: {s}");
+    assert_eq!(s["backwards"], 0, "{what}: {s}");
+    s
+}
+
+fn run_order(order: &[Step]) {
+    let mut lab = Lab::new(3);
+    let mut readers = Vec::new();
+    for step in order {
+        match *step {
+            Step::Registry(h) => lab.start_registry(h, &[], &[]),
+            Step::Publisher => {
+                writer(&mut lab, "/order", "5", "0", "32");
+            }
+            Step::Subscriber(h) => readers.push(reader(&mut lab, h, "/order", "5", "20")),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for r in readers {
+        check(&mut lab, r, 5, &format!("order {order:?}"));
+    }
+}
+
+#[test]
+fn a_publisher_on_one_host_reaches_subscribers_on_two_others_in_any_start_order() {
+    use Step::*;
+    let orders: [&[Step]; 4] = [
+        &[
+            Registry(A),
+            Registry(B),
+            Registry(C),
+            Publisher,
+            Subscriber(B),
+            Subscriber(C),
+        ],
+        &[
+            Registry(A),
+            Registry(B),
+            Registry(C),
+            Subscriber(B),
+            Subscriber(C),
+            Publisher,
+        ],
+        &[
+            Subscriber(B),
+            Publisher,
+            Subscriber(C),
+            Registry(B),
+            Registry(C),
+            Registry(A),
+        ],
+        &[
+            Publisher,
+            Registry(A),
+            Subscriber(C),
+            Registry(C),
+            Subscriber(B),
+            Registry(B),
+        ],
+    ];
+    for order in orders {
+        run_order(order);
+    }
+}
+
+#[test]
+fn a_late_subscriber_gets_the_current_value_at_once_and_sees_the_origin() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    writer(&mut lab, "/late", "3", "0", "16");
+    let first = reader(&mut lab, B, "/late", "3", "20");
+    check(&mut lab, first, 3, "first subscriber");
+    // The mirror holds the value now: a new subscriber gets it without a new write.
+    let second = reader(&mut lab, B, "/late", "3", "20");
+    check(&mut lab, second, 3, "late subscriber");
+    let out = lab.inspect(B, &["list", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/late"), "{text}");
+    netns::eventually("host A's statistics show the reflection to hB", || {
+        lab.stats(A).is_some_and(|s| {
+            s["values_reflected"].as_u64().unwrap_or(0) >= 1 && s["peers"][0]["host"] == "hB"
+        })
+    });
+}
+
+#[test]
+fn subscribers_get_values_again_after_their_registry_restarts() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    writer(&mut lab, "/restart", "120", "50", "16");
+    let r = reader(&mut lab, B, "/restart", "120", "30");
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.kill_registry(B);
+    std::thread::sleep(Duration::from_millis(500));
+    lab.start_registry(B, &[], &[]);
+    check(&mut lab, r, 120, "subscriber across its registry's restart");
+    // And a subscriber that joins after the restart gets the current value.
+    let late = reader(&mut lab, B, "/restart", "120", "20");
+    check(&mut lab, late, 120, "subscriber after the restart");
+}
+
+#[test]
+fn one_mebibyte_values_arrive_whole() {
+    let mut lab = Lab::new(3);
+    for h in [A, B, C] {
+        lab.start_registry(h, &[], &[]);
+    }
+    let size = (1 << 20).to_string();
+    let rb = reader(&mut lab, B, "/big", "4", "30");
+    let rc = reader(&mut lab, C, "/big", "4", "30");
+    writer(&mut lab, "/big", "4", "200", &size);
+    check(&mut lab, rb, 4, "1 MiB on B");
+    check(&mut lab, rc, 4, "1 MiB on C");
+}
+
+#[test]
+fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value() {
+    let mut lab = Lab::new(3);
+    for (h, seed) in [(A, "1"), (B, "2"), (C, "3")] {
+        let faults = format!("loss=0.3,dup=0.2,reorder=0.2,seed={seed},for_ms=6000");
+        lab.start_registry(h, &[], &[("BATON_NET_FAULTS", &faults)]);
+    }
+    let rb = reader(&mut lab, B, "/lossy", "150", "40");
+    let rc = reader(&mut lab, C, "/lossy", "150", "40");
+    // 150 values over about 4.5 s, mixing sizes up to 5 fragments, all under faults.
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/lossy",
+            "--count",
+            "150",
+            "--interval-ms",
+            "30",
+            "--min-size",
+            "16",
+            "--max-size",
+            "6000",
+            "--linger",
+            "60",
+        ],
+    );
+    // `backwards` counts values older than one seen before: it must stay 0.
+    check(&mut lab, rb, 150, "lossy B");
+    check(&mut lab, rc, 150, "lossy C");
+    let older = lab.dropped(B, "older") + lab.dropped(B, "replayed") + lab.dropped(B, "stale");
+    assert!(
+        older > 0,
+        "the faults should have caused duplicates: {:?}",
+        lab.stats(B)
+    );
+}

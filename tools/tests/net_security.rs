@@ -1,0 +1,231 @@
+//! Authentication, hostile datagrams and publication conflicts across hosts made of network
+//! namespaces: wrong keys, missing keys, replays, garbage, another domain's datagrams, and the
+//! same name published on two hosts.
+
+mod common;
+mod netns;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+use common::summary;
+use netns::{eventually, Lab, PORT};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+fn key_file(tag: &str, bytes: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("baton-key-{}-{tag}", std::process::id()));
+    std::fs::write(&path, bytes).expect("write key file");
+    path
+}
+
+/// Receives one datagram sent by `from` to the multicast group, inside the current netns.
+fn capture_from(from: Ipv4Addr) -> Vec<u8> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT));
+    s.bind(&any.into()).unwrap();
+    s.join_multicast_v4(&"239.255.66.66".parse().unwrap(), &Ipv4Addr::UNSPECIFIED)
+        .unwrap();
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, src) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        if src.ip() == from {
+            return buf[..n].to_vec();
+        }
+    }
+}
+
+#[test]
+fn wrong_keys_missing_keys_replays_and_garbage_are_dropped_and_counted() {
+    let mut lab = Lab::new(3);
+    let good = key_file("good", "correct horse battery staple\n");
+    let bad = key_file("bad", "another key entirely, 32 bytes!!");
+    let good_arg = good.to_string_lossy().into_owned();
+    let bad_arg = bad.to_string_lossy().into_owned();
+    lab.start_registry(A, &["--key-file", &good_arg], &[]);
+    lab.start_registry(B, &["--key-file", &good_arg], &[]);
+    lab.start_registry(C, &["--key-file", &bad_arg], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/auth",
+            "--count",
+            "5",
+            "--max-size",
+            "32",
+            "--linger",
+            "60",
+        ],
+    );
+    // Same key: reflection works.
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/auth",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "5",
+        ],
+    );
+    let s = summary(&lab.finish(r));
+    assert_eq!(s["last"], 5, "{s}");
+    // Wrong key: C drops A's and B's datagrams, and they drop C's.
+    eventually("C counts datagrams with a bad MAC", || {
+        lab.dropped(C, "bad_mac") > 0
+    });
+    eventually("A counts C's datagrams as bad MACs", || {
+        lab.dropped(A, "bad_mac") > 0
+    });
+    assert!(lab
+        .stats(C)
+        .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.is_empty())));
+    // The registry says at start-up whether the network is authenticated.
+    assert!(
+        lab.log(A).contains("authenticated with the key file"),
+        "{}",
+        lab.log(A)
+    );
+
+    // A replayed datagram (captured on C's side of the network, sent again to B), garbage,
+    // a truncated datagram, an altered one and another domain's.
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
+    lab.kill_registry(C);
+    let before = lab.dropped(B, "replayed");
+    lab.in_netns(C, move || {
+        let captured = capture_from(a_ip);
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        out.send_to(&captured, b_addr).unwrap();
+        out.send_to(b"hello", b_addr).unwrap();
+        out.send_to(&captured[..captured.len() - 3], b_addr)
+            .unwrap();
+        let mut altered = captured.clone();
+        let last = altered.len() - 20;
+        altered[last] ^= 0x55;
+        out.send_to(&altered, b_addr).unwrap();
+        let mut other_domain = captured.clone();
+        other_domain[8] ^= 1;
+        out.send_to(&other_domain, b_addr).unwrap();
+        let mut bad_magic = captured;
+        bad_magic[0] = b'X';
+        out.send_to(&bad_magic, b_addr).unwrap();
+    });
+    eventually("B counts the replay", || {
+        lab.dropped(B, "replayed") > before
+    });
+    for cause in ["truncated", "malformed", "other_domain"] {
+        eventually(&format!("B counts {cause}"), || lab.dropped(B, cause) > 0);
+    }
+    eventually("B counts the altered datagram", || {
+        lab.dropped(B, "bad_mac") > 0
+    });
+
+    // No key: C's datagrams are unauthenticated for A; C says so when it starts.
+    lab.start_registry(C, &[], &[]);
+    eventually("A counts unauthenticated datagrams", || {
+        lab.dropped(A, "unauthenticated") > 0
+    });
+    assert!(lab.log(C).contains("UNAUTHENTICATED"), "{}", lab.log(C));
+    // B still works with A throughout.
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/auth",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "5",
+        ],
+    );
+    assert_eq!(summary(&lab.finish(r))["last"], 5);
+    let _ = std::fs::remove_file(good);
+    let _ = std::fs::remove_file(bad);
+}
+
+#[test]
+fn a_name_published_on_another_host_is_refused_and_the_first_keeps_working() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/dup",
+            "--count",
+            "200",
+            "--interval-ms",
+            "20",
+            "--max-size",
+            "32",
+            "--linger",
+            "60",
+        ],
+    );
+    eventually("B learns A's publications", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
+    });
+    let second = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/dup",
+            "--count",
+            "1",
+            "--max-size",
+            "32",
+        ],
+    );
+    let out = lab.finish(second);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the second publisher must be refused"
+    );
+    assert!(err.contains("host 'hA' already publishes /dup"), "{err}");
+    assert!(lab.log(B).contains("conflict"), "{}", lab.log(B));
+    eventually("B counts the conflict", || {
+        lab.stats(B)
+            .is_some_and(|s| s["conflicts"].as_u64().unwrap_or(0) >= 1)
+    });
+    // The first publisher keeps working, also for subscribers on B.
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/dup",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "200",
+        ],
+    );
+    let s = summary(&lab.finish(r));
+    assert_eq!(s["last"], 200, "{s}");
+    assert_eq!(s["backwards"], 0, "{s}");
+}

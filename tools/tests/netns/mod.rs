@@ -1,0 +1,322 @@
+//! A lab of "hosts" on one machine for network tests: each host is a network namespace (with a
+//! veth into a bridge in a switch namespace, so multicast passes between them) plus a private
+//! mount namespace with its own tmpfs on /dev/shm (network namespaces share /dev/shm, and slot
+//! segments are named by domain and slot only). Processes run in a host with
+//! `nsenter -t <holder> -m -n`. Everything is removed on drop, also when the test fails.
+//! Needs root and `ip`; without them the test fails loudly rather than skipping.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::common::{bin, WATCHDOG};
+
+pub const DOMAIN: &str = "lab";
+pub const PORT: u16 = 7447;
+
+pub struct Host {
+    pub name: String,
+    pub ns: String,
+    pub ip: String,
+    holder: Child,
+    registry: Option<Child>,
+}
+
+pub struct Lab {
+    tag: String,
+    switch: String,
+    pub hosts: Vec<Host>,
+    children: Vec<Option<Child>>,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("run `ip` (iproute2 must be installed and the tests run as root)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Lab {
+    /// A switch and `n` hosts named hA, hB, hC, ...
+    pub fn new(n: usize) -> Lab {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "bt{}x{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let switch = format!("{tag}-sw");
+        let mut lab = Lab {
+            tag: tag.clone(),
+            switch: switch.clone(),
+            hosts: Vec::new(),
+            children: Vec::new(),
+        };
+        ip(&["netns", "add", &switch]);
+        ip(&[
+            "-n",
+            &switch,
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ]);
+        ip(&["-n", &switch, "link", "set", "br0", "up"]);
+        for i in 0..n {
+            let name = format!("h{}", (b'A' + i as u8) as char);
+            let ns = format!("{tag}-{name}");
+            ip(&["netns", "add", &ns]);
+            let port = format!("p{i}");
+            ip(&[
+                "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
+                &switch,
+            ]);
+            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"]);
+            let addr = format!("10.99.0.{}", i + 1);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            ip(&["-n", &ns, "route", "add", "224.0.0.0/4", "dev", "eth0"]);
+            let holder = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns,
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                ])
+                .args([
+                    "sh",
+                    "-c",
+                    "mount -t tmpfs tmpfs /dev/shm && exec sleep infinity",
+                ])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start the namespace holder");
+            let pid = holder.id();
+            lab.hosts.push(Host {
+                name,
+                ns,
+                ip: addr,
+                holder,
+                registry: None,
+            });
+            // The holder execs into `sleep` once its tmpfs is mounted.
+            let deadline = Instant::now() + WATCHDOG;
+            loop {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if comm.trim() == "sleep" {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "namespace holder did not start");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        lab
+    }
+
+    pub fn holder_pid(&self, host: usize) -> u32 {
+        self.hosts[host].holder.id()
+    }
+
+    /// A command that runs `program` inside host `host`.
+    pub fn command(&self, host: usize, program: &Path) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.holder_pid(host).to_string(), "-m", "-n", "--"])
+            .arg(program);
+        c
+    }
+
+    /// Starts host `host`'s registry with networking on (and extra arguments / environment).
+    pub fn start_registry(&mut self, host: usize, extra: &[&str], env: &[(&str, &str)]) {
+        assert!(
+            self.hosts[host].registry.is_none(),
+            "registry already running"
+        );
+        let name = self.hosts[host].name.clone();
+        let mut c = self.command(host, &bin("registry-server"));
+        c.args(["--domain", DOMAIN, "--net", "--host", &name])
+            .args([
+                "--announce-ms",
+                "100",
+                "--forget-ms",
+                "1500",
+                "--refresh-ms",
+                "300",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(self.log_file(host));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.spawn().expect("spawn registry-server");
+        self.hosts[host].registry = Some(child);
+    }
+
+    /// Where host `host`'s registry logs (appended across restarts; removed with the lab).
+    pub fn log_path(&self, host: usize) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}.registry.log", self.hosts[host].ns))
+    }
+
+    fn log_file(&self, host: usize) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(host))
+            .expect("registry log file")
+    }
+
+    /// What host `host`'s registry logged so far.
+    pub fn log(&self, host: usize) -> String {
+        std::fs::read_to_string(self.log_path(host)).unwrap_or_default()
+    }
+
+    /// Kills host `host`'s registry (SIGKILL).
+    pub fn kill_registry(&mut self, host: usize) {
+        let mut child = self.hosts[host].registry.take().expect("registry running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Runs `program args` in host `host` with the lab's domain, stdout and stderr captured.
+    pub fn spawn(&mut self, host: usize, program: &str, args: &[&str]) -> usize {
+        let child = self
+            .command(host, &bin(program))
+            .args(args)
+            .args(["--domain", DOMAIN])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn child");
+        self.children.push(Some(child));
+        self.children.len() - 1
+    }
+
+    /// Waits for a child (watchdog-bounded) and returns its output.
+    pub fn finish(&mut self, child: usize) -> Output {
+        let mut process = self.children[child].take().expect("child not finished yet");
+        let deadline = Instant::now() + WATCHDOG * 2;
+        while process.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = process.kill();
+                let out = process.wait_with_output().expect("reap");
+                panic!(
+                    "child {child} did not finish within {:?}; stderr: {}",
+                    WATCHDOG * 2,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        process.wait_with_output().expect("collect output")
+    }
+
+    /// Runs `bus-inspect` in host `host` to completion.
+    pub fn inspect(&self, host: usize, args: &[&str]) -> Output {
+        self.command(host, &bin("bus-inspect"))
+            .args(["--domain", DOMAIN])
+            .args(args)
+            .output()
+            .expect("run bus-inspect")
+    }
+
+    /// Host `host`'s network statistics, as JSON, or `None` while not available.
+    pub fn stats(&self, host: usize) -> Option<serde_json::Value> {
+        let name = format!("/baton/registry/{}/net", self.hosts[host].name);
+        let out = self.inspect(host, &["get", &name, "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// A dropped-datagram counter of host `host` (0 while unknown).
+    pub fn dropped(&self, host: usize, cause: &str) -> u64 {
+        self.stats(host)
+            .and_then(|s| s["dropped"][cause].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Runs `f` on a thread inside host `host`'s network namespace (for raw sockets).
+    pub fn in_netns<R: Send + 'static>(
+        &self,
+        host: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        let path = format!("/run/netns/{}", self.hosts[host].ns);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("open netns");
+            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .expect("netns thread")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for h in &mut self.hosts {
+            if let Some(r) = h.registry.as_mut() {
+                let _ = r.kill();
+                let _ = r.wait();
+            }
+            let _ = h.holder.kill();
+            let _ = h.holder.wait();
+            let _ = Command::new("ip").args(["netns", "del", &h.ns]).status();
+        }
+        if std::thread::panicking() {
+            for i in 0..self.hosts.len() {
+                eprintln!(
+                    "--- registry log of {} ---\n{}",
+                    self.hosts[i].name,
+                    self.log(i)
+                );
+            }
+        }
+        for i in 0..self.hosts.len() {
+            let _ = std::fs::remove_file(self.log_path(i));
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.switch])
+            .status();
+        let _ = &self.tag;
+    }
+}
+
+/// Polls `cond` until it holds, failing after the watchdog.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
