@@ -27,13 +27,7 @@ struct Args {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    daemon::init_logging("info");
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("arbiter: {e}");
@@ -51,5 +45,14 @@ fn run(args: &Args) -> Result<(), String> {
         config.resources.len(),
         args.domain
     );
-    arbiter::process::run(&bus, &config, |_| {}).map_err(|e| e.to_string())
+    let health = daemon::Health::new();
+    let watched = std::sync::Arc::clone(&health);
+    daemon::start_watchdog(move || watched.is_healthy());
+    let mut first = true;
+    arbiter::process::run(&bus, &config, &health, |block| {
+        if std::mem::take(&mut first) {
+            daemon::ready(&format!("arbiter {} running", block.name));
+        }
+    })
+    .map_err(|e| e.to_string())
 }

@@ -52,10 +52,12 @@ impl Watched {
     }
 }
 
-/// Runs the arbiter until an error. `on_cycle` is called after each published cycle (logging).
+/// Runs the arbiter until an error. `health` is marked busy during each cycle (for the systemd
+/// watchdog); `on_cycle` is called after each published cycle.
 pub fn run(
     bus: &Bus,
     config: &ArbiterConfig,
+    health: &daemon::Health,
     mut on_cycle: impl FnMut(&ArbiterBlock),
 ) -> Result<(), BusError> {
     let name = config.name.as_str();
@@ -85,6 +87,7 @@ pub fn run(
         } else {
             watched.group.wait_any(timeout)?
         };
+        health.begin();
         if changed.contains(&watched.manager.index()) {
             let listed = watched
                 .group
@@ -146,6 +149,7 @@ pub fn run(
         }
         previous = Some(decision);
         first = false;
+        health.end();
     }
 }
 

@@ -6,6 +6,7 @@
 //! it releases every resource at once.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -53,6 +54,9 @@ pub struct Feedback {
 struct Shared {
     publication: Publication<ControllerBlock>,
     block: ControllerBlock,
+    /// Nothing is written (or refreshed) before the application's first `publish`, so the
+    /// arbiters never see a half-configured controller.
+    published: bool,
 }
 
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -111,10 +115,16 @@ impl RobotController {
             stamp_ns: now_ns(),
             ttl_ms: ttl.as_millis() as u64,
         };
-        let shared = Arc::new(Mutex::new(Shared { publication, block }));
+        let shared = Arc::new(Mutex::new(Shared {
+            publication,
+            block,
+            published: false,
+        }));
         let (stop, stopped) = bounded::<()>(1);
+        let last_refresh = Arc::new(AtomicU64::new(now_ns()));
         let refresher = {
             let shared = Arc::clone(&shared);
+            let last_refresh = Arc::clone(&last_refresh);
             // Refresh three times per time to live, so that one late refresh never expires it.
             let period = ttl / 3;
             std::thread::Builder::new()
@@ -124,10 +134,15 @@ impl RobotController {
                         stopped.recv_timeout(period)
                     {
                         let mut s = lock(&shared);
+                        if !s.published {
+                            last_refresh.store(now_ns(), Ordering::Relaxed);
+                            continue;
+                        }
                         s.block.stamp_ns = now_ns();
                         let block = s.block.clone();
-                        if let Err(e) = s.publication.write(&block) {
-                            tracing::warn!("refreshing controller block: {e}");
+                        match s.publication.write(&block) {
+                            Ok(()) => last_refresh.store(block.stamp_ns, Ordering::Relaxed),
+                            Err(e) => tracing::warn!("refreshing controller block: {e}"),
                         }
                     }
                 })
@@ -136,8 +151,14 @@ impl RobotController {
                     message: e.to_string(),
                 })?
         };
+        // Under systemd: ready once the block is out, and the watchdog fed for as long as the
+        // refresher keeps the block fresh.
+        let refreshed = Arc::clone(&last_refresh);
+        daemon::start_watchdog(move || {
+            now_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < 3 * ttl.as_nanos() as u64
+        });
         let watched = watch(bus, &[])?;
-        let mut controller = RobotController {
+        let controller = RobotController {
             bus: bus.clone(),
             name: name.to_owned(),
             shared,
@@ -145,7 +166,6 @@ impl RobotController {
             refresher: Some(refresher),
             watched,
         };
-        controller.publish()?;
         Ok(controller)
     }
 
@@ -179,12 +199,16 @@ impl RobotController {
         lock(&self.shared).block.status = status;
     }
 
-    /// Publishes the block now, freshly stamped.
+    /// Publishes the block now, freshly stamped. Until the first call nothing is on the bus;
+    /// from then on a background thread keeps the block fresh.
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         let mut s = lock(&self.shared);
         s.block.stamp_ns = now_ns();
         let block = s.block.clone();
         s.publication.write(&block)?;
+        if !std::mem::replace(&mut s.published, true) {
+            daemon::ready(&format!("robot controller {} publishing", self.name));
+        }
         Ok(())
     }
 
@@ -334,6 +358,9 @@ impl Drop for RobotController {
             let _ = t.join();
         }
         // Release at once rather than letting the time to live run out.
+        if !lock(&self.shared).published {
+            return;
+        }
         if let Err(e) = self.release() {
             tracing::warn!("releasing controller {}: {e}", self.name);
         }

@@ -76,13 +76,7 @@ struct NetArgs {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    daemon::init_logging("info");
     if let Err(e) = run(Args::parse()) {
         eprintln!("registry-server: {e}");
         std::process::exit(1);
@@ -105,6 +99,12 @@ fn run(args: Args) -> Result<(), String> {
     };
     registry::serve(config, listener, |adopted| {
         tracing::info!("serving domain '{domain}' ({adopted} existing slot(s) adopted)");
+        daemon::ready(&format!("serving domain '{domain}'"));
+        // Healthy while the registry answers a listing end to end (accept loop and state).
+        let watched = domain.clone();
+        daemon::start_watchdog(move || {
+            bus::protocol::ask(&watched, &bus::protocol::Request::List).is_ok()
+        });
     })
     .map_err(|e| e.to_string())
 }

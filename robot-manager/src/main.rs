@@ -39,13 +39,7 @@ fn main() {
         eprintln!("robot-manager: blocking SIGHUP: {e}");
         std::process::exit(1);
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    daemon::init_logging("info");
     let args = Args::parse();
     if let Err(e) = run(&args, &hup) {
         eprintln!("robot-manager: {e}");
@@ -96,6 +90,10 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let mut published = file.effective(&discovered, revision);
     publication.write(&published).map_err(|e| e.to_string())?;
     tracing::info!("priority order: {:?}", published.controllers);
+    daemon::ready("publishing /robot/manager");
+    let health = daemon::Health::new();
+    let watched = std::sync::Arc::clone(&health);
+    daemon::start_watchdog(move || watched.is_healthy());
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -105,6 +103,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(format!("poll: {e}")),
         }
+        health.begin();
         let mut reload = false;
         while let Ok(Some(_)) = signals.read_signal() {
             tracing::info!("SIGHUP: reloading {}", args.config.display());
@@ -148,6 +147,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
                 published.controllers
             );
         }
+        health.end();
     }
 }
 

@@ -2,6 +2,8 @@
 //! (`inspect`). The binaries in `src/bin` are thin shells over it.
 
 pub mod bench;
+pub mod demo;
+pub mod hosts;
 pub mod inspect;
 pub mod sim;
 pub mod stress;

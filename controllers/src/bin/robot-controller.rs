@@ -51,13 +51,7 @@ struct Args {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    daemon::init_logging("warn");
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("robot-controller: {e}");

@@ -67,7 +67,12 @@ fn run(args: &Args) -> Result<(), String> {
     let mut last_arm = None;
     let mut last_drive = None;
     let mut next = Instant::now();
+    let mut first = true;
+    let health = daemon::Health::new();
+    let watched = std::sync::Arc::clone(&health);
+    daemon::start_watchdog(move || watched.is_healthy());
     loop {
+        health.begin();
         arm_cmd.update().map_err(e)?;
         drive_cmd.update().map_err(e)?;
         let empty = Default::default();
@@ -97,6 +102,10 @@ fn run(args: &Args) -> Result<(), String> {
         };
         publish(robot.arm_state(), &mut last_arm, &mut arm_state)?;
         publish(robot.drive_state(), &mut last_drive, &mut drive_state)?;
+        if std::mem::take(&mut first) {
+            daemon::ready("simulating arm and drive");
+        }
+        health.end();
         next += period;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }

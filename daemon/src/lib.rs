@@ -1,0 +1,129 @@
+//! Plumbing every Baton service shares: logging set-up (`tracing` to stderr, one line per event,
+//! `RUST_LOG` overrides the default level), and systemd notifications through sd_notify:
+//! readiness, status, and the watchdog. Every notification is a no-op when the process was not
+//! started by systemd (no `NOTIFY_SOCKET`), so the same binaries run by hand, in tests and
+//! under systemd.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sd_notify::NotifyState;
+
+/// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise.
+pub fn init_logging(default_level: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .init();
+}
+
+fn notify(state: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::warn!("sd_notify: {e}");
+    }
+}
+
+/// Tells systemd the service is up (Type=notify units wait for this).
+pub fn ready(status: &str) {
+    notify(&[NotifyState::Ready, NotifyState::Status(status)]);
+}
+
+/// Updates the status line `systemctl status` shows.
+pub fn status(status: &str) {
+    notify(&[NotifyState::Status(status)]);
+}
+
+/// How long a unit of work may run before the service counts as hung.
+const STUCK_AFTER: Duration = Duration::from_secs(5);
+
+/// Whether a service's main loop is making progress, for the watchdog. The loop calls `begin`
+/// when it starts a piece of work (a cycle, a reload) and `end` when done; sleeping between
+/// pieces is healthy however long it lasts, so a service that waits for events is never
+/// woken just to prove it lives.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds since `started` at which the current piece of work began; 0 when idle.
+    busy_since_ms: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            started: Instant::now(),
+            busy_since_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Health {
+    pub fn new() -> Arc<Health> {
+        Arc::new(Health::default())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
+    pub fn begin(&self) {
+        self.busy_since_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.busy_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// `false` when one piece of work has run longer than `STUCK_AFTER`.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy_at(self.now_ms())
+    }
+
+    fn healthy_at(&self, now_ms: u64) -> bool {
+        let since = self.busy_since_ms.load(Ordering::Relaxed);
+        since == 0 || now_ms.saturating_sub(since) < STUCK_AFTER.as_millis() as u64
+    }
+}
+
+/// If the unit sets `WatchdogSec=`, pings systemd at half that interval for as long as
+/// `healthy()` holds; when it stops holding, the pings stop and systemd restarts the service.
+pub fn start_watchdog(healthy: impl Fn() -> bool + Send + 'static) {
+    let Some(interval) = sd_notify::watchdog_enabled() else {
+        return;
+    };
+    let period = interval / 2;
+    let spawned = std::thread::Builder::new()
+        .name("watchdog".into())
+        .spawn(move || loop {
+            if healthy() {
+                notify(&[NotifyState::Watchdog]);
+            } else {
+                tracing::error!("main loop stuck: no longer answering the systemd watchdog");
+            }
+            std::thread::sleep(period);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the watchdog thread: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_is_healthy_and_a_long_piece_of_work_is_not() {
+        let h = Health::default();
+        let stuck = STUCK_AFTER.as_millis() as u64;
+        assert!(h.healthy_at(10 * stuck), "idle, however long");
+        h.begin();
+        let began = h.busy_since_ms.load(Ordering::Relaxed);
+        assert!(h.healthy_at(began + stuck - 1));
+        assert!(!h.healthy_at(began + stuck));
+        h.end();
+        assert!(h.healthy_at(began + 10 * stuck));
+    }
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs Baton on this computer (or into a staging root): binaries, systemd units, example
+# configuration and the guides. Run as root on a robot or payload computer:
+#
+#   scripts/install.sh                      # build (release) and install under /usr/local
+#   scripts/install.sh --root /tmp/stage    # stage into a directory instead (no users, no systemctl)
+#   scripts/install.sh --bin-dir target/debug --root /tmp/stage   # use already-built binaries
+#
+# Existing files in /etc/baton are never overwritten. Then: edit /etc/baton/*, and
+#   systemctl enable --now baton-registry baton-manager baton-arbiter@arm baton-arbiter@drive \
+#                          baton-sim baton-controller@teleop
+set -euo pipefail
+self="$(readlink -f "$0")"
+cd "$(dirname "$self")/.."
+
+root=""
+prefix=/usr/local
+bin_dir=""
+while (($#)); do
+    case "$1" in
+        --root) root="${2:?--root needs a directory}"; shift 2 ;;
+        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
+        --bin-dir) bin_dir="${2:?--bin-dir needs a directory}"; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+binaries=(registry-server robot-manager arbiter robot-controller robot-sim bus-inspect)
+if [[ -z "$bin_dir" ]]; then
+    cargo build --release --quiet -p registry-server -p robot-manager -p arbiter -p controllers -p tools
+    bin_dir=target/release
+fi
+for b in "${binaries[@]}"; do
+    [[ -x "$bin_dir/$b" ]] || { echo "install.sh: $bin_dir/$b is missing (build first)" >&2; exit 1; }
+done
+
+install -d "$root$prefix/bin" "$root/etc/systemd/system" "$root/etc/baton/arbiters" \
+    "$root/etc/baton/controllers" "$root$prefix/share/doc/baton"
+for b in "${binaries[@]}"; do
+    install -m 0755 "$bin_dir/$b" "$root$prefix/bin/$b"
+done
+for unit in scripts/systemd/*.service; do
+    sed "s|/usr/local/bin/|$prefix/bin/|g; s|/usr/local/share/|$prefix/share/|g" "$unit" \
+        > "$root/etc/systemd/system/$(basename "$unit")"
+    chmod 0644 "$root/etc/systemd/system/$(basename "$unit")"
+done
+# Example configuration, never overwriting what is there.
+(cd scripts/config && find . -type f) | while read -r f; do
+    dest="$root/etc/baton/${f#./}"
+    if [[ -e "$dest" ]]; then
+        echo "kept existing $dest"
+    else
+        sed "s|/usr/local/bin/|$prefix/bin/|g" "scripts/config/$f" > "$dest"
+        chmod 0644 "$dest"
+    fi
+done
+install -m 0644 docs/*.md "$root$prefix/share/doc/baton/"
+
+if [[ -z "$root" ]]; then
+    if ! getent group baton >/dev/null; then groupadd --system baton; fi
+    if ! getent passwd baton >/dev/null; then
+        useradd --system --gid baton --no-create-home --shell /usr/sbin/nologin baton
+    fi
+    if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
+        systemctl daemon-reload
+    fi
+fi
+echo "installed Baton into ${root:-/} (binaries in $prefix/bin, units in /etc/systemd/system, config in /etc/baton)"

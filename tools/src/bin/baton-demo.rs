@@ -1,0 +1,48 @@
+//! `baton-demo`: the whole Baton system in one command, narrated (see `tools::demo`).
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters decide",
+    long_about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters \
+decide: a registry, the robot manager, an arm and a drive arbiter, the simulator and three \
+applications (teleop > autonomy > payload; payload compromising). A high-priority application \
+takes over and lets go, another crashes; then everything stops and no shared memory is left.\n\n\
+--hosts 2 (as root) runs the payload application on a second host made of Linux namespaces, \
+reaching the robot through network reflection."
+)]
+struct Args {
+    /// 1, or 2 to put the payload application on a second host (needs root).
+    #[arg(long, default_value_t = 1)]
+    hosts: usize,
+    #[command(subcommand)]
+    role: Option<Role>,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// (internal) print the arbiters' decisions as they change.
+    #[command(hide = true)]
+    Narrate {
+        #[arg(long)]
+        t0_ns: u64,
+        #[arg(long)]
+        domain: String,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = match args.role {
+        Some(Role::Narrate { t0_ns, domain }) => bus::Domain::new(&domain)
+            .map_err(|e| e.to_string())
+            .and_then(|d| tools::demo::narrate(&d, t0_ns)),
+        None => tools::demo::run(args.hosts),
+    };
+    if let Err(e) = result {
+        eprintln!("baton-demo: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,159 @@
+//! Computers made of Linux namespaces, for running Baton across "hosts" on one machine (the
+//! demo's `--hosts 2`). Each host is a network namespace with a veth into a shared bridge (so
+//! multicast passes) and a private mount namespace whose /dev/shm is its own tmpfs (network
+//! namespaces alone share /dev/shm, and would share slots). Processes enter a host with
+//! `nsenter`. Everything is removed on drop. Needs root and iproute2.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One host: its namespace name, address and the process that holds its mount namespace.
+pub struct Host {
+    pub name: String,
+    pub namespace: String,
+    pub address: String,
+    holder: Child,
+}
+
+/// A bridge and the hosts attached to it.
+pub struct Lab {
+    switch: String,
+    pub hosts: Vec<Host>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip` (install iproute2): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Lab {
+    /// `names.len()` hosts on one bridge, addressed 10.77.<tag>.1, .2, ... (inside namespaces
+    /// this lab creates; nothing leaves the machine).
+    pub fn new(tag: &str, names: &[&str]) -> Result<Lab, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("several hosts need root (network and mount namespaces)".into());
+        }
+        let switch = format!("{tag}-sw");
+        let mut lab = Lab {
+            switch: switch.clone(),
+            hosts: Vec::new(),
+        };
+        ip(&["netns", "add", &switch])?;
+        ip(&[
+            "-n",
+            &switch,
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ])?;
+        ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+        for (i, name) in names.iter().enumerate() {
+            let namespace = format!("{tag}-{name}");
+            ip(&["netns", "add", &namespace])?;
+            let port = format!("p{i}");
+            ip(&[
+                "-n", &namespace, "link", "add", "eth0", "type", "veth", "peer", "name", &port,
+                "netns", &switch,
+            ])?;
+            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"])?;
+            let address = format!("10.77.0.{}", i + 1);
+            ip(&[
+                "-n",
+                &namespace,
+                "addr",
+                "add",
+                &format!("{address}/24"),
+                "dev",
+                "eth0",
+            ])?;
+            ip(&["-n", &namespace, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &namespace, "link", "set", "lo", "up"])?;
+            ip(&[
+                "-n",
+                &namespace,
+                "route",
+                "add",
+                "224.0.0.0/4",
+                "dev",
+                "eth0",
+            ])?;
+            let holder = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &namespace,
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                ])
+                .args([
+                    "sh",
+                    "-c",
+                    "mount -t tmpfs tmpfs /dev/shm && exec sleep infinity",
+                ])
+                .stdin(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("starting the holder of {namespace}: {e}"))?;
+            lab.hosts.push(Host {
+                name: (*name).to_owned(),
+                namespace,
+                address,
+                holder,
+            });
+        }
+        // A holder runs `sleep` only once its tmpfs is mounted (`mount && exec sleep`).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for h in &lab.hosts {
+            let comm = format!("/proc/{}/comm", h.holder.id());
+            while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "sleep") {
+                if Instant::now() > deadline {
+                    return Err(format!("host {} did not get its own /dev/shm", h.name));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Ok(lab)
+    }
+
+    /// A command that runs `program` inside host `host`.
+    pub fn command(&self, host: usize, program: &Path) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args([
+            "-t",
+            &self.hosts[host].holder.id().to_string(),
+            "-m",
+            "-n",
+            "--",
+        ]);
+        c.arg(program);
+        c
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for h in &mut self.hosts {
+            let _ = h.holder.kill();
+            let _ = h.holder.wait();
+            let _ = ip(&["netns", "del", &h.namespace]);
+        }
+        let _ = ip(&["netns", "del", &self.switch]);
+    }
+}
