@@ -1,0 +1,34 @@
+//! A Baton application in a few lines: it asks for the arm's turret, waves it, and notices when
+//! a higher-priority application takes the turret away or gives it back.
+//!
+//! Usage: wave [SECONDS]    (BUS_DOMAIN selects the bus; default "default")
+
+use std::time::{Duration, Instant};
+
+use arbiter::protocol::Status;
+use controllers::RobotController;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let seconds: f64 = std::env::args().nth(1).map_or(Ok(5.0), |s| s.parse())?;
+    let bus = bus::Bus::from_env()?;
+    // Compromising: take whatever part of what we ask for is free.
+    let mut wave = RobotController::new(&bus, "wave", Status::Compromising)?;
+    let start = Instant::now();
+    let mut owned_before = None;
+    while start.elapsed().as_secs_f64() < seconds {
+        let t = start.elapsed().as_secs_f64();
+        wave.set("arm/turret", (2.0 * t).sin())?; // radians; the arbiter clamps to the limits
+        wave.publish()?;
+        std::thread::sleep(Duration::from_millis(20));
+        wave.refresh()?; // pull the arbiters' feedback
+        let owned = wave
+            .feedback()
+            .iter()
+            .any(|f| f.owned.iter().any(|r| r == "turret"));
+        if owned_before != Some(owned) {
+            println!("turret {}", if owned { "is mine" } else { "is not mine" });
+            owned_before = Some(owned);
+        }
+    }
+    Ok(()) // dropping the controller releases the turret at once
+}
