@@ -53,7 +53,7 @@ pub struct Graph {
 
 /// Builds the graph of `domain`.
 pub fn build(domain: &Domain) -> Result<Graph> {
-    let host = super::hostname();
+    let host = super::local_host(domain);
     let mut slots: BTreeMap<String, SlotNode> = BTreeMap::new();
     let mut processes: BTreeMap<u32, Process> = BTreeMap::new();
     let mut edges = Vec::new();

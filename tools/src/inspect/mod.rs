@@ -128,7 +128,26 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// This computer's host name (what a mirror's origin is compared with).
+/// This computer's name on the bus of `domain`: the host of the registry's own (not mirrored)
+/// statistics slot `/baton/registry/<host>/net` when it reflects with `--net` (it may have been
+/// given `--host`), otherwise the host name, which is the registry's default.
+pub fn local_host(domain: &Domain) -> String {
+    let files = domain.segment_files().unwrap_or_default();
+    files
+        .iter()
+        .filter_map(|(name, _)| {
+            let host = name
+                .as_str()
+                .strip_prefix("/baton/registry/")?
+                .strip_suffix("/net")?;
+            let slot = open(domain, name).ok()?;
+            slot.origin().is_empty().then(|| host.to_owned())
+        })
+        .next()
+        .unwrap_or_else(hostname)
+}
+
+/// This computer's host name.
 pub fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())

@@ -155,7 +155,7 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
     };
     let summary = slot
         .as_ref()
-        .map(|s| super::summarize(s, &super::hostname()))
+        .map(|s| super::summarize(s, &super::local_host(domain)))
         .transpose()?;
     let origin = summary
         .as_ref()

@@ -46,7 +46,7 @@ pub fn list(domain: &Domain, pattern: Option<&str>) -> Result<(Vec<SlotSummary>,
         context: format!("listing {}", bus::names::SHM_DIR),
         message: e.to_string(),
     })?;
-    let here = super::hostname();
+    let here = super::local_host(domain);
     let mut slots = Vec::new();
     let mut errors = Vec::new();
     for (name, _) in files {
