@@ -74,6 +74,7 @@ enum Command {
     },
     /// The current value of one slot, decoded through the schema stored in the slot.
     Get {
+        /// Slot name, e.g. /robot/manager.
         name: String,
         /// Print the value alone, as one line of JSON.
         #[arg(long)]
@@ -84,6 +85,7 @@ enum Command {
     /// Polls the slot's sequence read-only: writes faster than --poll-ms are not all seen (the
     /// text says how many were skipped; the JSON has each value's sequence).
     Watch {
+        /// Slot name.
         name: String,
         /// Stop after this many values.
         #[arg(long)]
@@ -105,6 +107,7 @@ enum Command {
     /// per sample outruns the sampling: the rate then comes from sequence numbers and the
     /// output says how many writes were seen.
     Hz {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
         #[arg(required = true)]
         names: Vec<String>,
         #[command(flatten)]
@@ -116,6 +119,7 @@ enum Command {
     ///
     /// Measured like `hz`, from the slots' buffers, without subscribing.
     Bw {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
         #[arg(required = true)]
         names: Vec<String>,
         #[command(flatten)]
@@ -132,6 +136,7 @@ enum Command {
     /// replaces yours, so `put` refuses unless --force. Use it on slots whose writer is gone
     /// or never existed (testing a subscriber, replaying a configuration).
     Put {
+        /// Slot name.
         name: String,
         /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}'.
         value: String,
@@ -146,6 +151,7 @@ enum Command {
     /// A slot that does not exist yet counts as changed when it appears with a value. Polls
     /// sequences read-only (registering as a waiter would write to the slot).
     Wait {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
         #[arg(required = true)]
         names: Vec<String>,
         /// Give up after this many seconds.
