@@ -105,6 +105,15 @@ impl ReadInfo {
     }
 }
 
+/// One buffer's complete value, as `Slot::buffer_stamps` finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferStamp {
+    pub sequence: u64,
+    /// Length of the value in bytes.
+    pub len: u64,
+    pub write_time_ns: u64,
+}
+
 /// Validated geometry of a slot; never re-read from shared memory.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
@@ -502,6 +511,38 @@ impl Slot {
         None
     }
 
+    /// What each buffer holds now: the sequence, length and write time of the complete value in
+    /// it, oldest first; buffers being written (odd sequence word), never written, or holding
+    /// numbers that do not fit the layout are left out. Read-only, for tools measuring rates:
+    /// the buffers keep the last `buffer_count` values, so sampling them at least once every
+    /// few writes sees every write without subscribing.
+    pub fn buffer_stamps(&self) -> Vec<BufferStamp> {
+        let mut stamps = Vec::with_capacity(self.layout.buffer_count as usize);
+        for i in 0..self.layout.buffer_count {
+            let buf = self.layout.buffers + i as usize * self.layout.stride;
+            let seq = self.word64(buf + BUF_SEQ);
+            let s1 = seq.load(Ordering::Acquire);
+            let n = s1 / 2;
+            if s1 == 0 || s1 % 2 == 1 || n % self.layout.buffer_count != i {
+                continue;
+            }
+            let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
+            let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
+            // Pairs with the writer's Release fence, as in `read_with`: if len or time came from
+            // a later write, the re-read sees that write's odd marker (or later).
+            fence(Ordering::Acquire);
+            if seq.load(Ordering::Relaxed) == s1 && len <= self.layout.capacity as u64 {
+                stamps.push(BufferStamp {
+                    sequence: n,
+                    len,
+                    write_time_ns: time_ns,
+                });
+            }
+        }
+        stamps.sort_by_key(|s| s.sequence);
+        stamps
+    }
+
     pub fn writer(&self) -> WriterInfo {
         let state = match self.load32(OFF_WRITER_STATE) {
             1 => WriterState::Alive,
@@ -714,6 +755,22 @@ mod tests {
         slot.word64(OFF_LATEST).store(99, Ordering::Release);
         let err = slot.read(0, &mut out).unwrap_err();
         assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
+    }
+
+    #[test]
+    fn buffer_stamps_name_the_last_values() {
+        let (_s, slot) = new_slot("stamps");
+        assert!(slot.buffer_stamps().is_empty());
+        for i in 1u64..=6 {
+            slot.write_at(&vec![0u8; i as usize], 1000 * i).unwrap();
+        }
+        let reader = Slot::open(slot.segment(), false).unwrap();
+        let stamps = reader.buffer_stamps();
+        let seqs: Vec<u64> = stamps.iter().map(|s| s.sequence).collect();
+        assert_eq!(seqs, vec![3, 4, 5, 6]);
+        assert!(stamps
+            .iter()
+            .all(|s| s.len == s.sequence && s.write_time_ns == 1000 * s.sequence));
     }
 
     #[test]

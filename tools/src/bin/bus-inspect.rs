@@ -1,188 +1,502 @@
-//! `bus-inspect`: see what is on a Baton bus. Reads shared memory read-only; never writes.
+//! `bus-inspect`: see what is on a Baton bus, without disturbing it. Every command reads shared
+//! memory read-only (and asks the registry its `List`), except `put` (writes one value) and
+//! `clean` (removes stale segments). The work is in `tools::inspect`; this is the command line.
 
-use clap::{Parser, Subcommand};
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
-use bus::protocol::{EndpointKind, Reply, Request};
-use bus::{Domain, SlotName};
-use tools::inspect;
+use clap::{Args as ClapArgs, Parser, Subcommand};
+
+use bus::protocol::EndpointKind;
+use bus::Domain;
+use tools::inspect::{self, doctor, graph, put, rate, registry, render, stats, watch};
+
+const EXAMPLES: &str = "Examples:
+  bus-inspect list                        every slot: type, size, sequence, rate, age, writer, origin
+  bus-inspect list '/robot/*'             only names matching a glob (or a substring: list arm)
+  bus-inspect info /robot/manager         type and schema, publishers, subscribers, origin
+  bus-inspect get /robot/manager --json   the value, decoded from the schema stored in the slot
+  bus-inspect watch /robot/arm/state --count 10
+  bus-inspect hz /robot/arm/state /robot/drive/state --window 5
+  bus-inspect bw /camera/image
+  bus-inspect wait /robot/manager /robot/arbiter/arm --timeout 30
+  bus-inspect put /robot/manager/config '{\"priority\": [\"teleop\"]}'
+  bus-inspect graph | dot -Tsvg > bus.svg
+  bus-inspect stats
+  bus-inspect doctor
+  bus-inspect --domain test clean --yes";
 
 #[derive(Parser)]
 #[command(
     version,
-    about = "See what is on a Baton bus",
-    long_about = "See what is on a Baton bus.\n\n`list` and `get` read the slots' shared memory \
-directly (read-only), so they work with or without a registry-server and never disturb the bus. \
-`endpoints` asks the domain's registry-server who publishes and subscribes.\n\nExamples:\n  \
-bus-inspect list\n  bus-inspect get /robot/pose --json\n  bus-inspect --domain test endpoints"
+    about = "See what is on a Baton bus, without disturbing it",
+    long_about = "See what is on a Baton bus, without disturbing it.\n\nSlots are read straight \
+from shared memory through read-only mappings, so every command works with or without a \
+registry-server and changes nothing on the bus: no value, no sequence, no waiter count. The \
+exceptions are `put`, which writes one value, and `clean`, which removes stale segments. \
+Endpoints, connections and network counters come from the domain's registry-server.",
+    after_help = EXAMPLES
 )]
 struct Args {
-    /// Bus domain.
+    /// Bus domain (the registry-server's --domain).
     #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
     domain: String,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(ClapArgs, Clone, Copy)]
+struct Json {
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Every slot: name, type, size, sequence, age of the last write, writer alive.
+    /// Every slot: type, size, sequence, rate, age, writer and whether it runs, origin host.
+    ///
+    /// RATE is over the last writes the slot still holds (up to four); for a measured rate use
+    /// `hz`. ORIGIN is this host for local slots, or the host a mirror reflects.
     List {
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
+        /// Only names matching this: a glob with * and ? (`/robot/*`: everything under /robot/),
+        /// or else a substring.
+        pattern: Option<String>,
+        #[command(flatten)]
+        json: Json,
     },
-    /// The current value of one slot, decoded from the schema stored in the slot.
-    Get {
-        /// Slot name, e.g. /robot/pose.
+    /// One slot in detail: type and schema, header, publishers, subscribers, connections, hosts.
+    Info {
+        /// Slot name, e.g. /robot/manager.
         name: String,
-        /// Print the value alone as one line of JSON.
+        #[command(flatten)]
+        json: Json,
+    },
+    /// The current value of one slot, decoded through the schema stored in the slot.
+    Get {
+        /// Slot name, e.g. /robot/manager.
+        name: String,
+        /// Print the value alone, as one line of JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Endpoints (publications, subscriptions) and connections known to the registry.
-    Endpoints {
-        /// One JSON object per slot per line.
+    /// Print the current value and then each new value of a slot.
+    ///
+    /// Polls the slot's sequence read-only: writes faster than --poll-ms are not all seen (the
+    /// text says how many were skipped; the JSON has each value's sequence).
+    Watch {
+        /// Slot name.
+        name: String,
+        /// Stop after this many values.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this many seconds (exit status 2 if --count values were not seen).
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// How often to look for a new value, milliseconds.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+        poll_ms: u64,
+        /// One JSON object per value: name, type, sequence, time_ns, writer, origin, value.
         #[arg(long)]
         json: bool,
+    },
+    /// Write rate of slots over a window: rate, and period min / p50 / p99 / max.
+    ///
+    /// Measured from the sequence numbers and write times kept in each slot's four buffers,
+    /// sampled every --sample-ms, without subscribing. A writer faster than about three writes
+    /// per sample outruns the sampling: the rate then comes from sequence numbers and the
+    /// output says how many writes were seen.
+    Hz {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[command(flatten)]
+        window: Window,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Bandwidth of slots over a window: bytes per second, and value size min / p50 / p99 / max.
+    ///
+    /// Measured like `hz`, from the slots' buffers, without subscribing.
+    Bw {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[command(flatten)]
+        window: Window,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Encode a JSON value through the slot's stored schema and write it.
+    ///
+    /// The JSON has the shape `get --json` prints. A value that does not match the schema is
+    /// refused with the path of the mismatch, and nothing is written. A slot has a single
+    /// writer: while its publisher (or the registry, for a mirror or its statistics) runs, a
+    /// second writer could make readers see a torn value, and the publisher's next write
+    /// replaces yours, so `put` refuses unless --force. Use it on slots whose writer is gone
+    /// or never existed (testing a subscriber, replaying a configuration).
+    Put {
+        /// Slot name.
+        name: String,
+        /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}'.
+        value: String,
+        /// Write even though the slot's writer runs (see above for what that risks).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Block until any of the slots changes; print which (exit status 2 on --timeout).
+    ///
+    /// A slot that does not exist yet counts as changed when it appears with a value. Polls
+    /// sequences read-only (registering as a waiter would write to the slot).
+    Wait {
+        /// Slot names (a slot that does not exist yet is watched for its appearance).
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// How often to look, milliseconds.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+        poll_ms: u64,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Processes, slots, connections and hosts as a Graphviz DOT graph (`| dot -Tsvg`).
+    Graph {
+        /// Nodes and edges as JSON instead of DOT.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registry counters and each registry's network counters (/baton/registry/<host>/net).
+    Stats {
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Check the domain: registry, stale segments, permissions, multicast route and TTL,
+    /// remote clocks. Exit status 1 when a check fails.
+    Doctor {
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Remove the segments `doctor` finds stale, after asking (or with --yes).
+    ///
+    /// Without a terminal on stdin and without --yes, refuses. Only this domain's segments are
+    /// ever touched.
+    Clean {
+        /// Remove without asking.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// Endpoints (publications, subscriptions) and connections the registry knows, per slot.
+    Endpoints {
+        #[command(flatten)]
+        json: Json,
     },
 }
+
+#[derive(ClapArgs, Clone, Copy)]
+struct Window {
+    /// Seconds to measure.
+    #[arg(long, default_value_t = 2.0)]
+    window: f64,
+    /// How often to sample the buffers, milliseconds.
+    #[arg(long, default_value_t = 1.0)]
+    sample_ms: f64,
+}
+
+/// Exit status of a command that ran but did not get what it waited for.
+const TIMED_OUT: i32 = 2;
 
 fn main() {
     let args = Args::parse();
     let result = Domain::new(&args.domain)
         .map_err(|e| e.to_string())
         .and_then(|domain| run(&domain, args.command));
-    if let Err(e) = result {
-        eprintln!("bus-inspect: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(0) => {}
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("bus-inspect: {e}");
+            std::process::exit(1);
+        }
     }
 }
 
-fn run(domain: &Domain, command: Command) -> Result<(), String> {
+/// Prints one line; `false` once stdout is closed (`| head`), so loops stop quietly.
+fn say(line: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+}
+
+fn json_line<T: serde::Serialize>(value: &T) -> Result<bool, String> {
+    Ok(say(
+        &serde_json::to_string(value).map_err(|e| e.to_string())?
+    ))
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{what} must be a positive number of seconds, not {s}"))
+}
+
+fn names(names: &[String]) -> Result<Vec<bus::SlotName>, String> {
+    names
+        .iter()
+        .map(|n| inspect::slot_name(n).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn run(domain: &Domain, command: Command) -> Result<i32, String> {
+    let err = |e: inspect::Error| e.to_string();
     match command {
-        Command::List { json } => list(domain, json),
-        Command::Get { name, json } => get(domain, &name, json),
-        Command::Endpoints { json } => endpoints(domain, json),
+        Command::List { pattern, json } => list(domain, pattern.as_deref(), json.json),
+        Command::Info { name, json } => {
+            let info =
+                registry::info(domain, &inspect::slot_name(&name).map_err(err)?).map_err(err)?;
+            if json.json {
+                json_line(&info)?;
+            } else {
+                say(&render::info(&info));
+            }
+            Ok(0)
+        }
+        Command::Get { name, json } => {
+            let name = inspect::slot_name(&name).map_err(err)?;
+            let Some(r) = inspect::get(domain, &name).map_err(err)? else {
+                return Err(format!("{name} has no value yet"));
+            };
+            if json {
+                json_line(&r.value)?;
+            } else {
+                say(&render::reading(&r, 0));
+            }
+            Ok(0)
+        }
+        Command::Watch {
+            name,
+            count,
+            timeout,
+            poll_ms,
+            json,
+        } => {
+            let name = inspect::slot_name(&name).map_err(err)?;
+            let timeout = timeout.map(|t| seconds("--timeout", t)).transpose()?;
+            let poll = Duration::from_millis(poll_ms);
+            let end = watch::watch(domain, &name, count, poll, timeout, |r, skipped| {
+                if json {
+                    json_line(r).unwrap_or(false)
+                } else {
+                    say(&render::reading(r, skipped))
+                }
+            })
+            .map_err(err)?;
+            Ok(if end == watch::End::TimedOut && count.is_some() {
+                TIMED_OUT
+            } else {
+                0
+            })
+        }
+        Command::Hz {
+            names: n,
+            window,
+            json,
+        } => rates(domain, &n, window, json.json, false),
+        Command::Bw {
+            names: n,
+            window,
+            json,
+        } => rates(domain, &n, window, json.json, true),
+        Command::Put {
+            name,
+            value,
+            force,
+            json,
+        } => {
+            let name = inspect::slot_name(&name).map_err(err)?;
+            let w = put::put(domain, &name, &value, force).map_err(err)?;
+            if json.json {
+                json_line(&w)?;
+            } else {
+                say(&format!(
+                    "wrote {} bytes to {} (sequence {})",
+                    w.size, w.name, w.sequence
+                ));
+            }
+            Ok(0)
+        }
+        Command::Wait {
+            names: n,
+            timeout,
+            poll_ms,
+            json,
+        } => {
+            let n = names(&n)?;
+            let timeout = timeout.map(|t| seconds("--timeout", t)).transpose()?;
+            let changed =
+                watch::wait(domain, &n, Duration::from_millis(poll_ms), timeout).map_err(err)?;
+            if changed.is_empty() {
+                eprintln!("bus-inspect: wait: nothing changed within the timeout");
+                return Ok(TIMED_OUT);
+            }
+            for c in &changed {
+                if json.json {
+                    json_line(c)?;
+                } else {
+                    say(&format!("{} changed (sequence {})", c.name, c.sequence));
+                }
+            }
+            Ok(0)
+        }
+        Command::Graph { json } => {
+            let g = graph::build(domain).map_err(err)?;
+            if json {
+                json_line(&g)?;
+            } else {
+                print!("{}", graph::dot(&g));
+            }
+            Ok(0)
+        }
+        Command::Stats { json } => {
+            let s = stats::gather(domain);
+            if json.json {
+                json_line(&s)?;
+            } else {
+                print!("{}", stats::render(&s));
+            }
+            Ok(0)
+        }
+        Command::Doctor { json } => {
+            let report = doctor::diagnose(domain);
+            if json.json {
+                json_line(&report)?;
+            } else {
+                print!("{}", render::doctor(&report));
+            }
+            Ok(i32::from(report.failed()))
+        }
+        Command::Clean { yes, json } => clean(domain, yes, json.json),
+        Command::Endpoints { json } => endpoints(domain, json.json),
     }
 }
 
-fn list(domain: &Domain, json: bool) -> Result<(), String> {
-    let (slots, errors) = inspect::list(domain).map_err(|e| e.to_string())?;
+fn list(domain: &Domain, pattern: Option<&str>, json: bool) -> Result<i32, String> {
+    let (slots, errors) = inspect::list(domain, pattern).map_err(|e| e.to_string())?;
     if json {
         for s in &slots {
-            println!("{}", serde_json::to_string(s).map_err(|e| e.to_string())?);
+            json_line(s)?;
         }
     } else {
-        println!(
-            "{:<40} {:<28} {:>9} {:>8} {:>10} {:>9}  WRITER",
-            "NAME", "TYPE", "CAPACITY", "SIZE", "SEQUENCE", "AGE"
-        );
-        for s in &slots {
-            let age = s
-                .age_s
-                .map_or_else(|| "-".to_owned(), |a| format!("{a:.2}s"));
-            let writer = match (s.writer, s.writer_alive) {
-                (bus::WriterState::None, _) => "none".to_owned(),
-                (_, true) => format!("alive (pid {})", s.writer_pid),
-                (_, false) => format!("gone (pid {})", s.writer_pid),
-            };
-            println!(
-                "{:<40} {:<28} {:>9} {:>8} {:>10} {:>9}  {}",
-                s.name,
-                short_type(&s.type_name),
-                s.capacity,
-                s.size,
-                s.sequence,
-                age,
-                writer
-            );
-        }
+        print!("{}", render::list(&slots));
     }
     for e in &errors {
         eprintln!("bus-inspect: unreadable: {e}");
     }
-    Ok(())
+    Ok(0)
 }
 
-fn short_type(t: &str) -> String {
-    if t.len() <= 28 {
-        t.to_owned()
-    } else {
-        format!("…{}", &t[t.len() - 27..])
-    }
-}
-
-fn get(domain: &Domain, name: &str, json: bool) -> Result<(), String> {
-    let name = SlotName::parse(name).map_err(|e| e.to_string())?;
-    let reading = inspect::get(domain, &name).map_err(|e| e.to_string())?;
-    let Some(reading) = reading else {
-        return Err(format!("{name} has no value yet"));
+fn rates(
+    domain: &Domain,
+    n: &[String],
+    window: Window,
+    json: bool,
+    bandwidth: bool,
+) -> Result<i32, String> {
+    let n = names(n)?;
+    let options = rate::Options {
+        window: seconds("--window", window.window)?,
+        sample_every: seconds("--sample-ms", window.sample_ms / 1000.0)?,
     };
+    let reports = rate::measure(domain, &n, options).map_err(|e| e.to_string())?;
     if json {
-        println!("{}", reading.value);
+        for r in &reports {
+            json_line(r)?;
+        }
+    } else if bandwidth {
+        print!("{}", render::bw(&reports));
     } else {
-        println!(
-            "{} ({}) sequence {} writer {:?}",
-            reading.name, reading.type_name, reading.sequence, reading.writer
-        );
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&reading.value).map_err(|e| e.to_string())?
-        );
+        print!("{}", render::hz(&reports));
     }
-    Ok(())
+    Ok(0)
 }
 
-fn endpoints(domain: &Domain, json: bool) -> Result<(), String> {
-    let reply = bus::protocol::ask(domain, &Request::List).map_err(|e| e.to_string())?;
-    let Reply::Listing { slots } = reply else {
-        return Err(format!("unexpected answer from the registry: {reply:?}"));
-    };
+fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
+    let report = doctor::diagnose(domain);
+    if report.stale.is_empty() {
+        if json {
+            json_line(&Vec::<doctor::Removed>::new())?;
+        } else {
+            say(&format!("nothing to clean in domain '{domain}'"));
+        }
+        return Ok(0);
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(format!(
+                "clean: refusing to remove {} stale segment(s) of domain '{domain}' without \
+                 --yes: stdin is not a terminal to ask on",
+                report.stale.len()
+            ));
+        }
+        for s in &report.stale {
+            eprintln!("  {}  ({})", s.name, s.reason);
+        }
+        eprint!("Remove these {} segment(s)? [y/N] ", report.stale.len());
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| format!("clean: reading the answer: {e}"))?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            say("nothing removed");
+            return Ok(0);
+        }
+    }
+    let removed = doctor::clean(&report.stale);
+    if json {
+        json_line(&removed)?;
+    } else {
+        for r in &removed {
+            match &r.error {
+                None => say(&format!("removed {}", r.name)),
+                Some(e) => say(&format!("kept {}: {e}", r.name)),
+            };
+        }
+    }
+    Ok(i32::from(removed.iter().any(|r| !r.removed)))
+}
+
+/// `endpoints`: one entry per slot the registry knows. The JSON form (kind, pid, program, bound
+/// per endpoint, and the number of connections) is what scripts already parse.
+fn endpoints(domain: &Domain, json: bool) -> Result<i32, String> {
+    let slots = registry::listing(domain).map_err(|e| e.to_string())?;
     for slot in &slots {
         if json {
             let endpoints: Vec<_> = slot
                 .endpoints
                 .iter()
                 .map(|e| {
+                    let kind = match e.kind {
+                        EndpointKind::Publication => "publication",
+                        EndpointKind::Subscription => "subscription",
+                    };
                     serde_json::json!({
-                        "kind": match e.kind { EndpointKind::Publication => "publication", EndpointKind::Subscription => "subscription" },
-                        "pid": e.pid, "program": e.program, "bound": e.bound,
+                        "kind": kind, "pid": e.pid, "program": e.program, "bound": e.bound,
                     })
                 })
                 .collect();
-            let line = serde_json::json!({
+            json_line(&serde_json::json!({
                 "name": slot.name.as_str(), "type": slot.type_name, "segment": slot.segment,
                 "capacity": slot.capacity, "endpoints": endpoints,
                 "connections": slot.connections().len(),
-            });
-            println!("{line}");
+            }))?;
         } else {
-            println!(
-                "{} ({}){}",
-                slot.name,
-                slot.type_name,
-                if slot.segment.is_none() {
-                    " [no slot yet]"
-                } else {
-                    ""
-                }
-            );
-            for e in &slot.endpoints {
-                let kind = match e.kind {
-                    EndpointKind::Publication => "pub",
-                    EndpointKind::Subscription => "sub",
-                };
-                let state = if e.bound {
-                    ""
-                } else {
-                    " (waiting for a publication)"
-                };
-                println!("  {kind} pid {} {}{state}", e.pid, e.program);
-            }
-            for (p, s) in slot.connections() {
-                println!("  connection pid {} -> pid {}", p.pid, s.pid);
-            }
+            say(&render::endpoints(&registry::Endpoints::from(slot)));
         }
     }
-    Ok(())
+    Ok(0)
 }

@@ -1,0 +1,350 @@
+//! `doctor`: health checks of a domain on this computer, and the stale segments that `clean`
+//! removes. Everything here reads: `/dev/shm`, the segments (read-only), `/proc` (which
+//! processes map a segment, the registry's command line and network routes) and the registry's
+//! `Hello`/`List`.
+//!
+//! A segment is *stale* when nothing can use it any more:
+//! - without a running registry: no process maps it and its writer does not run (or its header
+//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it.
+//! - with a running registry, which maps every slot: only a private slot (named `%<pid>-...`,
+//!   reachable by no one but its dead creator) whose writer does not run, for which the registry
+//!   lists no endpoint and which no other process maps. Public slots of a running registry are
+//!   never stale: a publisher may come back.
+//!
+//! Processes are matched to segments by device and inode, not by path, so segments of another
+//! mount namespace (another "host" of the test lab) with the same name never count.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use bus::slot::WriterState;
+use bus::{Domain, SlotName};
+use serde::Serialize;
+
+use super::net::{self, Check, Status};
+
+/// A segment `clean` would remove.
+#[derive(Debug, Serialize, Clone)]
+pub struct Stale {
+    pub name: String,
+    pub path: PathBuf,
+    pub reason: String,
+    #[serde(skip)]
+    id: (u64, u64),
+}
+
+/// What `doctor` found.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub domain: String,
+    pub checks: Vec<Check>,
+    pub stale: Vec<Stale>,
+}
+
+impl Report {
+    /// `true` when a check failed (doctor then exits non-zero).
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+}
+
+/// Device and inode of every file each process maps, except this process; plus how many
+/// processes' maps could not be read (other users' processes when not root).
+fn mapped_files() -> (HashMap<(u64, u64), Vec<u32>>, usize) {
+    let me = std::process::id();
+    let mut mapped: HashMap<(u64, u64), Vec<u32>> = HashMap::new();
+    let mut unreadable = 0;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return (mapped, 0);
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(maps) => maps,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                unreadable += 1;
+                continue;
+            }
+            // The process exited meanwhile.
+            Err(_) => continue,
+        };
+        for line in maps.lines().filter(|l| l.contains("/dev/shm/")) {
+            // address perms offset dev(major:minor, hex) inode path
+            let mut f = line.split_whitespace();
+            let (Some(dev), Some(inode)) = (f.nth(3), f.next()) else {
+                continue;
+            };
+            let Some((major, minor)) = dev.split_once(':') else {
+                continue;
+            };
+            let (Ok(major), Ok(minor), Ok(inode)) = (
+                u64::from_str_radix(major, 16),
+                u64::from_str_radix(minor, 16),
+                inode.parse::<u64>(),
+            ) else {
+                continue;
+            };
+            let dev = libc::makedev(major as u32, minor as u32);
+            let pids = mapped.entry((dev, inode)).or_default();
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    (mapped, unreadable)
+}
+
+/// Runs every check on `domain`.
+pub fn diagnose(domain: &Domain) -> Report {
+    let mut checks = Vec::new();
+    let registry = super::registry::registry_pid(domain);
+    checks.push(match &registry {
+        Ok(pid) => Check::new(
+            "registry",
+            Status::Ok,
+            format!(
+                "registry-server pid {pid} answers on @{}{}",
+                domain.registry_socket(),
+                net::cmdline(*pid).map_or(String::new(), |c| format!(" ({})", c.join(" ")))
+            ),
+        ),
+        Err(e) => Check::new(
+            "registry",
+            Status::Fail,
+            format!(
+                "no registry-server answers on @{} ({e}); start `registry-server --domain {domain}`",
+                domain.registry_socket()
+            ),
+        ),
+    });
+    let registry_pid = registry.as_ref().ok().copied();
+    let listing = super::registry::listing(domain).ok();
+    let with_endpoints: HashSet<SlotName> = listing
+        .iter()
+        .flatten()
+        .filter(|s| !s.endpoints.is_empty())
+        .map(|s| s.name.clone())
+        .collect();
+    let files = domain.segment_files().unwrap_or_default();
+    let (mapped, unreadable_maps) = mapped_files();
+    let mut stale = Vec::new();
+    let mut modes: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    let mut corrupt = Vec::new();
+    for (name, path) in &files {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let id = (meta.dev(), meta.ino());
+        let mode = meta.mode() & 0o777;
+        if mode != 0o660 {
+            modes.push(format!("{name} has mode {mode:04o}"));
+        }
+        owners.insert((meta.uid(), meta.gid()));
+        let users: Vec<u32> = mapped
+            .get(&id)
+            .map(|p| {
+                p.iter()
+                    .copied()
+                    .filter(|p| Some(*p) != registry_pid)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let writer = match super::open(domain, name) {
+            Ok(slot) => Some(slot.writer()),
+            Err(e) => {
+                corrupt.push(format!("{name}: {e}"));
+                None
+            }
+        };
+        let writer_runs = writer.is_some_and(|w| {
+            w.state == WriterState::Alive && bus::process::is_alive(w.pid, w.start_time)
+        });
+        let what = match writer {
+            None => "unreadable header".to_owned(),
+            Some(w) if w.state == WriterState::None => "never written".to_owned(),
+            Some(w) => format!("writer pid {} gone", w.pid),
+        };
+        let is_stale = if registry_pid.is_some() {
+            name.is_private() && !writer_runs && !with_endpoints.contains(name) && users.is_empty()
+        } else {
+            !writer_runs && users.is_empty()
+        };
+        if is_stale {
+            stale.push(Stale {
+                name: name.to_string(),
+                path: path.clone(),
+                reason: if registry_pid.is_some() {
+                    format!("private slot, {what}, no endpoint")
+                } else {
+                    format!("no registry, {what}, mapped by no process")
+                },
+                id,
+            });
+        }
+    }
+    let mut seg_detail = format!("{} segment(s) in {}", files.len(), bus::names::SHM_DIR);
+    if unreadable_maps > 0 {
+        seg_detail.push_str(&format!(
+            "; the memory maps of {unreadable_maps} process(es) are unreadable (other users' or protected processes): run \
+             as root to be sure a segment is unused"
+        ));
+    }
+    checks.push(Check::new(
+        "segments",
+        if corrupt.is_empty() {
+            Status::Ok
+        } else {
+            Status::Warn
+        },
+        if corrupt.is_empty() {
+            seg_detail
+        } else {
+            format!("{seg_detail}; unreadable: {}", corrupt.join("; "))
+        },
+    ));
+    checks.push(if stale.is_empty() {
+        Check::new("stale", Status::Ok, "no stale segment".into())
+    } else {
+        let names: Vec<&str> = stale.iter().map(|s| s.name.as_str()).collect();
+        Check::new(
+            "stale",
+            Status::Warn,
+            format!(
+                "{} stale segment(s): {}; `bus-inspect --domain {domain} clean` removes them",
+                stale.len(),
+                names.join(", ")
+            ),
+        )
+    });
+    checks.push(permissions(&modes, &owners, registry_pid));
+    let others = other_domains(domain);
+    if !others.is_empty() {
+        checks.push(Check::new(
+            "other domains",
+            Status::Ok,
+            format!("segments of other domains here: {}", others.join(", ")),
+        ));
+    }
+    checks.extend(net::checks(domain, registry_pid));
+    Report {
+        domain: domain.to_string(),
+        checks,
+        stale,
+    }
+}
+
+fn permissions(modes: &[String], owners: &HashSet<(u32, u32)>, registry: Option<u32>) -> Check {
+    if !modes.is_empty() {
+        return Check::new(
+            "permissions",
+            Status::Warn,
+            format!(
+                "segments should be mode 0660 (owner and group read/write): {}",
+                modes.join(", ")
+            ),
+        );
+    }
+    let names = |(uid, gid): (u32, u32)| {
+        let user = nix::unistd::User::from_uid(uid.into())
+            .ok()
+            .flatten()
+            .map_or(uid.to_string(), |u| u.name);
+        let group = nix::unistd::Group::from_gid(gid.into())
+            .ok()
+            .flatten()
+            .map_or(gid.to_string(), |g| g.name);
+        format!("{user}:{group}")
+    };
+    let list: Vec<String> = owners.iter().copied().map(names).collect();
+    let wanted = registry.and_then(net::registry_group);
+    match (owners.len(), wanted) {
+        (0, _) => Check::new("permissions", Status::Ok, "no segment to check".into()),
+        (1, Some(gid)) if owners.iter().any(|o| o.1 != gid) => Check::new(
+            "permissions",
+            Status::Warn,
+            format!(
+                "segments belong to {}, the registry gives access to group {gid}: processes of \
+                 that group cannot open them",
+                list.join(", ")
+            ),
+        ),
+        (1, _) => Check::new(
+            "permissions",
+            Status::Ok,
+            format!("mode 0660, owner {}", list.join(", ")),
+        ),
+        _ => Check::new(
+            "permissions",
+            Status::Warn,
+            format!(
+                "segments have different owners ({}): a process may lack access to some",
+                list.join(", ")
+            ),
+        ),
+    }
+}
+
+/// Other domains with segments in /dev/shm, with their segment counts.
+fn other_domains(domain: &Domain) -> Vec<String> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for entry in std::fs::read_dir(bus::names::SHM_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("baton.") else {
+            continue;
+        };
+        let Some(end) = rest.find(['~', '%']) else {
+            continue;
+        };
+        if &rest[..end] != domain.as_str() {
+            *counts.entry(rest[..end].to_owned()).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(d, n)| format!("{d} ({n})"))
+        .collect()
+}
+
+/// What `clean` did with one stale segment.
+#[derive(Debug, Serialize)]
+pub struct Removed {
+    pub name: String,
+    pub removed: bool,
+    pub error: Option<String>,
+}
+
+/// Removes the stale segments found by `diagnose`, each only if its file is still the same one
+/// (same device and inode), so a segment re-created since is left alone.
+pub fn clean(stale: &[Stale]) -> Vec<Removed> {
+    stale
+        .iter()
+        .map(|s| {
+            let same = std::fs::metadata(&s.path).is_ok_and(|m| (m.dev(), m.ino()) == s.id);
+            let result = if same {
+                std::fs::remove_file(&s.path).map_err(|e| e.to_string())
+            } else {
+                Err("changed since it was found stale; left alone".into())
+            };
+            Removed {
+                name: s.name.clone(),
+                removed: result.is_ok(),
+                error: result.err(),
+            }
+        })
+        .collect()
+}

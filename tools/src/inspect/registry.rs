@@ -1,0 +1,179 @@
+//! What the registry knows (its `List` request: slots, endpoints, connections), merged with the
+//! slot's own header for `info`. Asking the registry changes nothing on the bus: `List` only
+//! reads its tables.
+
+use bus::protocol::{EndpointInfo, EndpointKind, Reply, Request, SlotListing};
+use bus::slot::WriterState;
+use bus::{Domain, SlotName};
+use serde::Serialize;
+
+use super::{Error, Result};
+
+/// Every slot the registry of `domain` knows, with its endpoints.
+pub fn listing(domain: &Domain) -> Result<Vec<SlotListing>> {
+    match bus::protocol::ask(domain, &Request::List)? {
+        Reply::Listing { slots } => Ok(slots),
+        other => Err(Error::Refused(format!(
+            "unexpected answer from the registry of '{domain}': {other:?}"
+        ))),
+    }
+}
+
+/// The pid of the registry serving `domain` (from its `Welcome`), or why it cannot be reached.
+pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
+    use bus::protocol::{read_frame, write_frame};
+    let mut stream = bus::protocol::connect(domain).map_err(|e| e.to_string())?;
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let hello = Request::Hello {
+        program: bus::process::own_program(),
+    };
+    write_frame(&mut stream, 1, &hello).map_err(|e| e.to_string())?;
+    match read_frame::<Reply>(&mut stream) {
+        Ok(Some(frame)) => match frame.body {
+            Reply::Welcome { registry_pid } => Ok(registry_pid),
+            other => Err(format!("unexpected answer {other:?}")),
+        },
+        Ok(None) => Err("connection closed".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One endpoint, for printing.
+#[derive(Debug, Serialize, Clone)]
+pub struct Endpoint {
+    pub pid: u32,
+    pub program: String,
+    /// `false` while a subscription waits for its slot.
+    pub bound: bool,
+}
+
+impl From<&EndpointInfo> for Endpoint {
+    fn from(e: &EndpointInfo) -> Endpoint {
+        Endpoint {
+            pid: e.pid,
+            program: e.program.clone(),
+            bound: e.bound,
+        }
+    }
+}
+
+/// Endpoints of one slot as the registry lists them.
+#[derive(Debug, Serialize)]
+pub struct Endpoints {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub segment: Option<String>,
+    pub capacity: u64,
+    pub writer: WriterState,
+    pub publishers: Vec<Endpoint>,
+    pub subscribers: Vec<Endpoint>,
+    /// (publisher pid, subscriber pid) of bound pairs.
+    pub connections: Vec<(u32, u32)>,
+}
+
+impl From<&SlotListing> for Endpoints {
+    fn from(s: &SlotListing) -> Endpoints {
+        let of = |kind| {
+            s.endpoints
+                .iter()
+                .filter(|e| e.kind == kind)
+                .map(Endpoint::from)
+                .collect()
+        };
+        Endpoints {
+            name: s.name.to_string(),
+            type_name: s.type_name.clone(),
+            segment: s.segment.clone(),
+            capacity: s.capacity,
+            writer: s.writer,
+            publishers: of(EndpointKind::Publication),
+            subscribers: of(EndpointKind::Subscription),
+            connections: s
+                .connections()
+                .iter()
+                .map(|(p, s)| (p.pid, s.pid))
+                .collect(),
+        }
+    }
+}
+
+/// Everything `info` shows about one slot.
+#[derive(Debug, Serialize)]
+pub struct Info {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// Structural schema hash (hex).
+    pub schema_hash: String,
+    /// The schema, human-readable (`Schema::describe`).
+    pub schema: String,
+    /// The slot's header and newest value; `None` when no segment exists (only subscriptions
+    /// waiting for a publication).
+    pub slot: Option<super::SlotSummary>,
+    /// Local publishers, subscribers and connections from the registry; `None` when it does
+    /// not answer (`registry_error` says why).
+    pub endpoints: Option<Endpoints>,
+    pub registry_error: Option<String>,
+    /// Host whose publication this slot mirrors; `None` for a slot published here.
+    pub origin: Option<String>,
+    /// Other hosts this host's registry exchanges slots with (from its network statistics);
+    /// the registry does not say which of them subscribe to this slot.
+    pub peer_hosts: Vec<String>,
+}
+
+/// Gathers `info` for `name` from its segment and from the registry.
+pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
+    let slot = match super::open(domain, name) {
+        Ok(slot) => Some(slot),
+        Err(Error::NoSlot { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let (listed, registry_error) = match listing(domain) {
+        Ok(slots) => (slots.into_iter().find(|s| &s.name == name), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let (type_name, hash, schema) = match (&slot, &listed) {
+        (Some(slot), _) => {
+            let stored = slot.schema();
+            let schema = stored
+                .parse()
+                .map_or_else(|e| format!("(unreadable: {e})"), |s| s.describe());
+            (stored.type_name.clone(), stored.hash.0, schema)
+        }
+        (None, Some(l)) => (
+            l.type_name.clone(),
+            l.schema_hash,
+            "(no slot yet: the schema is stored when a publication creates it)".to_owned(),
+        ),
+        (None, None) => {
+            return Err(Error::NoSlot {
+                name: name.to_string(),
+                domain: domain.to_string(),
+            })
+        }
+    };
+    let summary = slot
+        .as_ref()
+        .map(|s| super::summarize(s, &super::local_host(domain)))
+        .transpose()?;
+    let origin = summary
+        .as_ref()
+        .filter(|s| s.mirrored)
+        .map(|s| s.origin.clone());
+    let peer_hosts = super::stats::read(domain)
+        .into_iter()
+        .flat_map(|s| s.peers().into_iter().map(|p| p.host))
+        .collect();
+    Ok(Info {
+        name: name.to_string(),
+        type_name,
+        schema_hash: bus::schema::SchemaHash(hash).to_string(),
+        schema,
+        slot: summary,
+        endpoints: listed.as_ref().map(Endpoints::from),
+        registry_error,
+        origin,
+        peer_hosts,
+    })
+}

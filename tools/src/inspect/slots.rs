@@ -1,0 +1,167 @@
+//! The slots of a domain straight from shared memory: `list` and `get`. Opening a segment
+//! read-only and reading its header, buffers and newest value never writes to the bus, and works
+//! with or without a registry.
+
+use std::time::{Duration, SystemTime};
+
+use bus::slot::{Slot, WriterState};
+use bus::{BusError, Domain, SlotName};
+use serde::Serialize;
+
+use super::{open, Error, Result};
+
+/// One line of `bus-inspect list`.
+#[derive(Debug, Serialize)]
+pub struct SlotSummary {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// Payload capacity in bytes.
+    pub capacity: usize,
+    /// Size of the newest value in bytes (0 when none).
+    pub size: usize,
+    pub sequence: u64,
+    /// Writes per second over the last few writes the slot's buffers still hold; `None` with
+    /// fewer than two writes.
+    pub rate_hz: Option<f64>,
+    /// Seconds since the newest value was written; `None` when none.
+    pub age_s: Option<f64>,
+    pub writer: WriterState,
+    pub writer_pid: u32,
+    /// `true` when the writer's process runs (checked by pid and start time).
+    pub writer_alive: bool,
+    /// The writer's program name when its process runs here.
+    pub writer_program: Option<String>,
+    /// `true` for a mirror of a publication on another host (its writer is the registry).
+    pub mirrored: bool,
+    /// Host the value comes from: the origin of a mirror, or this host.
+    pub origin: String,
+    pub segment: String,
+}
+
+/// Summaries of the slots of `domain` whose name matches `pattern` (all with `None`), plus
+/// errors for unreadable segments.
+pub fn list(domain: &Domain, pattern: Option<&str>) -> Result<(Vec<SlotSummary>, Vec<Error>)> {
+    let files = domain.segment_files().map_err(|e| BusError::Io {
+        context: format!("listing {}", bus::names::SHM_DIR),
+        message: e.to_string(),
+    })?;
+    let here = super::local_host(domain);
+    let mut slots = Vec::new();
+    let mut errors = Vec::new();
+    for (name, _) in files {
+        if pattern.is_some_and(|p| !super::matches(p, name.as_str())) {
+            continue;
+        }
+        match open(domain, &name).and_then(|slot| summarize(&slot, &here)) {
+            Ok(s) => slots.push(s),
+            Err(e) => errors.push(e),
+        }
+    }
+    Ok((slots, errors))
+}
+
+/// The `list` line of one slot; `here` is this computer's host name.
+pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
+    let mut value = Vec::new();
+    let info = slot.read(0, &mut value)?;
+    let writer = slot.writer();
+    let alive =
+        writer.state == WriterState::Alive && bus::process::is_alive(writer.pid, writer.start_time);
+    let origin = slot.origin();
+    Ok(SlotSummary {
+        name: slot.name().to_string(),
+        type_name: slot.schema().type_name.clone(),
+        capacity: slot.capacity(),
+        size: if info.is_some() { value.len() } else { 0 },
+        sequence: info.map_or(0, |i| i.sequence),
+        rate_hz: recent_rate(slot),
+        age_s: info.map(|i| age(i.write_time()).as_secs_f64()),
+        writer: writer.state,
+        writer_pid: writer.pid,
+        writer_alive: alive,
+        writer_program: if alive {
+            super::program_of(writer.pid)
+        } else {
+            None
+        },
+        mirrored: !origin.is_empty(),
+        origin: if origin.is_empty() {
+            here.to_owned()
+        } else {
+            origin
+        },
+        segment: slot.segment().to_owned(),
+    })
+}
+
+/// Writes per second over the values the buffers still hold (up to four): no sampling needed.
+fn recent_rate(slot: &Slot) -> Option<f64> {
+    let stamps = slot.buffer_stamps();
+    let (first, last) = (stamps.first()?, stamps.last()?);
+    let span_ns = last.write_time_ns.checked_sub(first.write_time_ns)?;
+    if last.sequence <= first.sequence || span_ns == 0 {
+        return None;
+    }
+    Some((last.sequence - first.sequence) as f64 * 1e9 / span_ns as f64)
+}
+
+fn age(t: SystemTime) -> Duration {
+    SystemTime::now().duration_since(t).unwrap_or_default()
+}
+
+/// The newest value of `name` decoded through the stored schema, with its metadata.
+#[derive(Debug, Serialize)]
+pub struct Reading {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub sequence: u64,
+    /// Write time, nanoseconds since the Unix epoch (the origin host's clock for a mirror).
+    pub time_ns: u64,
+    pub writer: WriterState,
+    /// Origin host of a mirrored value; `None` for a value written on this computer.
+    pub origin: Option<String>,
+    pub value: serde_json::Value,
+}
+
+/// Reads and decodes the newest value; `Ok(None)` when nothing was written yet.
+pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
+    let slot = open(domain, name)?;
+    read_newer(&slot, 0)
+}
+
+/// Reads and decodes the newest value if its sequence is not `last_seen`.
+pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
+    let mut bytes = Vec::new();
+    let Some(info) = slot.read(last_seen, &mut bytes)? else {
+        return Ok(None);
+    };
+    let value = decode(slot, &bytes)?;
+    let origin = slot.origin();
+    Ok(Some(Reading {
+        name: slot.name().to_string(),
+        type_name: slot.schema().type_name.clone(),
+        sequence: info.sequence,
+        time_ns: info.write_time_ns,
+        writer: slot.writer().state,
+        origin: (!origin.is_empty()).then_some(origin),
+        value,
+    }))
+}
+
+/// Decodes value bytes of `slot` with the schema stored in it.
+pub fn decode(slot: &Slot, bytes: &[u8]) -> Result<serde_json::Value> {
+    let decode_err = |reason: String| BusError::Decode {
+        name: slot.name().to_string(),
+        type_name: slot.schema().type_name.clone(),
+        reason,
+    };
+    let schema = slot
+        .schema()
+        .parse()
+        .map_err(|e| decode_err(e.to_string()))?;
+    Ok(schema
+        .decode_json(bytes)
+        .map_err(|e| decode_err(e.to_string()))?)
+}

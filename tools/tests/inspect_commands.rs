@@ -1,0 +1,507 @@
+//! Every `bus-inspect` command against a live bus (real registry-server, bus-stress writers and
+//! readers, publications of this test process), with `--json` parsed back: list, info, get,
+//! watch, hz, bw, put, wait, graph, stats, doctor, clean, endpoints; and a check that the
+//! reading commands leave every byte of the bus unchanged.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use common::{TestBus, WATCHDOG};
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+enum Mode {
+    Idle,
+    Moving { speed: f64 },
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+struct Status {
+    name: String,
+    joints: Vec<f32>,
+    mode: Mode,
+    battery: Option<u8>,
+}
+
+fn status() -> Status {
+    Status {
+        name: "arm".into(),
+        joints: vec![0.5, -1.0],
+        mode: Mode::Moving { speed: 0.25 },
+        battery: Some(87),
+    }
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "bus-inspect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let text = ok(out);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON value ({e}): {text}"))
+}
+
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    ok(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// The one line of stderr of a failed command.
+fn refused(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim_end().lines().count(), 1, "one error line: {err}");
+    err
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A writer at 10 ms, a waiting reader of it, and a `Status` written once by this process.
+fn live_bus(t: &mut TestBus) -> (bus::Publication<Status>, usize, usize) {
+    t.start_registry();
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/robot/counter",
+        "--interval-ms",
+        "10",
+        "--max-size",
+        "100",
+    ]);
+    let reader = t.spawn_stress(&[
+        "read",
+        "--name",
+        "/robot/counter",
+        "--seconds",
+        "60",
+        "--wait",
+    ]);
+    let mut p = t.bus().publish::<Status>("/robot/status").unwrap();
+    p.write(&status()).unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    common::eventually("the counter has values and a subscriber", || {
+        let out = t.inspect(&["info", "/robot/counter", "--json"]);
+        out.status.success() && {
+            let i: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            i["slot"]["sequence"].as_u64().unwrap_or(0) >= 5
+                && i["endpoints"]["connections"]
+                    .as_array()
+                    .is_some_and(|c| c.len() == 1)
+        }
+    });
+    (p, writer, reader)
+}
+
+#[test]
+fn list_info_get_and_watch_show_the_live_bus() {
+    let mut t = TestBus::new();
+    let (_p, writer, reader) = live_bus(&mut t);
+    let rows = json_lines(&t.inspect(&["list", "/robot/*", "--json"]));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let counter = rows.iter().find(|r| r["name"] == "/robot/counter").unwrap();
+    assert!(counter["type"].as_str().unwrap().ends_with("Checked"));
+    assert!(counter["rate_hz"].as_f64().unwrap() > 0.0);
+    assert_eq!(counter["writer_alive"], true);
+    assert_eq!(counter["writer_pid"], t.pid(writer));
+    assert_eq!(counter["writer_program"], "bus-stress");
+    assert_eq!(counter["mirrored"], false);
+    assert_eq!(counter["origin"], hostname());
+    // A substring filter, and the aligned table: header plus one line per slot.
+    let only = json_lines(&t.inspect(&["list", "status", "--json"]));
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0]["name"], "/robot/status");
+    let table = ok(&t.inspect(&["list"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    let col = lines[0].find("SEQUENCE").unwrap();
+    assert!(lines[1..].iter().all(|l| l.len() > col), "{table}");
+    assert!(table.contains("(local)") && table.contains("alive bus-stress"));
+
+    let info = json(&t.inspect(&["info", "/robot/counter", "--json"]));
+    assert!(info["schema"].as_str().unwrap().contains("struct Checked"));
+    let e = &info["endpoints"];
+    assert_eq!(e["publishers"][0]["pid"], t.pid(writer));
+    assert_eq!(e["publishers"][0]["program"], "bus-stress");
+    assert_eq!(e["subscribers"][0]["pid"], t.pid(reader));
+    assert_eq!(
+        e["connections"][0],
+        serde_json::json!([t.pid(writer), t.pid(reader)])
+    );
+    assert!(info["origin"].is_null());
+    let text = ok(&t.inspect(&["info", "/robot/status"]));
+    assert!(text.contains("enum Mode"), "{text}");
+    let missing = refused(&t.inspect(&["info", "/robot/missing"]));
+    assert!(missing.contains("no slot /robot/missing"), "{missing}");
+
+    let got = json(&t.inspect(&["get", "/robot/status", "--json"]));
+    assert_eq!(got, serde_json::to_value(status()).unwrap());
+
+    let values = json_lines(&t.inspect(&["watch", "/robot/counter", "--count", "3", "--json"]));
+    assert_eq!(values.len(), 3);
+    let seqs: Vec<u64> = values
+        .iter()
+        .map(|v| v["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(values.iter().all(|v| v["value"]["payload"].is_array()));
+    // A slot that does not change: --count is not reached before --timeout.
+    let out = t.inspect(&["watch", "/robot/status", "--count", "2", "--timeout", "0.3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches("/robot/status")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn hz_and_bw_match_a_publishers_known_rate() {
+    let mut t = TestBus::new();
+    let (_p, _writer, _reader) = live_bus(&mut t);
+    // A 10 ms pause between writes: a bit under 100 Hz. The band is generous: this checks the
+    // measurement, not the machine's timer.
+    let r = json(&t.inspect(&["hz", "/robot/counter", "--window", "2", "--json"]));
+    let rate = r["rate_hz"].as_f64().unwrap();
+    assert!((40.0..=110.0).contains(&rate), "rate {rate}: {r}");
+    assert!(r["writes"].as_u64().unwrap() >= 10, "{r}");
+    let p = &r["period_ms"];
+    assert!(p["min"].as_f64().unwrap() <= p["p50"].as_f64().unwrap());
+    assert!(p["p50"].as_f64().unwrap() <= p["p99"].as_f64().unwrap());
+    assert!(p["p99"].as_f64().unwrap() <= p["max"].as_f64().unwrap());
+    assert!(
+        p["min"].as_f64().unwrap() >= 10.0,
+        "a period is at least the sleep: {r}"
+    );
+
+    let b = json(&t.inspect(&["bw", "/robot/counter", "--window", "1", "--json"]));
+    let s = &b["size_bytes"];
+    // bus-stress values are 8..100 payload bytes plus their encoding.
+    assert!(
+        s["min"].as_f64().unwrap() >= 8.0 && s["max"].as_f64().unwrap() <= 164.0,
+        "{b}"
+    );
+    assert!(b["bandwidth_bps"].as_f64().unwrap() > 0.0);
+    let text = ok(&t.inspect(&["bw", "/robot/counter", "/robot/status", "--window", "0.5"]));
+    assert!(
+        text.contains("BANDWIDTH") && text.contains("no value was written"),
+        "{text}"
+    );
+
+    // A writer far faster than the sampling: the report says the rate comes from sequences.
+    t.spawn_stress(&["write", "--name", "/robot/fast", "--max-size", "16"]);
+    common::eventually("the fast writer writes", || {
+        t.inspect(&["get", "/robot/fast", "--json"])
+            .status
+            .success()
+    });
+    let f = json_lines(&t.inspect(&["hz", "/robot/fast", "--window", "0.5", "--json"]));
+    let (writes, seen) = (
+        f[0]["writes"].as_u64().unwrap(),
+        f[0]["seen"].as_u64().unwrap(),
+    );
+    assert!(writes > 0 && seen <= writes, "{f:?}");
+    if seen < writes {
+        assert_eq!(f[0]["complete"], false);
+        assert!(f[0]["note"].as_str().unwrap().contains("sequence numbers"));
+    }
+}
+
+#[test]
+fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<Status>("/robot/status").unwrap();
+    p.write(&status()).unwrap();
+    let mut sub = bus.subscribe::<Status>("/robot/status").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+
+    let mut new = status();
+    new.mode = Mode::Idle;
+    new.battery = None;
+    let new_json = serde_json::to_string(&new).unwrap();
+    // A live writer: refused, naming it and --force.
+    let err = refused(&t.inspect(&["put", "/robot/status", &new_json]));
+    assert!(
+        err.contains("writer runs") && err.contains("--force"),
+        "{err}"
+    );
+    // Values that do not match the schema: refused with the path of the mismatch.
+    let mut bad = serde_json::to_value(status()).unwrap();
+    bad["battery"] = "full".into();
+    let err = refused(&t.inspect(&["put", "/robot/status", &bad.to_string(), "--force"]));
+    assert!(
+        err.contains("does not match") && err.contains("battery"),
+        "{err}"
+    );
+    let err = refused(&t.inspect(&["put", "/robot/status", r#"{"name": "x"}"#, "--force"]));
+    assert!(err.contains("does not match"), "{err}");
+    let err = refused(&t.inspect(&["put", "/robot/status", "{not json", "--force"]));
+    assert!(err.contains("not JSON"), "{err}");
+    assert!(!sub.update().unwrap(), "a refused put wrote nothing");
+
+    // Once the writer is gone, put is the slot's only writer.
+    drop(p);
+    common::eventually("the writer is gone", || {
+        let rows = json_lines(&t.inspect(&["list", "/robot/status", "--json"]));
+        rows[0]["writer"] == "Gone"
+    });
+    let w = json(&t.inspect(&["put", "/robot/status", &new_json, "--json"]));
+    assert_eq!(w["sequence"], 2);
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&new));
+    assert_eq!(sub.meta().unwrap().sequence, 2);
+
+    // --force writes beside a live (idle) writer.
+    let mut other = bus.publish::<u64>("/robot/forced").unwrap();
+    other.write(&1).unwrap();
+    other.wait_bound(WATCHDOG).unwrap();
+    ok(&t.inspect(&["put", "/robot/forced", "42", "--force"]));
+    assert_eq!(json(&t.inspect(&["get", "/robot/forced", "--json"])), 42);
+    let err = refused(&t.inspect(&["put", "/robot/missing", "1"]));
+    assert!(err.contains("no slot /robot/missing"), "{err}");
+}
+
+#[test]
+fn wait_prints_which_slot_changed() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let waiter = t.spawn_bin(
+        "bus-inspect",
+        &["wait", "/w/a", "/w/b", "--json", "--timeout", "60"],
+    );
+    let pid = t.pid(waiter) as u32;
+    let start = bus::process::start_time(pid).expect("waiter runs");
+    // Write until the waiter exits: whenever it started looking, a later write is a change.
+    let mut b = t.bus().publish::<String>("/w/b").unwrap();
+    common::eventually("wait exits after a write", || {
+        b.write(&"hello".to_owned()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        !bus::process::is_alive(pid, start)
+    });
+    let out = t.finish(waiter);
+    let changes = json_lines(&out);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0]["name"], "/w/b");
+    assert!(changes[0]["sequence"].as_u64().unwrap() >= 1);
+    // An existing slot written every 10 ms.
+    t.spawn_stress(&[
+        "write",
+        "--name",
+        "/w/c",
+        "--interval-ms",
+        "10",
+        "--max-size",
+        "8",
+    ]);
+    let text = ok(&t.inspect(&["wait", "/w/a", "/w/c"]));
+    assert!(text.starts_with("/w/c changed (sequence "), "{text}");
+    // Nothing changes: exit status 2 after the timeout.
+    let out = t.inspect(&["wait", "/w/b", "--timeout", "0.2"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn graph_stats_doctor_and_endpoints_describe_the_bus() {
+    let mut t = TestBus::new();
+    let (_p, writer, reader) = live_bus(&mut t);
+    let g = json(&t.inspect(&["graph", "--json"]));
+    let pids: Vec<u64> = g["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert!(pids.contains(&(t.pid(writer) as u64)) && pids.contains(&(t.pid(reader) as u64)));
+    let edge = |from: String, to: &str, kind: &str| {
+        g["edges"].as_array().unwrap().iter().any(|e| {
+            e["from"] == from.as_str() && e["to"] == to && e["kind"] == kind && e["bound"] == true
+        })
+    };
+    assert!(edge(
+        format!("process:{}", t.pid(writer)),
+        "slot:/robot/counter",
+        "publishes"
+    ));
+    assert!(edge(
+        "slot:/robot/counter".into(),
+        &format!("process:{}", t.pid(reader)),
+        "subscribes"
+    ));
+    assert_eq!(g["host"], hostname());
+    let dot = ok(&t.inspect(&["graph"]));
+    assert!(
+        dot.starts_with("digraph ") && dot.trim_end().ends_with('}'),
+        "{dot}"
+    );
+    let arrow = format!("\"process:{}\" -> \"slot:/robot/counter\";", t.pid(writer));
+    assert!(dot.contains(&arrow), "{dot}");
+    assert_eq!(dot.matches('{').count(), dot.matches('}').count());
+
+    let s = json(&t.inspect(&["stats", "--json"]));
+    assert_eq!(s["registry"]["slots"], 2);
+    assert_eq!(s["registry"]["publications"], 2);
+    assert_eq!(s["registry"]["subscriptions"], 1);
+    assert_eq!(s["registry"]["connections"], 1);
+    assert_eq!(s["net"], serde_json::json!([]));
+    assert!(ok(&t.inspect(&["stats"])).contains("runs without --net"));
+
+    let d = json(&t.inspect(&["doctor", "--json"]));
+    let checks: BTreeMap<String, serde_json::Value> = d["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["check"].as_str().unwrap().to_owned(), c.clone()))
+        .collect();
+    assert_eq!(checks["registry"]["status"], "ok");
+    assert_eq!(checks["stale"]["status"], "ok");
+    assert_eq!(checks["permissions"]["status"], "ok", "{d}");
+    assert!(checks["permissions"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("0660"));
+    assert_eq!(checks["multicast"]["status"], "skip");
+    assert_eq!(checks["clocks"]["status"], "skip");
+    assert_eq!(d["stale"], serde_json::json!([]));
+    assert!(ok(&t.inspect(&["doctor"])).contains("registry-server pid"));
+
+    let eps = json_lines(&t.inspect(&["endpoints", "--json"]));
+    let counter = eps.iter().find(|e| e["name"] == "/robot/counter").unwrap();
+    assert_eq!(counter["connections"], 1);
+    assert_eq!(counter["endpoints"].as_array().unwrap().len(), 2);
+}
+
+/// Every byte of every segment of the domain.
+fn snapshot(t: &TestBus) -> BTreeMap<String, Vec<u8>> {
+    t.domain
+        .segment_files()
+        .unwrap()
+        .into_iter()
+        .map(|(name, path)| (name.to_string(), std::fs::read(path).unwrap()))
+        .collect()
+}
+
+#[test]
+fn reading_commands_leave_every_byte_unchanged() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<Status>("/quiet/status").unwrap();
+    p.write(&status()).unwrap();
+    let mut q = bus.publish::<u64>("/quiet/count").unwrap();
+    for i in 0..6 {
+        q.write(&i).unwrap();
+    }
+    let sub = bus.subscribe::<u64>("/quiet/count").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    let before = snapshot(&t);
+    assert_eq!(before.len(), 2);
+    let commands: &[&[&str]] = &[
+        &["list"],
+        &["list", "--json"],
+        &["info", "/quiet/count", "--json"],
+        &["info", "/quiet/status"],
+        &["get", "/quiet/status", "--json"],
+        &["get", "/quiet/count"],
+        &["watch", "/quiet/count", "--count", "1"],
+        &["hz", "/quiet/count", "/quiet/status", "--window", "0.3"],
+        &["bw", "/quiet/count", "--window", "0.3", "--json"],
+        &["graph"],
+        &["graph", "--json"],
+        &["stats"],
+        &["stats", "--json"],
+        &["doctor"],
+        &["doctor", "--json"],
+        &["endpoints"],
+    ];
+    for args in commands {
+        ok(&t.inspect(args));
+    }
+    assert_eq!(
+        t.inspect(&["wait", "/quiet/count", "--timeout", "0.3"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        t.inspect(&["watch", "/quiet/count", "--count", "2", "--timeout", "0.2"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert!(
+        snapshot(&t) == before,
+        "a reading command changed a segment"
+    );
+}
+
+#[test]
+fn clean_removes_a_killed_domains_segments_and_nothing_else() {
+    let mut dead = TestBus::new();
+    let mut live = TestBus::new();
+    let mut writers = Vec::new();
+    for t in [&mut dead, &mut live] {
+        t.start_registry();
+        writers.push(t.spawn_stress(&[
+            "write",
+            "--name",
+            "/k/x",
+            "--count",
+            "1",
+            "--max-size",
+            "8",
+            "--linger",
+            "60",
+        ]));
+        common::eventually("a value", || {
+            t.inspect(&["get", "/k/x", "--json"]).status.success()
+        });
+    }
+    let mut p = live.bus().publish::<u64>("/k/y").unwrap();
+    p.write(&7).unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    // Kill the first domain: registry and writer, SIGKILL, nothing cleaned up by them.
+    dead.kill_registry();
+    dead.kill(writers[0]);
+    assert_eq!(dead.domain.segment_files().unwrap().len(), 1);
+    // The registry check fails: doctor reports everything and exits 1.
+    let out = dead.inspect(&["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["stale"][0]["name"], "/k/x", "{d}");
+    assert_eq!(d["checks"][0]["status"], "fail", "{d}");
+    // No terminal and no --yes: refused, nothing removed.
+    let err = refused(&dead.inspect(&["clean"]));
+    assert!(err.contains("--yes"), "{err}");
+    assert_eq!(dead.domain.segment_files().unwrap().len(), 1);
+    let removed = json(&dead.inspect(&["clean", "--yes", "--json"]));
+    assert_eq!(
+        removed,
+        serde_json::json!([{"name": "/k/x", "removed": true, "error": null}])
+    );
+    assert!(dead.domain.segment_files().unwrap().is_empty());
+    // The live domain lost nothing and has nothing stale.
+    assert_eq!(live.domain.segment_files().unwrap().len(), 2);
+    assert_eq!(
+        json(&live.inspect(&["clean", "--yes", "--json"])),
+        serde_json::json!([])
+    );
+    assert_eq!(live.domain.segment_files().unwrap().len(), 2);
+    assert_eq!(json(&live.inspect(&["get", "/k/y", "--json"])), 7);
+}

@@ -1,0 +1,151 @@
+//! `bus-inspect` on a mirrored slot between two hosts of the network-namespace lab: `list` and
+//! `info` show the origin host, `put` refuses the mirror, `stats` decodes the registries'
+//! network counters, `graph` draws the remote host, `doctor` checks the multicast route, group,
+//! TTL and the remote clock. Needs root and `ip`, like the other net tests.
+
+mod common;
+mod netns;
+
+use std::collections::BTreeMap;
+
+use netns::{eventually, Lab};
+
+const A: usize = 0;
+const B: usize = 1;
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "bus-inspect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--ttl", "2"], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/lab/x",
+            "--interval-ms",
+            "20",
+            "--max-size",
+            "32",
+        ],
+    );
+    lab.spawn(
+        B,
+        "bus-stress",
+        &["read", "--name", "/lab/x", "--seconds", "60", "--wait"],
+    );
+    eventually("the value is mirrored on hB", || {
+        let out = lab.inspect(B, &["list", "/lab/x", "--json"]);
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|r| r["mirrored"] == true && r["sequence"].as_u64() > Some(2))
+    });
+    let row = json(&lab.inspect(B, &["list", "/lab/x", "--json"]));
+    assert_eq!(row["origin"], "hA");
+    let local = json(&lab.inspect(A, &["list", "/lab/x", "--json"]));
+    assert_eq!(local["mirrored"], false);
+    assert_eq!(local["origin"], "hA");
+    let info = json(&lab.inspect(B, &["info", "/lab/x", "--json"]));
+    assert_eq!(info["origin"], "hA");
+    let text = String::from_utf8(lab.inspect(B, &["info", "/lab/x"]).stdout).unwrap();
+    assert!(text.contains("hA (mirror)"), "{text}");
+
+    // The registry writes the mirror: put is refused and names the origin.
+    let out = lab.inspect(
+        B,
+        &[
+            "put",
+            "/lab/x",
+            r#"{"sequence":1,"payload":[],"checksum":0}"#,
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mirrors host 'hA'"), "{err}");
+
+    eventually("hB's statistics name hA as a peer", || {
+        let s = json(&lab.inspect(B, &["stats", "--json"]));
+        s["net"].as_array().is_some_and(|n| {
+            n.iter()
+                .any(|h| h["host"] == "hB" && h["value"]["peers"][0]["host"] == "hA")
+        })
+    });
+    let info = json(&lab.inspect(B, &["info", "/lab/x", "--json"]));
+    assert_eq!(info["peer_hosts"], serde_json::json!(["hA"]));
+    let s = json(&lab.inspect(B, &["stats", "--json"]));
+    let own = s["net"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == "hB")
+        .unwrap();
+    assert!(
+        own["value"]["values_mirrored"].as_u64().unwrap() > 0,
+        "{own}"
+    );
+    let text = String::from_utf8(lab.inspect(B, &["stats"]).stdout).unwrap();
+    assert!(text.contains("hB hears hA"), "{text}");
+
+    let g = json(&lab.inspect(B, &["graph", "--json"]));
+    assert!(
+        g["remote_hosts"].as_array().unwrap().contains(&"hA".into()),
+        "{g}"
+    );
+    assert!(g["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["from"] == "host:hA" && e["to"] == "slot:/lab/x" && e["kind"] == "mirrors"));
+
+    let checks = |host| -> BTreeMap<String, serde_json::Value> {
+        let d = json(&lab.inspect(host, &["doctor", "--json"]));
+        d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["check"].as_str().unwrap().to_owned(), c.clone()))
+            .collect()
+    };
+    eventually("hB's registry joined the multicast group", || {
+        checks(B)["multicast group"]["status"] == "ok"
+    });
+    let c = checks(B);
+    assert_eq!(c["multicast route"]["status"], "ok", "{c:?}");
+    assert!(c["multicast route"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("eth0"));
+    assert!(c["multicast group"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("239.255.66.66"));
+    assert!(c["multicast ttl"]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("TTL 1"));
+    // Same machine, same clock: nothing mirrored from hA is from the future.
+    assert_eq!(c["clocks"]["status"], "ok", "{c:?}");
+    assert!(c["clocks"]["detail"].as_str().unwrap().contains("hA"));
+    assert_eq!(c["stale"]["status"], "ok");
+    let c = checks(A);
+    assert!(c["multicast ttl"]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("TTL 2"));
+
+    // Rates of a mirror come from the origin's write times.
+    let r = json(&lab.inspect(B, &["hz", "/lab/x", "--window", "1", "--json"]));
+    assert!(r["writes"].as_u64().unwrap() > 0, "{r}");
+}
