@@ -17,7 +17,7 @@
 //! Once every resource is committed, later controllers that want any are denied (the patents'
 //! "stop when uncommitted is empty", with their outcomes still reported).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,16 +89,19 @@ pub fn arbitrate(
     now_ns: u64,
 ) -> Decision {
     let mut decision = Decision::default();
-    let mut uncommitted: BTreeSet<&str> = resources.iter().map(|r| r.name.as_str()).collect();
-    let mut owned: BTreeMap<&str, (&str, f64)> = BTreeMap::new();
-    let mut seen = BTreeSet::new();
-    let prefix = format!("{arbiter}/");
-    for candidate in candidates {
+    // Per resource (by index in `resources`): the candidate that owns it and its command. A
+    // resource is uncommitted while this is `None`. Indices and one reused `wanted` buffer keep
+    // a cycle free of per-controller allocations (it runs on every block change).
+    let mut owned: Vec<Option<(usize, f64)>> = vec![None; resources.len()];
+    let mut wanted: Vec<(usize, f64)> = Vec::with_capacity(resources.len());
+    for (i, candidate) in candidates.iter().enumerate() {
         let Some(block) = candidate.block else {
             continue;
         };
-        if !seen.insert(candidate.name) {
-            continue; // a name listed twice keeps its higher place only
+        // Every candidate with a block gets an outcome below, so a second entry of the same
+        // name finds the first one's: a name listed twice keeps its higher place only.
+        if decision.outcomes.contains_key(candidate.name) {
+            continue;
         }
         if !candidate.writer_alive || block.expires_at_ns() < now_ns {
             decision
@@ -111,51 +114,47 @@ pub fn arbitrate(
                 .next_expiry_ns
                 .map_or(block.expires_at_ns(), |t| t.min(block.expires_at_ns())),
         );
-        let wanted: BTreeMap<&str, f64> = block
-            .commands
-            .iter()
-            .filter_map(|(key, value)| {
-                let resource = key.strip_prefix(&prefix)?;
-                resources
-                    .iter()
-                    .any(|r| r.name == resource)
-                    .then_some((resource, *value))
-            })
-            .collect();
+        wanted.clear();
+        for (key, value) in &block.commands {
+            let resource = key
+                .strip_prefix(arbiter)
+                .and_then(|rest| rest.strip_prefix('/'));
+            if let Some(r) = resource.and_then(|name| resources.iter().position(|r| r.name == name))
+            {
+                wanted.push((r, *value));
+            }
+        }
         let outcome = if wanted.is_empty() {
             Outcome::Idle
-        } else if wanted.keys().all(|r| uncommitted.contains(r)) {
+        } else if wanted.iter().all(|(r, _)| owned[*r].is_none()) {
             for (r, v) in &wanted {
-                uncommitted.remove(r);
-                owned.insert(r, (candidate.name, *v));
+                owned[*r] = Some((i, *v));
             }
             Outcome::Full
         } else if block.status == Status::Compromising {
-            let got: Vec<(&str, f64)> = wanted
-                .iter()
-                .filter(|(r, _)| uncommitted.contains(*r))
-                .map(|(r, v)| (*r, *v))
-                .collect();
-            if got.is_empty() {
-                Outcome::Denied
-            } else {
-                for (r, v) in got {
-                    uncommitted.remove(r);
-                    owned.insert(r, (candidate.name, v));
+            let mut got_any = false;
+            for (r, v) in &wanted {
+                if owned[*r].is_none() {
+                    owned[*r] = Some((i, *v));
+                    got_any = true;
                 }
+            }
+            if got_any {
                 Outcome::Partial
+            } else {
+                Outcome::Denied
             }
         } else {
             Outcome::Denied
         };
         decision.outcomes.insert(candidate.name.to_owned(), outcome);
     }
-    for spec in resources {
-        let name = spec.name.as_str();
-        let (owner, setpoint) = match owned.get(name) {
-            Some((controller, value)) => {
-                (Some((*controller).to_owned()), spec.limits.clamp(*value))
-            }
+    for (spec, owner) in resources.iter().zip(&owned) {
+        let (owner, setpoint) = match owner {
+            Some((c, value)) => (
+                Some(candidates[*c].name.to_owned()),
+                spec.limits.clamp(*value),
+            ),
             None => (None, safe_setpoint(spec, state, previous)),
         };
         decision.owners.insert(spec.name.clone(), owner);
