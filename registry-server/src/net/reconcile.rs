@@ -179,6 +179,7 @@ impl Net {
             }
         }
         st.reflected.retain(|name, _| keep.contains(name));
+        reg.publish_directory();
         // Announce now if what we announce changed.
         if st.last_announce.as_ref() != Some(&self.our_announce(reg)) {
             st.next_announce = Instant::now();

@@ -1,6 +1,6 @@
 //! What the registry knows: slots, their endpoints, and the connected processes. Every method
 //! returns the messages to send; `server` sends them. `remote` holds what the network layer
-//! asks of it (remote claims, mirrors).
+//! asks of it (remote claims, mirrors); `directory` publishes the list of known publications.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -52,6 +52,8 @@ pub struct RemoteClaim {
     pub host: String,
     pub type_name: String,
     pub schema_hash: u64,
+    /// Whether the remote host says its publisher runs.
+    pub writer_alive: bool,
 }
 
 /// A public slot published on this host, for announcing and reflecting.
@@ -76,6 +78,8 @@ pub struct Registry {
     remote: BTreeMap<SlotName, RemoteClaim>,
     /// Registrations refused because another host publishes the name.
     pub conflicts: u64,
+    /// The directory slot and the value last written to it (see `directory`).
+    directory: Option<directory::Published>,
 }
 
 impl Registry {
@@ -87,6 +91,7 @@ impl Registry {
             peers: HashMap::new(),
             remote: BTreeMap::new(),
             conflicts: 0,
+            directory: None,
         }
     }
 
@@ -516,6 +521,7 @@ fn create_slot(
     }
 }
 
+mod directory;
 mod remote;
 #[cfg(test)]
 mod tests;

@@ -22,7 +22,12 @@ impl Registry {
     pub fn local_publications(&self) -> Vec<LocalPublication> {
         self.slots
             .iter()
-            .filter(|(name, e)| !name.is_private() && e.origin.is_none() && e.published_here())
+            .filter(|(name, e)| {
+                !name.is_private()
+                    && !bus::directory::is_host_local(name.as_str())
+                    && e.origin.is_none()
+                    && e.published_here()
+            })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
                 Some(LocalPublication {
@@ -43,6 +48,7 @@ impl Registry {
             .iter()
             .filter(|(name, e)| {
                 !name.is_private()
+                    && !bus::directory::is_host_local(name.as_str())
                     && !e.published_here()
                     && (e.origin.is_some()
                         || e.endpoints

@@ -34,6 +34,7 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
             host: "hA".into(),
             type_name: theirs.type_name().into(),
             schema_hash: theirs.hash().0,
+            writer_alive: true,
         },
     )]));
     let out = reg.register(
