@@ -229,3 +229,65 @@ fn a_name_published_on_another_host_is_refused_and_the_first_keeps_working() {
     assert_eq!(s["last"], 200, "{s}");
     assert_eq!(s["backwards"], 0, "{s}");
 }
+
+#[test]
+fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_both() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    // Subscribed on B as `Checked` before host A publishes the name as `ManagerConfig`: B's
+    // registry does not mirror it and says why, naming both types.
+    let early = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/robot/manager",
+            "--seconds",
+            "3",
+            "--wait",
+        ],
+    );
+    let manager = std::env::temp_dir().join(format!("baton-types-{}.toml", std::process::id()));
+    std::fs::write(&manager, "controllers = []\narbiters = []\n").expect("manager file");
+    lab.spawn(
+        A,
+        "robot-manager",
+        &["--config", &manager.to_string_lossy()],
+    );
+    eventually("B logs the type conflict with both types", || {
+        let log = lab.log(B);
+        log.contains("not mirroring /robot/manager")
+            && log.contains("tools::stress::Checked")
+            && log.contains("arbiter::protocol::ManagerConfig")
+    });
+    let s = summary(&lab.finish(early));
+    assert_eq!(s["reads"], 0, "{s}");
+    // Subscribing once B knows A's publication: refused at once, the error names both types.
+    eventually("B learns A's publications", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
+    });
+    let late = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/robot/manager",
+            "--seconds",
+            "20",
+            "--wait",
+        ],
+    );
+    let out = lab.finish(late);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the subscription must be refused");
+    assert!(
+        err.contains("arbiter::protocol::ManagerConfig (published on host 'hA')")
+            && err.contains("tools::stress::Checked"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(manager);
+}
