@@ -291,3 +291,41 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     );
     let _ = std::fs::remove_file(manager);
 }
+
+#[test]
+fn a_forgotten_hosts_old_datagram_is_still_a_replay() {
+    let mut lab = Lab::new(3);
+    let key = key_file("forgotten", "a shared key for the forgotten host test");
+    let key_arg = key.to_string_lossy().into_owned();
+    lab.start_registry(A, &["--key-file", &key_arg], &[]);
+    lab.start_registry(B, &["--key-file", &key_arg], &[]);
+    eventually("B hears A", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.len() == 1))
+    });
+    // Captured on C's side of the network while A runs, replayed after B forgot A.
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let captured = lab.in_netns(C, move || capture_from(a_ip));
+    lab.kill_registry(A);
+    eventually("B forgets the silent host A", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.is_empty()))
+    });
+    let before = lab.dropped(B, "replayed");
+    let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
+    lab.in_netns(C, move || {
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        out.send_to(&captured, b_addr).unwrap();
+    });
+    eventually(
+        "B counts the forgotten host's old datagram as a replay",
+        || lab.dropped(B, "replayed") > before,
+    );
+    assert!(
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.is_empty())),
+        "the replay must not bring A back: {:?}",
+        lab.stats(B)
+    );
+    let _ = std::fs::remove_file(key);
+}
