@@ -1,5 +1,7 @@
 //! Sending: a message cut into datagrams at the chunk size, each with its header and MAC, through
-//! the test-only fault injector, to every destination.
+//! the test-only fault injector, to every destination. The datagrams of a multi-datagram
+//! message go to the kernel in batches of one system call (UDP segmentation offload, the
+//! socket's `UDP_SEGMENT` set to the full datagram size at start-up), never as IP fragments.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -28,8 +30,14 @@ impl Net {
         let message = s.message;
         let total = body.len().max(1);
         let padded: &[u8] = if body.is_empty() { &[0] } else { body };
-        for (i, part) in padded.chunks(self.chunk).enumerate() {
-            for dest in to {
+        // Without fault injection, the datagrams of one message to one host leave in batches
+        // of one system call each (UDP segmentation offload) when the kernel allows it.
+        let batch = s.faults.is_none() && s.gso && padded.len() > self.chunk;
+        for dest in to {
+            let mut gso = std::mem::take(&mut s.gso_buffer);
+            gso.clear();
+            let mut in_batch = 0;
+            for (i, part) in padded.chunks(self.chunk).enumerate() {
                 s.packet += 1;
                 let header = Header {
                     flags: if self.key.is_some() {
@@ -55,8 +63,48 @@ impl Net {
                     let mac = key.mac(&d);
                     d.extend_from_slice(&mac);
                 }
-                self.transmit(&mut s, &d, *dest);
+                if batch {
+                    gso.extend_from_slice(&d);
+                    in_batch += 1;
+                    if in_batch == self.gso_batch {
+                        self.send_batch(&mut s, &gso, in_batch, *dest);
+                        gso.clear();
+                        in_batch = 0;
+                    }
+                } else {
+                    self.transmit(&mut s, &d, *dest);
+                }
                 s.datagram = d;
+            }
+            if in_batch > 0 {
+                self.send_batch(&mut s, &gso, in_batch, *dest);
+            }
+            s.gso_buffer = gso;
+        }
+    }
+
+    /// Sends `count` datagrams laid end to end in `batch` (each of the full datagram size but
+    /// the last) in one system call, the kernel cutting them apart (`UDP_SEGMENT`). If the
+    /// kernel or the device refuses, batching is turned off and they go one by one.
+    fn send_batch(&self, s: &mut SendState, batch: &[u8], count: usize, to: SocketAddr) {
+        if count == 1 {
+            self.send_to(batch, to);
+            return;
+        }
+        match self.data.send_to(batch, to) {
+            Ok(n) => {
+                Counters::add(&self.counters.sent_datagrams, count as u64);
+                Counters::add(&self.counters.sent_bytes, n as u64);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "sending {count} datagrams in one call failed ({e}); sending one by one \
+                     from now on"
+                );
+                s.gso = false;
+                for d in batch.chunks(self.datagram_size) {
+                    self.send_to(d, to);
+                }
             }
         }
     }
