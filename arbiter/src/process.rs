@@ -89,13 +89,18 @@ pub fn run(
         };
         health.begin();
         if changed.contains(&watched.manager.index()) {
-            let listed = watched
+            // The rebuilt group reads the manager's slot afresh: if the manager wrote again
+            // since the value just followed, that newer list is consumed here and no later
+            // wake-up reports it, so follow it until the list read is the list watched.
+            while let Some(listed) = watched
                 .group
                 .get(watched.manager)
                 .value()
                 .map(|m| m.controllers.clone())
-                .unwrap_or_default();
-            if listed != watched.controller_names() {
+            {
+                if listed == watched.controller_names() {
+                    break;
+                }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
                 watched = Watched::new(bus, name, &listed)?;
                 watched.group.update_all()?;

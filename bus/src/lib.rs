@@ -17,10 +17,11 @@
 //! Modules: `names` (domains and slot names), `schema` and `codec` (types on the wire), `slot`
 //! (the shared-memory layout and seqlock), `shm` and `futex` (the only modules with `unsafe`),
 //! `client` (the registry connection), `protocol` (registry messages), `endpoints` and `group`
-//! (the API).
+//! (the API), `directory` (the registry's list of publications, published for discovery).
 
 mod client;
 pub mod codec;
+pub mod directory;
 mod endpoints;
 pub mod error;
 pub mod futex;

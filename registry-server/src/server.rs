@@ -91,6 +91,16 @@ pub fn serve(
             config.domain
         );
     }
+    // The directory names this computer as the network does, or by its host name.
+    let host = match &config.net {
+        Some(cfg) => cfg.host.clone(),
+        None => nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    registry
+        .create_directory_slot(&host)
+        .map_err(std::io::Error::other)?;
     let net = match config.net {
         Some(cfg) => {
             let net = crate::net::Net::open(cfg, &config.domain).map_err(std::io::Error::other)?;
@@ -182,11 +192,14 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
                 }
                 Request::Register(reg) => {
                     shared.changed();
-                    state.register(conn, frame.id, reg)
+                    let out = state.register(conn, frame.id, reg);
+                    state.publish_directory();
+                    out
                 }
                 Request::Unregister { endpoint } => {
                     shared.changed();
                     state.unregister(conn, endpoint);
+                    state.publish_directory();
                     vec![(conn, frame.id, Reply::Unregistered { endpoint })]
                 }
                 Request::List => vec![(
@@ -222,17 +235,20 @@ fn send(shared: &Shared, out: Outbox) {
 fn close(shared: &Shared, conn: u64) {
     lock(&shared.writers).remove(&conn);
     shared.changed();
-    if let Some(peer) = lock(&shared.state).disconnect(conn) {
+    let mut state = lock(&shared.state);
+    if let Some(peer) = state.disconnect(conn) {
         tracing::debug!("pid {} ({}) disconnected", peer.pid, peer.program);
     }
+    state.publish_directory();
 }
 
 fn sweep(shared: &Shared) {
     loop {
         std::thread::sleep(SWEEP_EVERY);
         let dead = {
-            let state = lock(&shared.state);
+            let mut state = lock(&shared.state);
             state.sweep_adopted_writers();
+            state.publish_directory();
             state.dead_connections()
         };
         for conn in dead {

@@ -1,7 +1,9 @@
 //! The robot manager: owns the priority order of robot controllers. It reads a TOML file,
 //! publishes the effective order on `/robot/manager`, reloads the file on SIGHUP or when it
 //! changes (keeping the previous config if the new one is invalid), and places controllers that
-//! appear on the bus without being listed according to the file's `unlisted` policy.
+//! appear on the bus without being listed according to the file's `unlisted` policy. It finds
+//! controllers in the registry's directory (`bus::directory`), which also lists those of other
+//! computers.
 //!
 //! ```toml
 //! controllers = ["teleop", "autonomy"]   # priority order, highest first
@@ -88,11 +90,33 @@ impl ManagerFile {
     }
 }
 
-/// Controller names whose blocks exist in this domain's shared memory, from segment file names.
-pub fn controller_of_segment(domain: &bus::Domain, file_name: &str) -> Option<String> {
-    let slot = domain.slot_of_segment_file(file_name)?;
-    let name = slot.as_str().strip_prefix("/robot/controller/")?;
-    (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
+/// Slot names of robot controllers' memory blocks start with this.
+pub const CONTROLLER_PREFIX: &str = "/robot/controller/";
+
+/// Names of the robot controllers the registry's directory lists (on this computer or any
+/// other), in the directory's order.
+pub fn controllers_in(directory: &bus::directory::Directory) -> Vec<String> {
+    directory
+        .with_prefix(CONTROLLER_PREFIX)
+        .filter_map(|e| {
+            let name = &e.name[CONTROLLER_PREFIX.len()..];
+            (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// Brings `discovered` (in order of appearance) up to date with the controllers listed now:
+/// new ones go last, vanished ones are removed. Returns the names that appeared.
+pub fn merge_discovered(discovered: &mut Vec<String>, now: &[String]) -> Vec<String> {
+    discovered.retain(|d| now.contains(d));
+    let mut appeared = Vec::new();
+    for n in now {
+        if !discovered.contains(n) {
+            discovered.push(n.clone());
+            appeared.push(n.clone());
+        }
+    }
+    appeared
 }
 
 #[cfg(test)]
@@ -132,16 +156,28 @@ mod tests {
     }
 
     #[test]
-    fn controller_segments_are_recognised() {
-        let d = bus::Domain::new("m").unwrap();
-        assert_eq!(
-            controller_of_segment(&d, "baton.m~robot~controller~teleop").as_deref(),
-            Some("teleop")
-        );
-        assert_eq!(controller_of_segment(&d, "baton.m~robot~arbiter~arm"), None);
-        assert_eq!(
-            controller_of_segment(&d, "baton.other~robot~controller~x"),
-            None
-        );
+    fn controllers_are_found_in_the_directory_and_kept_in_order_of_appearance() {
+        use bus::directory::{Directory, DirectoryEntry};
+        let entry = |name: &str, origin: Option<&str>| DirectoryEntry {
+            name: name.into(),
+            type_name: "T".into(),
+            schema_hash: 1,
+            origin_host: origin.map(Into::into),
+            publisher_alive: true,
+        };
+        let d = Directory {
+            host: "hA".into(),
+            entries: vec![
+                entry("/robot/arbiter/arm", None),
+                entry("/robot/controller/b", Some("hB")),
+                entry("/robot/controller/teleop", None),
+                entry("/robot/controller/x/y", None),
+            ],
+        };
+        assert_eq!(controllers_in(&d), ["b", "teleop"]);
+        let mut discovered = vec!["teleop".to_owned(), "gone".to_owned()];
+        let appeared = merge_discovered(&mut discovered, &controllers_in(&d));
+        assert_eq!(discovered, ["teleop", "b"]);
+        assert_eq!(appeared, ["b"]);
     }
 }

@@ -1,14 +1,19 @@
 //! `robot-manager`: publishes the robot controllers' priority order on `/robot/manager`.
 
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use bus::directory::{Directory, DIRECTORY_SLOT};
 use clap::Parser;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use robot_manager::{controller_of_segment, ManagerFile};
+use robot_manager::{controllers_in, merge_discovered, ManagerFile};
 
 #[derive(Parser)]
 #[command(
@@ -66,12 +71,6 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let config_watch = inotify
         .add_watch(config_dir, changes)
         .map_err(|e| format!("watching {}: {e}", config_dir.display()))?;
-    let shm_watch = inotify
-        .add_watch(
-            bus::names::SHM_DIR,
-            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_DELETE,
-        )
-        .map_err(|e| format!("watching {}: {e}", bus::names::SHM_DIR))?;
 
     let bus = bus::Bus::open(domain.clone()).map_err(|e| e.to_string())?;
     let mut publication = bus
@@ -80,12 +79,8 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         .capacity(64 * 1024)
         .create::<arbiter::protocol::ManagerConfig, bus::Serde>()
         .map_err(|e| e.to_string())?;
-    let mut discovered: Vec<String> = domain
-        .segment_files()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter_map(|(slot, _)| controller_of_segment(&domain, &slot_file(&domain, &slot)))
-        .collect();
+    let (directory, directory_wake) = watch_directory(&bus)?;
+    let mut discovered: Vec<String> = Vec::new();
     let mut revision = 1;
     let mut published = file.effective(&discovered, revision);
     publication.write(&published).map_err(|e| e.to_string())?;
@@ -98,6 +93,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
             PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(directory_wake.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -110,22 +106,21 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             reload = true;
         }
         for event in inotify.read_events().unwrap_or_default() {
-            let name = event
-                .name
-                .as_ref()
-                .map(|n| n.to_string_lossy().into_owned());
             if event.wd == config_watch && event.name.as_deref() == config_name.as_deref() {
                 reload = true;
-            } else if event.wd == shm_watch {
-                let Some(controller) = name.and_then(|n| controller_of_segment(&domain, &n)) else {
-                    continue;
-                };
-                if event.mask.contains(AddWatchFlags::IN_DELETE) {
-                    discovered.retain(|d| *d != controller);
-                } else if !discovered.contains(&controller) {
-                    tracing::info!("controller {controller} appeared on the bus");
-                    discovered.push(controller);
-                }
+            }
+        }
+        // Drain the wake-ups; the latest directory is what counts.
+        let mut drain = [0u8; 64];
+        while matches!((&directory_wake).read(&mut drain), Ok(n) if n > 0) {}
+        let listed = directory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(controllers_in);
+        if let Some(listed) = listed {
+            for c in merge_discovered(&mut discovered, &listed) {
+                tracing::info!("controller {c} appeared on the bus");
             }
         }
         if reload {
@@ -151,6 +146,40 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     }
 }
 
-fn slot_file(domain: &bus::Domain, slot: &bus::SlotName) -> String {
-    domain.segment_name(slot).trim_start_matches('/').to_owned()
+/// The directory as last read by the directory thread.
+type LatestDirectory = Arc<Mutex<Option<Directory>>>;
+
+/// Subscribes to the registry's directory on a thread of its own, which waits on it and, on
+/// each new value, stores it and writes a byte to the returned socket, so that the main loop's
+/// `poll` wakes. The directory also lists the controllers of other computers.
+fn watch_directory(bus: &bus::Bus) -> Result<(LatestDirectory, UnixStream), String> {
+    let mut subscription = bus
+        .subscribe::<Directory>(DIRECTORY_SLOT)
+        .map_err(|e| e.to_string())?;
+    let (wake, woken) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    for s in [&wake, &woken] {
+        s.set_nonblocking(true)
+            .map_err(|e| format!("socketpair: {e}"))?;
+    }
+    let latest = Arc::new(Mutex::new(None));
+    let shared = Arc::clone(&latest);
+    std::thread::Builder::new()
+        .name("directory".into())
+        .spawn(move || loop {
+            match subscription.wait_update(Duration::from_secs(3600)) {
+                Ok(true) => {
+                    *shared.lock().unwrap_or_else(|p| p.into_inner()) =
+                        subscription.value().cloned();
+                    // A full socket already holds a pending wake-up.
+                    let _ = (&wake).write(&[1]);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("reading {DIRECTORY_SLOT}: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        })
+        .map_err(|e| format!("starting the directory thread: {e}"))?;
+    Ok((latest, woken))
 }

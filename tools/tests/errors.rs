@@ -191,8 +191,10 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    // The good slot and the registry's directory.
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
     assert!(stdout.contains("/good"));
+    assert!(stdout.contains(bus::directory::DIRECTORY_SLOT));
     assert_eq!(stderr.matches("unreadable").count(), 4, "{stderr}");
 
     // A restarted registry skips the corrupt segments, adopts the good one and keeps serving;

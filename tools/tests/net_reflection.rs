@@ -220,3 +220,83 @@ fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value(
         lab.stats(B)
     );
 }
+
+#[test]
+fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let w = lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/mortal",
+            "--count",
+            "3",
+            "--max-size",
+            "16",
+            "--linger",
+            "60",
+        ],
+    );
+    let first = reader(&mut lab, B, "/mortal", "3", "20");
+    check(&mut lab, first, 3, "subscriber on B before the kill");
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/mortal",
+            "--seconds",
+            "40",
+            "--wait",
+            "--until-writer-gone",
+        ],
+    );
+    lab.kill(w);
+    let s = check(&mut lab, r, 3, "subscriber on B after the kill");
+    assert_eq!(s["writer"], "Gone", "{s}");
+}
+
+#[test]
+fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
+    let mut lab = Lab::new(2);
+    // Each host announces on its own multicast group, so no announcement crosses by multicast;
+    // only the --peer lists connect them.
+    let peer_of_a = format!("{}:{}", lab.hosts[B].ip, netns::PORT);
+    let peer_of_b = format!("{}:{}", lab.hosts[A].ip, netns::PORT);
+    lab.start_registry(
+        A,
+        &["--mcast-group", "239.255.66.1", "--peer", &peer_of_a],
+        &[],
+    );
+    lab.start_registry(
+        B,
+        &["--mcast-group", "239.255.66.2", "--peer", &peer_of_b],
+        &[],
+    );
+    writer(&mut lab, "/unicast", "5", "0", "3000");
+    let r = reader(&mut lab, B, "/unicast", "5", "20");
+    check(&mut lab, r, 5, "subscriber reached by unicast");
+    // And the other way.
+    lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/back",
+            "--count",
+            "4",
+            "--max-size",
+            "16",
+            "--linger",
+            "60",
+        ],
+    );
+    let r = reader(&mut lab, A, "/back", "4", "20");
+    check(&mut lab, r, 4, "subscriber on A reached by unicast");
+}

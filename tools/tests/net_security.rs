@@ -229,3 +229,103 @@ fn a_name_published_on_another_host_is_refused_and_the_first_keeps_working() {
     assert_eq!(s["last"], 200, "{s}");
     assert_eq!(s["backwards"], 0, "{s}");
 }
+
+#[test]
+fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_both() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    // Subscribed on B as `Checked` before host A publishes the name as `ManagerConfig`: B's
+    // registry does not mirror it and says why, naming both types.
+    let early = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/robot/manager",
+            "--seconds",
+            "3",
+            "--wait",
+        ],
+    );
+    let manager = std::env::temp_dir().join(format!("baton-types-{}.toml", std::process::id()));
+    std::fs::write(&manager, "controllers = []\narbiters = []\n").expect("manager file");
+    lab.spawn(
+        A,
+        "robot-manager",
+        &["--config", &manager.to_string_lossy()],
+    );
+    eventually("B logs the type conflict with both types", || {
+        let log = lab.log(B);
+        log.contains("not mirroring /robot/manager")
+            && log.contains("tools::stress::Checked")
+            && log.contains("arbiter::protocol::ManagerConfig")
+    });
+    let s = summary(&lab.finish(early));
+    assert_eq!(s["reads"], 0, "{s}");
+    // Subscribing once B knows A's publication: refused at once, the error names both types.
+    eventually("B learns A's publications", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
+    });
+    let late = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/robot/manager",
+            "--seconds",
+            "20",
+            "--wait",
+        ],
+    );
+    let out = lab.finish(late);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the subscription must be refused");
+    assert!(
+        err.contains("arbiter::protocol::ManagerConfig (published on host 'hA')")
+            && err.contains("tools::stress::Checked"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(manager);
+}
+
+#[test]
+fn a_forgotten_hosts_old_datagram_is_still_a_replay() {
+    let mut lab = Lab::new(3);
+    let key = key_file("forgotten", "a shared key for the forgotten host test");
+    let key_arg = key.to_string_lossy().into_owned();
+    lab.start_registry(A, &["--key-file", &key_arg], &[]);
+    lab.start_registry(B, &["--key-file", &key_arg], &[]);
+    eventually("B hears A", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.len() == 1))
+    });
+    // Captured on C's side of the network while A runs, replayed after B forgot A.
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let captured = lab.in_netns(C, move || capture_from(a_ip));
+    lab.kill_registry(A);
+    eventually("B forgets the silent host A", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.is_empty()))
+    });
+    let before = lab.dropped(B, "replayed");
+    let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
+    lab.in_netns(C, move || {
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        out.send_to(&captured, b_addr).unwrap();
+    });
+    eventually(
+        "B counts the forgotten host's old datagram as a replay",
+        || lab.dropped(B, "replayed") > before,
+    );
+    assert!(
+        lab.stats(B)
+            .is_some_and(|s| s["peers"].as_array().is_some_and(|p| p.is_empty())),
+        "the replay must not bring A back: {:?}",
+        lab.stats(B)
+    );
+    let _ = std::fs::remove_file(key);
+}

@@ -1,5 +1,6 @@
 //! Datagram authentication: a keyed BLAKE3 MAC (truncated to 16 bytes) derived from a shared key
-//! file and the domain, and a per-sender window of packet numbers against replays.
+//! file and the domain, and a per-sender window of packet numbers against replays, kept (within
+//! a bound) beyond the forgetting of a silent host.
 
 use std::collections::HashMap;
 
@@ -56,37 +57,63 @@ impl Key {
 /// Packets accepted out of order behind the newest one.
 pub const WINDOW: u64 = 256;
 
-/// Per-sender replay window: the sender's session (start time) and which of the last `WINDOW`
-/// packet numbers were seen.
+/// Most senders whose windows are kept. A forgotten host's window is kept too (a datagram it
+/// sent before it was forgotten stays a replay afterwards); past this bound the window of the
+/// forgotten (then the least recently heard) sender is dropped first.
+pub const MAX_SENDERS: usize = 1024;
+
+/// Per-sender replay windows: each sender's session (its registry's start time) and which of
+/// its last `WINDOW` packet numbers were seen.
+///
+/// Windows outlive the forgetting of their host: forgetting only marks a window as the first to
+/// evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
+/// e.g. a computer without a real-time clock booting before time synchronisation) is refused as a
+/// replay until its window is evicted; its datagrams are counted as `replayed`.
 #[derive(Default)]
 pub struct Replay {
     senders: HashMap<u64, SenderWindow>,
+    /// Logical clock of accepted packets, for least-recently-heard eviction.
+    clock: u64,
 }
 
 struct SenderWindow {
     session: u64,
     newest: u64,
     seen: [u64; (WINDOW / 64) as usize],
+    /// Its host was forgotten (and not heard from since).
+    forgotten: bool,
+    /// `clock` when a packet from it was last accepted.
+    heard: u64,
+}
+
+impl SenderWindow {
+    fn new(session: u64) -> SenderWindow {
+        SenderWindow {
+            session,
+            newest: 0,
+            seen: [0; (WINDOW / 64) as usize],
+            forgotten: false,
+            heard: 0,
+        }
+    }
 }
 
 impl Replay {
     /// Accepts `(session, packet)` from `sender` once; a packet of an older session, a packet
     /// seen before, or one older than the window is refused.
     pub fn accept(&mut self, sender: u64, session: u64, packet: u64) -> Result<(), Drop> {
-        let w = self.senders.entry(sender).or_insert(SenderWindow {
-            session,
-            newest: 0,
-            seen: [0; (WINDOW / 64) as usize],
-        });
+        if !self.senders.contains_key(&sender) {
+            self.make_room();
+        }
+        let w = self
+            .senders
+            .entry(sender)
+            .or_insert_with(|| SenderWindow::new(session));
         if session < w.session {
             return Err(Drop::Replayed);
         }
         if session > w.session {
-            *w = SenderWindow {
-                session,
-                newest: 0,
-                seen: [0; (WINDOW / 64) as usize],
-            };
+            *w = SenderWindow::new(session);
         }
         let bit = |p: u64| ((p % WINDOW / 64) as usize, 1u64 << (p % 64));
         if packet > w.newest {
@@ -109,12 +136,43 @@ impl Replay {
             return Err(Drop::Replayed);
         }
         w.seen[i] |= m;
+        self.clock += 1;
+        w.heard = self.clock;
+        w.forgotten = false;
         Ok(())
     }
 
-    /// Forgets a sender (after it timed out).
+    /// Its host was forgotten (timed out): the window stays, first in line for eviction.
     pub fn forget(&mut self, sender: u64) {
-        self.senders.remove(&sender);
+        if let Some(w) = self.senders.get_mut(&sender) {
+            w.forgotten = true;
+        }
+    }
+
+    /// Makes room for one more sender: evicts a forgotten one, else the least recently heard.
+    fn make_room(&mut self) {
+        while self.senders.len() >= MAX_SENDERS {
+            let victim = self
+                .senders
+                .iter()
+                .min_by_key(|(_, w)| (!w.forgotten, w.heard))
+                .map(|(s, _)| *s);
+            match victim {
+                Some(s) => {
+                    self.senders.remove(&s);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Senders whose windows are kept.
+    pub fn len(&self) -> usize {
+        self.senders.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.senders.is_empty()
     }
 }
 
@@ -150,5 +208,37 @@ mod tests {
             "its old session"
         );
         assert!(r.accept(2, 10, 1).is_ok(), "another sender");
+    }
+
+    #[test]
+    fn a_forgotten_senders_old_datagrams_stay_replays() {
+        let mut r = Replay::default();
+        for p in 1..=5 {
+            assert!(r.accept(1, 10, p).is_ok());
+        }
+        r.forget(1);
+        assert_eq!(r.accept(1, 10, 3), Err(Drop::Replayed), "seen before");
+        assert_eq!(r.accept(1, 9, 100), Err(Drop::Replayed), "an older session");
+        assert!(r.accept(1, 10, 6).is_ok(), "the same host, back again");
+        assert!(r.accept(1, 11, 1).is_ok(), "the host restarted");
+    }
+
+    #[test]
+    fn windows_are_bounded_and_forgotten_senders_are_evicted_first() {
+        let mut r = Replay::default();
+        for s in 0..MAX_SENDERS as u64 {
+            assert!(r.accept(s, 10, 1).is_ok());
+        }
+        r.forget(7);
+        // Sender 0 is the least recently heard, but 7 was forgotten: 7 goes.
+        assert!(r.accept(5000, 10, 1).is_ok());
+        assert_eq!(r.len(), MAX_SENDERS);
+        assert_eq!(r.accept(0, 10, 1), Err(Drop::Replayed), "0 kept");
+        assert!(r.accept(7, 10, 1).is_ok(), "7's window was evicted");
+        // No forgotten sender left: the least recently heard (0: a refused replay does not
+        // count as heard) went to make room for 7.
+        assert_eq!(r.len(), MAX_SENDERS);
+        assert_eq!(r.accept(1, 10, 1), Err(Drop::Replayed), "1 kept");
+        assert!(r.accept(0, 10, 1).is_ok(), "0 was evicted");
     }
 }

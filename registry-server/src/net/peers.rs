@@ -121,6 +121,9 @@ impl Peers {
                 let Ok(name) = SlotName::public(&info.name) else {
                     continue;
                 };
+                if bus::directory::is_host_local(&info.name) {
+                    continue;
+                }
                 if let Some(first) = claims.get(&name) {
                     conflict(&info.name, &first.claim.host, &p.announce.host);
                     continue;
@@ -132,6 +135,7 @@ impl Peers {
                             host: p.announce.host.clone(),
                             type_name: info.type_name.clone(),
                             schema_hash: info.schema_hash,
+                            writer_alive: info.writer_alive,
                         },
                         info: info.clone(),
                     },

@@ -51,6 +51,10 @@ enum Command {
         /// Stop early once a value with this sequence field or higher was read.
         #[arg(long)]
         until: Option<u64>,
+        /// Stop early once the slot's writer is gone (its process exited or died, on this
+        /// computer or, for a mirrored slot, on its origin computer).
+        #[arg(long)]
+        until_writer_gone: bool,
     },
 }
 
@@ -105,40 +109,52 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             seconds,
             wait,
             until,
+            until_writer_gone,
         } => {
-            let mut sub = bus.subscribe::<Checked>(&name).map_err(|e| e.to_string())?;
+            // A group of one: its wait also reports a change of the writer's state.
+            let mut group = bus::SubscriptionGroup::new();
+            let member = group.add(bus.subscribe::<Checked>(&name).map_err(|e| e.to_string())?);
             let end = Instant::now() + Duration::from_secs_f64(seconds);
             let (mut reads, mut bad, mut last, mut backwards) = (0u64, 0u64, 0u64, 0u64);
+            let mut slot_sequence = 0u64;
             while Instant::now() < end {
                 let changed = if wait {
-                    sub.wait_update(end.saturating_duration_since(Instant::now()))
+                    group.wait_any(end.saturating_duration_since(Instant::now()))
                 } else {
-                    sub.update()
+                    group.update_all()
                 };
-                match changed {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(e) => {
-                        eprintln!("bus-stress: read error: {e}");
-                        bad += 1;
-                        continue;
-                    }
-                }
-                let Some(value) = sub.value() else { continue };
-                reads += 1;
-                if !value.is_valid() {
+                if let Err(e) = changed {
+                    eprintln!("bus-stress: read error: {e}");
                     bad += 1;
+                    continue;
                 }
-                if value.sequence < last {
-                    backwards += 1;
+                let sub = group.get(member);
+                let gone = sub.writer() == Some(bus::WriterState::Gone);
+                let fresh = sub
+                    .meta()
+                    .map(|m| m.sequence)
+                    .filter(|s| *s != slot_sequence);
+                if let (Some(seq), Some(value)) = (fresh, sub.value()) {
+                    slot_sequence = seq;
+                    reads += 1;
+                    if !value.is_valid() {
+                        bad += 1;
+                    }
+                    if value.sequence < last {
+                        backwards += 1;
+                    }
+                    last = value.sequence;
                 }
-                last = value.sequence;
-                if until.is_some_and(|u| last >= u) {
+                if until.is_some_and(|u| last >= u) || (until_writer_gone && gone) {
                     break;
                 }
             }
+            let writer = group
+                .get(member)
+                .writer()
+                .map_or("unbound".to_owned(), |w| format!("{w:?}"));
             println!(
-                "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last}}}"
+                "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\"}}"
             );
             Ok(if bad > 0 || backwards > 0 { 2 } else { 0 })
         }

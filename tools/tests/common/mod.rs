@@ -191,6 +191,12 @@ impl Drop for TestBus {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if std::thread::panicking() {
+            for n in 0..self.children.len() {
+                let err = std::fs::read_to_string(self.output_files(n).1).unwrap_or_default();
+                eprintln!("--- stderr of child {n} ---\n{err}");
+            }
+        }
         let _ = self.domain.remove_all_segments();
         let _ =
             std::fs::remove_dir_all(std::env::temp_dir().join(format!("baton-{}", self.domain)));

@@ -30,6 +30,7 @@ pub struct Lab {
     switch: String,
     pub hosts: Vec<Host>,
     children: Vec<Option<Child>>,
+    files: Vec<std::path::PathBuf>,
 }
 
 fn ip(args: &[&str]) {
@@ -60,6 +61,7 @@ impl Lab {
             switch: switch.clone(),
             hosts: Vec::new(),
             children: Vec::new(),
+            files: Vec::new(),
         };
         ip(&["netns", "add", &switch]);
         ip(&[
@@ -216,6 +218,22 @@ impl Lab {
         self.children.len() - 1
     }
 
+    /// Kills a child with SIGKILL and reaps it.
+    pub fn kill(&mut self, child: usize) {
+        if let Some(mut c) = self.children[child].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Writes a scratch file (configs) visible in every host; removed with the lab.
+    pub fn file(&mut self, name: &str, text: &str) -> String {
+        let path = std::env::temp_dir().join(format!("{}-{name}", self.tag));
+        std::fs::write(&path, text).expect("write scratch file");
+        self.files.push(path.clone());
+        path.to_string_lossy().into_owned()
+    }
+
     /// Waits for a child (watchdog-bounded) and returns its output.
     pub fn finish(&mut self, child: usize) -> Output {
         let mut process = self.children[child].take().expect("child not finished yet");
@@ -280,9 +298,22 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
+        let panicking = std::thread::panicking();
+        for (n, child) in self.children.iter_mut().enumerate() {
+            let Some(mut child) = child.take() else {
+                continue;
+            };
             let _ = child.kill();
-            let _ = child.wait();
+            if panicking {
+                if let Ok(out) = child.wait_with_output() {
+                    eprintln!(
+                        "--- stderr of child {n} ---\n{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            } else {
+                let _ = child.wait();
+            }
         }
         for h in &mut self.hosts {
             if let Some(r) = h.registry.as_mut() {
@@ -293,7 +324,7 @@ impl Drop for Lab {
             let _ = h.holder.wait();
             let _ = Command::new("ip").args(["netns", "del", &h.ns]).status();
         }
-        if std::thread::panicking() {
+        if panicking {
             for i in 0..self.hosts.len() {
                 eprintln!(
                     "--- registry log of {} ---\n{}",
@@ -304,6 +335,9 @@ impl Drop for Lab {
         }
         for i in 0..self.hosts.len() {
             let _ = std::fs::remove_file(self.log_path(i));
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.switch])

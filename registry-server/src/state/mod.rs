@@ -1,5 +1,6 @@
 //! What the registry knows: slots, their endpoints, and the connected processes. Every method
-//! returns the messages to send; `server` sends them.
+//! returns the messages to send; `server` sends them. `remote` holds what the network layer
+//! asks of it (remote claims, mirrors); `directory` publishes the list of known publications.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -51,6 +52,8 @@ pub struct RemoteClaim {
     pub host: String,
     pub type_name: String,
     pub schema_hash: u64,
+    /// Whether the remote host says its publisher runs.
+    pub writer_alive: bool,
 }
 
 /// A public slot published on this host, for announcing and reflecting.
@@ -75,6 +78,8 @@ pub struct Registry {
     remote: BTreeMap<SlotName, RemoteClaim>,
     /// Registrations refused because another host publishes the name.
     pub conflicts: u64,
+    /// The directory slot and the value last written to it (see `directory`).
+    directory: Option<directory::Published>,
 }
 
 impl Registry {
@@ -86,6 +91,7 @@ impl Registry {
             peers: HashMap::new(),
             remote: BTreeMap::new(),
             conflicts: 0,
+            directory: None,
         }
     }
 
@@ -416,144 +422,6 @@ impl Registry {
         }
     }
 
-    /// Replaces what is known of other hosts' publications.
-    pub fn set_remote_claims(&mut self, claims: BTreeMap<SlotName, RemoteClaim>) {
-        self.remote = claims;
-    }
-
-    /// Public slots published on this host (by a process, or by the registry itself).
-    pub fn local_publications(&self) -> Vec<LocalPublication> {
-        self.slots
-            .iter()
-            .filter(|(name, e)| !name.is_private() && e.origin.is_none() && e.published_here())
-            .filter_map(|(name, e)| {
-                let slot = e.slot.as_ref()?;
-                Some(LocalPublication {
-                    name: name.clone(),
-                    schema: e.schema.clone(),
-                    capacity: slot.capacity() as u64,
-                    writer_alive: slot.writer().state == WriterState::Alive,
-                    segment: slot.segment().to_owned(),
-                })
-            })
-            .collect()
-    }
-
-    /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
-    /// not published here.
-    pub fn wanted(&self) -> Vec<SlotName> {
-        self.slots
-            .iter()
-            .filter(|(name, e)| {
-                !name.is_private()
-                    && !e.published_here()
-                    && (e.origin.is_some()
-                        || e.endpoints
-                            .iter()
-                            .any(|r| r.kind == EndpointKind::Subscription))
-            })
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    /// Whether the name is published by a process on this host.
-    pub fn is_published_here(&self, name: &SlotName) -> bool {
-        self.slots.get(name).is_some_and(SlotEntry::published_here)
-    }
-
-    /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed (or re-creates
-    /// one too small that nobody maps), records the origin host, makes this registry its writer,
-    /// and binds the subscriptions that wait for it. Returns the segment and the messages.
-    pub fn ensure_mirror(
-        &mut self,
-        name: &SlotName,
-        claim: &RemoteClaim,
-        schema: &Schema,
-        capacity: u64,
-    ) -> Result<(String, Outbox), String> {
-        let segment = self.domain.segment_name(name);
-        let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
-            slot: None,
-            schema: StoredSchema::new(schema),
-            endpoints: Vec::new(),
-            origin: None,
-            own: false,
-        });
-        if entry.published_here() {
-            return Err(format!("{name} is published on this host too"));
-        }
-        if entry.schema.hash.0 != claim.schema_hash {
-            return Err(format!(
-                "local subscribers of {name} use type {}, host '{}' publishes {}",
-                entry.schema.type_name, claim.host, claim.type_name
-            ));
-        }
-        let too_small = entry
-            .slot
-            .as_ref()
-            .is_some_and(|s| (s.capacity() as u64) < capacity);
-        if too_small {
-            if entry.endpoints.iter().any(|e| e.bound) {
-                return Err(format!(
-                    "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
-                     and is in use",
-                    claim.host
-                ));
-            }
-            entry.slot = None;
-            let _ = bus::shm::unlink(&segment);
-        }
-        if entry.slot.is_none() {
-            let created = create_slot(&segment, name, schema, capacity, self.group)
-                .map_err(|e| format!("cannot create {segment}: {e}"))?;
-            tracing::info!(
-                "created mirror {name} ({}, {} bytes) of host '{}'",
-                claim.type_name,
-                created.capacity(),
-                claim.host
-            );
-            entry.slot = Some(created);
-        }
-        let slot = entry
-            .slot
-            .as_ref()
-            .ok_or_else(|| format!("{name}: slot vanished"))?;
-        if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
-            slot.set_origin(&claim.host);
-            entry.origin = Some(claim.host.clone());
-        }
-        if slot.writer().state != WriterState::Alive || slot.writer().pid != std::process::id() {
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
-        }
-        let mut out = Outbox::new();
-        for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
-            sub.bound = true;
-            out.push((
-                sub.conn,
-                0,
-                Reply::Bound {
-                    endpoint: sub.endpoint,
-                    segment: segment.clone(),
-                },
-            ));
-        }
-        Ok((segment, out))
-    }
-
-    /// The remote publisher of a mirror went away (or its host was forgotten).
-    pub fn mirror_writer_gone(&self, name: &SlotName) {
-        if let Some(slot) = self
-            .slots
-            .get(name)
-            .filter(|e| e.origin.is_some())
-            .and_then(|e| e.slot.as_ref())
-        {
-            if slot.writer().state == WriterState::Alive {
-                slot.mark_writer_gone();
-            }
-        }
-    }
-
     /// Creates (or adopts) a slot the registry itself writes. Returns its segment.
     pub fn create_own_slot(
         &mut self,
@@ -653,74 +521,7 @@ fn create_slot(
     }
 }
 
+mod directory;
+mod remote;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> Registration {
-        Registration {
-            endpoint: 1,
-            name: SlotName::public(name).unwrap(),
-            kind,
-            type_name: schema.type_name().into(),
-            schema_hash: schema.hash().0,
-            schema: schema.to_bytes(),
-            capacity: 64,
-        }
-    }
-
-    #[test]
-    fn names_published_on_another_host_are_refused_with_the_host_and_type() {
-        let mut reg = Registry::new(Domain::new("unit-remote").unwrap(), None);
-        reg.connect(
-            7,
-            Peer {
-                pid: 1,
-                start_time: 0,
-                program: "t".into(),
-            },
-        );
-        let theirs = Schema::of_serde::<u64>().unwrap();
-        let ours = Schema::of_serde::<String>().unwrap();
-        let name = SlotName::public("/remote/x").unwrap();
-        reg.set_remote_claims(BTreeMap::from([(
-            name,
-            RemoteClaim {
-                host: "hA".into(),
-                type_name: theirs.type_name().into(),
-                schema_hash: theirs.hash().0,
-            },
-        )]));
-        let out = reg.register(
-            7,
-            1,
-            registration("/remote/x", EndpointKind::Publication, &theirs),
-        );
-        assert!(
-            matches!(&out[0].2, Reply::Refused { refusal: Refusal::Failed { reason }, .. }
-                if reason.contains("host 'hA' already publishes /remote/x")),
-            "{out:?}"
-        );
-        assert_eq!(reg.conflicts, 1);
-        let out = reg.register(
-            7,
-            2,
-            registration("/remote/x", EndpointKind::Subscription, &ours),
-        );
-        assert!(
-            matches!(&out[0].2, Reply::Refused { refusal: Refusal::TypeMismatch { slot_type, .. }, .. }
-                if slot_type.contains("hA")),
-            "{out:?}"
-        );
-        let out = reg.register(
-            7,
-            3,
-            registration("/remote/x", EndpointKind::Subscription, &theirs),
-        );
-        assert!(
-            matches!(&out[0].2, Reply::Registered { segment: None, .. }),
-            "{out:?}"
-        );
-        assert_eq!(reg.wanted(), vec![SlotName::public("/remote/x").unwrap()]);
-    }
-}
+mod tests;

@@ -1,0 +1,219 @@
+//! Reconciling what the peers announced with the registry: remote claims (and the conflicts
+//! they reveal), mirror slots for the names this host wants, reflected slots and their target
+//! hosts, and this host's own announcement.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bus::schema::Schema;
+use bus::slot::Slot;
+use bus::SlotName;
+
+use super::stats::Counters;
+use super::wire::{Announce, PubInfo};
+use super::{Mirror, Net, NetState, Reflected};
+
+impl Net {
+    /// Applies what the peers announced to the registry: remote claims, mirrors, reflected
+    /// slots and their targets. Returns the replies for subscriptions that got bound.
+    pub(super) fn reconcile(
+        &self,
+        reg: &mut crate::state::Registry,
+        st: &mut NetState,
+    ) -> crate::state::Outbox {
+        let mut out = crate::state::Outbox::new();
+        let claims = st.peers.claims(&mut |name, first, second| {
+            if st_log(&mut st.logged, name, second) {
+                tracing::warn!(
+                    "conflict: hosts '{first}' and '{second}' both publish {name}; using '{first}'"
+                );
+                Counters::add(&self.counters.conflicts, 1);
+            }
+        });
+        // Names published both here and remotely: the local one keeps working.
+        for (name, claim) in &claims {
+            if reg.is_published_here(name)
+                && st_log(&mut st.logged, name.as_str(), &claim.claim.host)
+            {
+                tracing::warn!(
+                    "conflict: {name} is published here and on host '{}' ({}); not mirroring it",
+                    claim.claim.host,
+                    claim.claim.type_name
+                );
+                Counters::add(&self.counters.conflicts, 1);
+            }
+        }
+        let remote: BTreeMap<SlotName, crate::state::RemoteClaim> = claims
+            .iter()
+            .filter(|(name, _)| !reg.is_published_here(name))
+            .map(|(n, c)| (n.clone(), c.claim.clone()))
+            .collect();
+        reg.set_remote_claims(remote.clone());
+        // Mirrors.
+        let wanted: BTreeSet<SlotName> = reg.wanted().into_iter().collect();
+        for (name, c) in &claims {
+            if !wanted.contains(name) || !remote.contains_key(name) {
+                continue;
+            }
+            let schema = match Schema::from_bytes(&c.info.schema) {
+                Ok(s) if s.hash().0 == c.info.schema_hash => s,
+                _ => {
+                    if st_log(&mut st.logged, name.as_str(), "schema") {
+                        tracing::warn!(
+                            "host '{}' announced an unreadable schema for {name}",
+                            c.claim.host
+                        );
+                    }
+                    continue;
+                }
+            };
+            match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
+                Ok((segment, bound)) => {
+                    out.extend(bound);
+                    let fresh = st
+                        .mirrors
+                        .get(name.as_str())
+                        .is_none_or(|m| m.origin != c.claim.host || m.hash != c.claim.schema_hash);
+                    if fresh {
+                        match Slot::open(&segment, true) {
+                            Ok(slot) => {
+                                let last_sequence = slot.origin_sequence();
+                                st.mirrors.insert(
+                                    name.as_str().to_owned(),
+                                    Mirror {
+                                        slot,
+                                        origin: c.claim.host.clone(),
+                                        hash: c.claim.schema_hash,
+                                        origin_session: 0,
+                                        last_sequence,
+                                    },
+                                );
+                            }
+                            Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
+                        }
+                    }
+                    if !c.info.writer_alive {
+                        reg.mirror_writer_gone(name);
+                    }
+                }
+                Err(reason) => {
+                    if st_log(&mut st.logged, name.as_str(), &c.claim.host) {
+                        tracing::warn!("conflict: not mirroring {name}: {reason}");
+                        Counters::add(&self.counters.conflicts, 1);
+                    }
+                }
+            }
+        }
+        // Mirrors whose publisher went away keep their last value, writer gone.
+        let stale: Vec<String> = st
+            .mirrors
+            .iter()
+            .filter(|(name, m)| {
+                let claim = SlotName::parse(name).ok().and_then(|n| remote.get(&n));
+                claim.is_none_or(|c| c.host != m.origin)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in stale {
+            st.mirrors.remove(&name);
+            if let Ok(n) = SlotName::parse(&name) {
+                reg.mirror_writer_gone(&n);
+            }
+            tracing::info!("{name}: its remote publisher is gone");
+        }
+        // Reflected slots and their targets.
+        let mut keep = BTreeSet::new();
+        for p in reg.local_publications() {
+            let name = p.name.as_str().to_owned();
+            let targets = st.peers.wanting(&name);
+            if targets.is_empty() {
+                continue;
+            }
+            keep.insert(name.clone());
+            if !st.reflected.contains_key(&name) {
+                // Writable: the reflector counts itself in the slot's waiter word.
+                match Slot::open(&p.segment, true) {
+                    Ok(slot) => {
+                        st.reflected.insert(
+                            name.clone(),
+                            Reflected {
+                                slot: Arc::new(slot),
+                                hash: p.schema.hash.0,
+                                targets: BTreeMap::new(),
+                                last_sent: 0,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot map {}: {e}", p.segment);
+                        continue;
+                    }
+                }
+            }
+            let NetState {
+                reflected, owed, ..
+            } = &mut *st;
+            let Some(r) = reflected.get_mut(&name) else {
+                continue;
+            };
+            if r.slot.segment() != p.segment || r.hash != p.schema.hash.0 {
+                if let Ok(slot) = Slot::open(&p.segment, true) {
+                    r.slot = Arc::new(slot);
+                    r.hash = p.schema.hash.0;
+                    r.last_sent = 0;
+                }
+            }
+            r.targets
+                .retain(|host, _| targets.iter().any(|t| &t.0 == host));
+            for (host, addr, session) in targets {
+                let known = r
+                    .targets
+                    .get(&host)
+                    .is_some_and(|(a, s)| *a == addr && *s == session);
+                if !known {
+                    // A new (or restarted) subscriber host gets the current value at once.
+                    r.targets.insert(host.clone(), (addr, session));
+                    owed.push((name.clone(), host));
+                }
+            }
+        }
+        st.reflected.retain(|name, _| keep.contains(name));
+        reg.publish_directory();
+        // Announce now if what we announce changed.
+        if st.last_announce.as_ref() != Some(&self.our_announce(reg)) {
+            st.next_announce = Instant::now();
+        }
+        out
+    }
+
+    pub(super) fn our_announce(&self, reg: &crate::state::Registry) -> Announce {
+        Announce {
+            host: self.host.clone(),
+            data_port: self.data_port,
+            interval_ms: self.announce_every.as_millis().min(u128::from(u32::MAX)) as u32,
+            publications: reg
+                .local_publications()
+                .into_iter()
+                .map(|p| PubInfo {
+                    name: p.name.as_str().to_owned(),
+                    type_name: p.schema.type_name.clone(),
+                    schema_hash: p.schema.hash.0,
+                    capacity: p.capacity,
+                    writer_alive: p.writer_alive,
+                    schema: p.schema.bytes.clone(),
+                })
+                .collect(),
+            wants: reg
+                .wanted()
+                .into_iter()
+                .map(|n| n.as_str().to_owned())
+                .collect(),
+        }
+    }
+}
+
+/// `true` the first time `(name, who)` is seen: log a conflict once, not every tick.
+fn st_log(logged: &mut BTreeSet<(String, String)>, name: &str, who: &str) -> bool {
+    logged.insert((name.to_owned(), who.to_owned()))
+}

@@ -1,0 +1,242 @@
+//! The reflector thread: sleeps on the reflected slots' notify words and the change word, sends
+//! new values to the hosts that want them, and on a tick expires silent hosts, reconciles with
+//! the registry, announces, schedules refreshes and publishes the statistics.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bus::futex;
+use bus::slot::Slot;
+
+use super::stats::{Counters, NetStats, PeerStats};
+use super::wire::{self, Drop, Value};
+use super::{lock, Net, NetState, Reflected, REASSEMBLY_AGE, STATS_EVERY, TICK, WATCH_MAX};
+use crate::server::Shared;
+
+impl Net {
+    pub(super) fn reflect(&self, shared: &Shared) {
+        let mut value = Vec::new();
+        let mut message = Vec::new();
+        let mut next_tick = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                self.tick(shared, now, &mut message);
+                next_tick = now + TICK;
+            }
+            self.send_new_values(&mut value, &mut message);
+            let watched: Vec<Arc<Slot>> = {
+                let st = lock(&self.state);
+                st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
+            };
+            self.sleep(&watched, next_tick);
+        }
+    }
+
+    /// Sleeps until a watched slot is written, the registry changes, or `deadline`.
+    fn sleep(&self, watched: &[Arc<Slot>], deadline: Instant) {
+        let change_seen = self.change.load(Ordering::SeqCst);
+        let deadline = if watched.len() > WATCH_MAX {
+            deadline.min(Instant::now() + Duration::from_millis(2))
+        } else {
+            deadline
+        };
+        let watched = &watched[..watched.len().min(WATCH_MAX)];
+        // Register as a waiter first (SeqCst, paired with the writer's notify store and waiter
+        // load), then read the notify words: a write after this point either sees us counted
+        // and wakes us, or changed the word we compare against.
+        for s in watched {
+            s.waiters_word().fetch_add(1, Ordering::SeqCst);
+        }
+        let mut words = vec![futex::WaitOn {
+            word: &self.change,
+            expected: change_seen,
+            shared: false,
+        }];
+        let pending = {
+            let st = lock(&self.state);
+            st.dirty
+                || !st.owed.is_empty()
+                || st
+                    .reflected
+                    .values()
+                    .any(|r| r.slot.latest_sequence() != r.last_sent)
+        };
+        for s in watched {
+            words.push(futex::WaitOn {
+                word: s.notify_word(),
+                expected: s.notify_word().load(Ordering::SeqCst),
+                shared: true,
+            });
+        }
+        let pending = pending
+            || watched.iter().any(|s| {
+                let st = lock(&self.state);
+                st.reflected
+                    .get(s.name().as_str())
+                    .is_some_and(|r| r.slot.latest_sequence() != r.last_sent)
+            });
+        if !pending {
+            futex::wait_any(&words, Some(deadline));
+        }
+        for s in watched {
+            s.waiters_word().fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends every reflected slot's value that changed since last sent, and values owed to
+    /// new targets.
+    fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>) {
+        let mut st = lock(&self.state);
+        let owed = std::mem::take(&mut st.owed);
+        for (name, host) in owed {
+            if let Some(r) = st.reflected.get(&name) {
+                if let Some(&(addr, _)) = r.targets.get(&host) {
+                    if let Some(seq) = read_value(&r.slot, value) {
+                        self.send_value(&name, r, seq, value, message, &[addr]);
+                    }
+                }
+            }
+        }
+        for (name, r) in st.reflected.iter_mut() {
+            if r.slot.latest_sequence() == r.last_sent || r.targets.is_empty() {
+                continue;
+            }
+            let Some(seq) = read_value(&r.slot, value) else {
+                continue;
+            };
+            r.last_sent = seq;
+            let to: Vec<SocketAddr> = r.targets.values().map(|(a, _)| *a).collect();
+            self.send_value(name, r, seq, value, message, &to);
+        }
+    }
+
+    fn send_value(
+        &self,
+        name: &str,
+        r: &Reflected,
+        seq: u64,
+        value: &[u8],
+        message: &mut Vec<u8>,
+        to: &[SocketAddr],
+    ) {
+        let write_time_ns = r.slot.last_write().map_or(0, |w| w.write_time_ns);
+        wire::encode_value(
+            &Value {
+                name,
+                sequence: seq,
+                write_time_ns,
+                schema_hash: r.hash,
+                bytes: value,
+            },
+            message,
+        );
+        self.send_message(wire::channel_of(name), message, to);
+        Counters::add(&self.counters.values_reflected, to.len() as u64);
+    }
+
+    /// Periodic work: expire hosts, reconcile with the registry, announce, refresh, statistics.
+    fn tick(&self, shared: &Shared, now: Instant, message: &mut Vec<u8>) {
+        let expired = {
+            let mut st = lock(&self.state);
+            let gone = st.peers.expire(now, self.forget_after);
+            for (host, sender) in &gone {
+                tracing::info!("forgot host '{host}': silent for {:?}", self.forget_after);
+                st.replay.forget(*sender);
+                st.reassembly.forget(*sender);
+            }
+            let aged = st.reassembly.expire(now, REASSEMBLY_AGE);
+            for _ in 0..aged {
+                self.counters.drop(Drop::Evicted);
+            }
+            !gone.is_empty()
+        };
+        let dirty = expired || lock(&self.state).dirty;
+        let out = if dirty {
+            shared.with_state(|reg| {
+                let mut st = lock(&self.state);
+                st.dirty = false;
+                self.reconcile(reg, &mut st)
+            })
+        } else {
+            Vec::new()
+        };
+        shared.send_outbox(out);
+        let (announce, refresh, stats) = {
+            let st = lock(&self.state);
+            (
+                now >= st.next_announce,
+                now >= st.next_refresh,
+                now >= st.next_stats,
+            )
+        };
+        if announce {
+            self.announce(shared, message);
+        }
+        if refresh {
+            let mut st = lock(&self.state);
+            st.next_refresh = now + self.refresh_every;
+            let NetState {
+                reflected, owed, ..
+            } = &mut *st;
+            for (name, r) in reflected.iter() {
+                for host in r.targets.keys() {
+                    owed.push((name.clone(), host.clone()));
+                }
+            }
+        }
+        if stats {
+            self.publish_stats(now, shared);
+        }
+    }
+
+    fn announce(&self, shared: &Shared, message: &mut Vec<u8>) {
+        let a = shared.with_state(|reg| self.our_announce(reg));
+        if let Err(e) = wire::encode_announce(&a, message) {
+            tracing::warn!("cannot encode the announcement: {e}");
+            return;
+        }
+        let mut to = vec![self.group];
+        to.extend(self.unicast_peers.iter().copied());
+        self.send_message(wire::ANNOUNCE_CHANNEL, message, &to);
+        let mut st = lock(&self.state);
+        st.last_announce = Some(a);
+        st.next_announce = Instant::now() + self.announce_every;
+    }
+
+    fn publish_stats(&self, now: Instant, shared: &Shared) {
+        let conflicts = shared.with_state(|reg| reg.conflicts);
+        let mut st = lock(&self.state);
+        st.next_stats = now + STATS_EVERY;
+        let mut stats = NetStats::load(&self.counters);
+        stats.host = self.host.clone();
+        stats.authenticated = self.key.is_some();
+        stats.conflicts += conflicts;
+        stats.reassemblies_pending = st.reassembly.pending() as u64;
+        stats.reassembly_bytes = st.reassembly.held() as u64;
+        stats.peers = st
+            .peers
+            .iter()
+            .map(|p| PeerStats {
+                host: p.announce.host.clone(),
+                address: p.data_addr.to_string(),
+                publications: p.announce.publications.len() as u64,
+                wants: p.announce.wants.len() as u64,
+                last_heard_ms: now.duration_since(p.last_heard).as_millis() as u64,
+            })
+            .collect();
+        if let Some(slot) = &st.stats_slot {
+            let mut bytes = Vec::new();
+            if bus::codec::encode_into(&stats, &mut bytes).is_ok() {
+                let _ = slot.write(&bytes);
+            }
+        }
+    }
+}
+
+/// Reads the slot's latest value; its sequence, or `None` if nothing was written.
+fn read_value(slot: &Slot, out: &mut Vec<u8>) -> Option<u64> {
+    slot.read(0, out).ok().flatten().map(|info| info.sequence)
+}

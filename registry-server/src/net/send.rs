@@ -1,0 +1,145 @@
+//! Sending: a message cut into datagrams at the chunk size, each with its header and MAC, through
+//! the test-only fault injector, to every destination. The datagrams of a multi-datagram
+//! message go to the kernel in batches of one system call (UDP segmentation offload, the
+//! socket's `UDP_SEGMENT` set to the full datagram size at start-up), never as IP fragments.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::faults::{Action, Faults};
+use super::stats::Counters;
+use super::wire::{self, Header};
+use super::{lock, Net, SendState};
+
+impl Net {
+    /// Sends one message to each destination, fragmented at the chunk size.
+    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) {
+        if to.is_empty() {
+            return;
+        }
+        if body.len() > self.max_message as usize {
+            tracing::warn!(
+                "not sending a message of {} bytes (limit {})",
+                body.len(),
+                self.max_message
+            );
+            return;
+        }
+        let mut s = lock(&self.send);
+        s.message += 1;
+        let message = s.message;
+        let total = body.len().max(1);
+        let padded: &[u8] = if body.is_empty() { &[0] } else { body };
+        // Without fault injection, the datagrams of one message to one host leave in batches
+        // of one system call each (UDP segmentation offload) when the kernel allows it.
+        let batch = s.faults.is_none() && s.gso && padded.len() > self.chunk;
+        for dest in to {
+            let mut gso = std::mem::take(&mut s.gso_buffer);
+            gso.clear();
+            let mut in_batch = 0;
+            for (i, part) in padded.chunks(self.chunk).enumerate() {
+                s.packet += 1;
+                let header = Header {
+                    flags: if self.key.is_some() {
+                        wire::FLAG_MAC
+                    } else {
+                        0
+                    },
+                    domain: self.domain_id,
+                    sender: self.sender_id,
+                    session: self.session,
+                    packet: s.packet,
+                    channel,
+                    message,
+                    total: total as u32,
+                    offset: (i * self.chunk) as u32,
+                    chunk: self.chunk as u32,
+                    body_len: part.len() as u32,
+                };
+                let mut d = std::mem::take(&mut s.datagram);
+                wire::encode_header(&header, &mut d);
+                d.extend_from_slice(part);
+                if let Some(key) = &self.key {
+                    let mac = key.mac(&d);
+                    d.extend_from_slice(&mac);
+                }
+                if batch {
+                    gso.extend_from_slice(&d);
+                    in_batch += 1;
+                    if in_batch == self.gso_batch {
+                        self.send_batch(&mut s, &gso, in_batch, *dest);
+                        gso.clear();
+                        in_batch = 0;
+                    }
+                } else {
+                    self.transmit(&mut s, &d, *dest);
+                }
+                s.datagram = d;
+            }
+            if in_batch > 0 {
+                self.send_batch(&mut s, &gso, in_batch, *dest);
+            }
+            s.gso_buffer = gso;
+        }
+    }
+
+    /// Sends `count` datagrams laid end to end in `batch` (each of the full datagram size but
+    /// the last) in one system call, the kernel cutting them apart (`UDP_SEGMENT`). If the
+    /// kernel or the device refuses, batching is turned off and they go one by one.
+    fn send_batch(&self, s: &mut SendState, batch: &[u8], count: usize, to: SocketAddr) {
+        if count == 1 {
+            self.send_to(batch, to);
+            return;
+        }
+        match self.data.send_to(batch, to) {
+            Ok(n) => {
+                Counters::add(&self.counters.sent_datagrams, count as u64);
+                Counters::add(&self.counters.sent_bytes, n as u64);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "sending {count} datagrams in one call failed ({e}); sending one by one \
+                     from now on"
+                );
+                s.gso = false;
+                for d in batch.chunks(self.datagram_size) {
+                    self.send_to(d, to);
+                }
+            }
+        }
+    }
+
+    fn transmit(&self, s: &mut SendState, d: &[u8], to: SocketAddr) {
+        let action = match s.faults.as_mut() {
+            Some(f) => f.decide(Instant::now()),
+            None => Action::Send,
+        };
+        match action {
+            Action::Drop => {}
+            Action::Send => self.send_to(d, to),
+            Action::Twice => {
+                self.send_to(d, to);
+                self.send_to(d, to);
+            }
+            Action::Hold => {
+                if let Some(f) = s.faults.as_mut() {
+                    f.hold(d, to);
+                }
+                return;
+            }
+        }
+        if let Some((held, to)) = s.faults.as_mut().and_then(Faults::take_held) {
+            self.send_to(&held, to);
+        }
+    }
+
+    fn send_to(&self, d: &[u8], to: SocketAddr) {
+        match self.data.send_to(d, to) {
+            Ok(n) => {
+                Counters::add(&self.counters.sent_datagrams, 1);
+                Counters::add(&self.counters.sent_bytes, n as u64);
+            }
+            Err(_) => Counters::add(&self.counters.send_errors, 1),
+        }
+    }
+}

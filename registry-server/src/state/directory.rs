@@ -1,0 +1,207 @@
+//! The directory slot `/baton/registry/directory` (see `bus::directory`): created at start-up,
+//! rewritten by `publish_directory` after anything that may change the set of known public
+//! publications or their publishers' liveness (registrations, disconnections, the sweeper, the
+//! network layer's reconciliation). Written only when the value differs from the last one.
+
+use bus::directory::{
+    is_host_local, Directory, DirectoryEntry, DIRECTORY_CAPACITY, DIRECTORY_SLOT,
+};
+use bus::schema::Schema;
+use bus::slot::{Slot, WriterState};
+use bus::SlotName;
+
+use super::Registry;
+
+/// The directory slot and what was last written to it.
+pub(super) struct Published {
+    slot: Slot,
+    last: Option<Directory>,
+    host: String,
+    /// A directory too big for the slot was reported once.
+    overflow_logged: bool,
+}
+
+impl Registry {
+    /// Creates (or adopts) the directory slot and writes the first directory. `host` is this
+    /// computer's name on the bus.
+    pub fn create_directory_slot(&mut self, host: &str) -> Result<(), String> {
+        let name = SlotName::public(DIRECTORY_SLOT).map_err(|e| e.to_string())?;
+        let schema = Schema::of_serde::<Directory>().map_err(|e| e.to_string())?;
+        let segment = self.create_own_slot(&name, &schema, DIRECTORY_CAPACITY as u64)?;
+        let slot = Slot::open(&segment, true).map_err(|e| format!("{segment}: {e}"))?;
+        self.directory = Some(Published {
+            slot,
+            last: None,
+            host: host.to_owned(),
+            overflow_logged: false,
+        });
+        self.publish_directory();
+        Ok(())
+    }
+
+    /// Every public publication known here, local and remote, sorted by name.
+    pub fn directory(&self, host: &str) -> Directory {
+        let mut entries: Vec<DirectoryEntry> = Vec::new();
+        for (name, e) in &self.slots {
+            if name.is_private() || is_host_local(name.as_str()) {
+                continue;
+            }
+            let Some(slot) = &e.slot else { continue };
+            let writer = slot.writer().state;
+            // Claimed by a remote host right now: listed below with its claim.
+            if !e.published_here() && self.remote.contains_key(name) {
+                continue;
+            }
+            // A slot whose writer never registered (an adopted leftover) is nobody's publication.
+            if writer == WriterState::None && !e.published_here() {
+                continue;
+            }
+            entries.push(DirectoryEntry {
+                name: name.as_str().to_owned(),
+                type_name: e.schema.type_name.clone(),
+                schema_hash: e.schema.hash.0,
+                origin_host: e.origin.clone(),
+                publisher_alive: writer == WriterState::Alive,
+            });
+        }
+        for (name, claim) in &self.remote {
+            if self.is_published_here(name) || is_host_local(name.as_str()) {
+                continue;
+            }
+            entries.push(DirectoryEntry {
+                name: name.as_str().to_owned(),
+                type_name: claim.type_name.clone(),
+                schema_hash: claim.schema_hash,
+                origin_host: Some(claim.host.clone()),
+                publisher_alive: claim.writer_alive,
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Directory {
+            host: host.to_owned(),
+            entries,
+        }
+    }
+
+    /// Rewrites the directory slot if the directory changed since it was last written.
+    pub fn publish_directory(&mut self) {
+        let Some(host) = self.directory.as_ref().map(|p| p.host.clone()) else {
+            return;
+        };
+        let now = self.directory(&host);
+        let Some(p) = self.directory.as_mut() else {
+            return;
+        };
+        if p.last.as_ref() == Some(&now) {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if let Err(e) = bus::codec::encode_into(&now, &mut bytes) {
+            tracing::error!("cannot encode the directory: {e}");
+            return;
+        }
+        match p.slot.write(&bytes) {
+            Ok(_) => p.overflow_logged = false,
+            Err(e) => {
+                if !p.overflow_logged {
+                    tracing::error!(
+                        "directory of {} entries not published ({} bytes, slot holds {}): {e}",
+                        now.entries.len(),
+                        bytes.len(),
+                        p.slot.capacity()
+                    );
+                    p.overflow_logged = true;
+                }
+                return;
+            }
+        }
+        p.last = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use bus::protocol::{EndpointKind, Registration, Reply};
+    use bus::{Domain, SlotName};
+
+    use super::*;
+    use crate::state::{Peer, RemoteClaim};
+
+    #[test]
+    fn the_directory_lists_local_and_remote_publications_and_follows_them() {
+        let domain = Domain::new(&format!("unit-dir-{}", std::process::id())).unwrap();
+        let _ = domain.remove_all_segments();
+        let mut reg = Registry::new(domain.clone(), None);
+        reg.create_directory_slot("hA").unwrap();
+        let me = std::process::id();
+        reg.connect(
+            1,
+            Peer {
+                pid: me,
+                start_time: bus::process::own_start_time(),
+                program: "t".into(),
+            },
+        );
+        let schema = Schema::of_serde::<u64>().unwrap();
+        let reg_of = |name: &str, kind| Registration {
+            endpoint: 1,
+            name: SlotName::public(name).unwrap(),
+            kind,
+            type_name: schema.type_name().into(),
+            schema_hash: schema.hash().0,
+            schema: schema.to_bytes(),
+            capacity: 64,
+        };
+        let out = reg.register(
+            1,
+            1,
+            reg_of("/robot/controller/x", EndpointKind::Publication),
+        );
+        assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
+        reg.set_remote_claims(BTreeMap::from([(
+            SlotName::public("/robot/controller/far").unwrap(),
+            RemoteClaim {
+                host: "hB".into(),
+                type_name: "T".into(),
+                schema_hash: 7,
+                writer_alive: true,
+            },
+        )]));
+        reg.publish_directory();
+        let read = |reg: &Registry| -> Directory {
+            let slot = &reg.directory.as_ref().unwrap().slot;
+            let mut bytes = Vec::new();
+            slot.read(0, &mut bytes).unwrap().unwrap();
+            bus::codec::decode(&bytes).unwrap()
+        };
+        let d = read(&reg);
+        assert_eq!(d.host, "hA");
+        let names: Vec<(&str, Option<&str>, bool)> = d
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.origin_host.as_deref(), e.publisher_alive))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("/robot/controller/far", Some("hB"), true),
+                ("/robot/controller/x", None, true)
+            ],
+            "the directory does not list itself"
+        );
+        // The local publisher goes away: still listed, not alive.
+        reg.disconnect(1);
+        reg.publish_directory();
+        let d = read(&reg);
+        assert!(d
+            .entries
+            .iter()
+            .any(|e| e.name == "/robot/controller/x" && !e.publisher_alive));
+        reg.set_remote_claims(BTreeMap::new());
+        reg.publish_directory();
+        assert_eq!(read(&reg).entries.len(), 1);
+        let _ = domain.remove_all_segments();
+    }
+}

@@ -1,0 +1,159 @@
+//! What the network layer asks of the registry: the names other hosts publish (remote claims),
+//! the local publications to announce, the names this host needs from elsewhere, and the mirror
+//! slots that hold remote values.
+
+use std::collections::BTreeMap;
+
+use bus::protocol::EndpointKind;
+use bus::schema::Schema;
+use bus::slot::{StoredSchema, WriterState};
+use bus::SlotName;
+
+use super::{create_slot, LocalPublication, Outbox, Registry, RemoteClaim, SlotEntry};
+use bus::protocol::Reply;
+
+impl Registry {
+    /// Replaces what is known of other hosts' publications.
+    pub fn set_remote_claims(&mut self, claims: BTreeMap<SlotName, RemoteClaim>) {
+        self.remote = claims;
+    }
+
+    /// Public slots published on this host (by a process, or by the registry itself).
+    pub fn local_publications(&self) -> Vec<LocalPublication> {
+        self.slots
+            .iter()
+            .filter(|(name, e)| {
+                !name.is_private()
+                    && !bus::directory::is_host_local(name.as_str())
+                    && e.origin.is_none()
+                    && e.published_here()
+            })
+            .filter_map(|(name, e)| {
+                let slot = e.slot.as_ref()?;
+                Some(LocalPublication {
+                    name: name.clone(),
+                    schema: e.schema.clone(),
+                    capacity: slot.capacity() as u64,
+                    writer_alive: slot.writer().state == WriterState::Alive,
+                    segment: slot.segment().to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
+    /// not published here.
+    pub fn wanted(&self) -> Vec<SlotName> {
+        self.slots
+            .iter()
+            .filter(|(name, e)| {
+                !name.is_private()
+                    && !bus::directory::is_host_local(name.as_str())
+                    && !e.published_here()
+                    && (e.origin.is_some()
+                        || e.endpoints
+                            .iter()
+                            .any(|r| r.kind == EndpointKind::Subscription))
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Whether the name is published by a process on this host.
+    pub fn is_published_here(&self, name: &SlotName) -> bool {
+        self.slots.get(name).is_some_and(SlotEntry::published_here)
+    }
+
+    /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed (or re-creates
+    /// one too small that nobody maps), records the origin host, makes this registry its writer,
+    /// and binds the subscriptions that wait for it. Returns the segment and the messages.
+    pub fn ensure_mirror(
+        &mut self,
+        name: &SlotName,
+        claim: &RemoteClaim,
+        schema: &Schema,
+        capacity: u64,
+    ) -> Result<(String, Outbox), String> {
+        let segment = self.domain.segment_name(name);
+        let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
+            slot: None,
+            schema: StoredSchema::new(schema),
+            endpoints: Vec::new(),
+            origin: None,
+            own: false,
+        });
+        if entry.published_here() {
+            return Err(format!("{name} is published on this host too"));
+        }
+        if entry.schema.hash.0 != claim.schema_hash {
+            return Err(format!(
+                "local subscribers of {name} use type {}, host '{}' publishes {}",
+                entry.schema.type_name, claim.host, claim.type_name
+            ));
+        }
+        let too_small = entry
+            .slot
+            .as_ref()
+            .is_some_and(|s| (s.capacity() as u64) < capacity);
+        if too_small {
+            if entry.endpoints.iter().any(|e| e.bound) {
+                return Err(format!(
+                    "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
+                     and is in use",
+                    claim.host
+                ));
+            }
+            entry.slot = None;
+            let _ = bus::shm::unlink(&segment);
+        }
+        if entry.slot.is_none() {
+            let created = create_slot(&segment, name, schema, capacity, self.group)
+                .map_err(|e| format!("cannot create {segment}: {e}"))?;
+            tracing::info!(
+                "created mirror {name} ({}, {} bytes) of host '{}'",
+                claim.type_name,
+                created.capacity(),
+                claim.host
+            );
+            entry.slot = Some(created);
+        }
+        let slot = entry
+            .slot
+            .as_ref()
+            .ok_or_else(|| format!("{name}: slot vanished"))?;
+        if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
+            slot.set_origin(&claim.host);
+            entry.origin = Some(claim.host.clone());
+        }
+        if slot.writer().state != WriterState::Alive || slot.writer().pid != std::process::id() {
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
+        }
+        let mut out = Outbox::new();
+        for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
+            sub.bound = true;
+            out.push((
+                sub.conn,
+                0,
+                Reply::Bound {
+                    endpoint: sub.endpoint,
+                    segment: segment.clone(),
+                },
+            ));
+        }
+        Ok((segment, out))
+    }
+
+    /// The remote publisher of a mirror went away (or its host was forgotten).
+    pub fn mirror_writer_gone(&self, name: &SlotName) {
+        if let Some(slot) = self
+            .slots
+            .get(name)
+            .filter(|e| e.origin.is_some())
+            .and_then(|e| e.slot.as_ref())
+        {
+            if slot.writer().state == WriterState::Alive {
+                slot.mark_writer_gone();
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Control arbitration across hosts made of network namespaces: the robot manager and the arm's
+//! arbiter on host A, robot controllers on host B (a payload computer). The manager finds B's
+//! controller through its registry's directory (`/baton/registry/directory`), and places it
+//! last (`unlisted = "last"`) without any file naming it; a controller on B killed with SIGKILL
+//! loses its resources on A through the writer-gone state reflected across the hosts (its time
+//! to live is far longer than the test's watchdog, so expiry cannot be what frees them).
+
+mod common;
+mod netns;
+
+use netns::Lab;
+use serde_json::{json, Value};
+
+const A: usize = 0;
+const B: usize = 1;
+
+const ARM: &str = r#"
+name = "arm"
+[[resources]]
+name = "turret"
+[[resources]]
+name = "shoulder"
+"#;
+
+/// The arm's memory block as `bus-inspect get /robot/arbiter/arm --json` prints it on host A.
+fn arm_block(lab: &Lab) -> Option<Value> {
+    let out = lab.inspect(A, &["get", "/robot/arbiter/arm", "--json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+fn expect(lab: &Lab, what: &str, owners: Value, outcomes: Value) {
+    let deadline = std::time::Instant::now() + common::WATCHDOG;
+    loop {
+        let last = arm_block(lab);
+        if last
+            .as_ref()
+            .is_some_and(|b| b["owners"] == owners && b["outcomes"] == outcomes)
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: expected owners {owners} outcomes {outcomes}; last block {last:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let manager = lab.file(
+        "manager.toml",
+        "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
+    );
+    let arm = lab.file("arm.toml", ARM);
+    lab.spawn(A, "robot-manager", &["--config", &manager]);
+    lab.spawn(A, "arbiter", &["--config", &arm]);
+    lab.spawn(
+        A,
+        "robot-controller",
+        &[
+            "--name",
+            "a",
+            "--status",
+            "non_compromising",
+            "--set",
+            "arm/shoulder=0.3",
+            "--ttl-ms",
+            "500",
+        ],
+    );
+    // A time to live far beyond the watchdog: only the writer-gone state can free its
+    // resources within the test.
+    let payload = lab.spawn(
+        B,
+        "robot-controller",
+        &[
+            "--name",
+            "payload",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/shoulder=0.1",
+            "--set",
+            "arm/turret=0.2",
+            "--ttl-ms",
+            "600000",
+        ],
+    );
+    expect(
+        &lab,
+        "the payload controller on host B is placed last and gets the turret",
+        json!({"turret": "payload", "shoulder": "a"}),
+        json!({"a": "full", "payload": "partial"}),
+    );
+    // Host A's directory lists it with its origin.
+    let out = lab.inspect(A, &["get", "/baton/registry/directory", "--json"]);
+    let directory: Value = serde_json::from_slice(&out.stdout).expect("directory as JSON");
+    assert_eq!(directory["host"], "hA", "{directory}");
+    let entry = directory["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["name"] == "/robot/controller/payload"))
+        .cloned()
+        .unwrap_or_else(|| panic!("payload controller not in {directory}"));
+    assert_eq!(entry["origin_host"], "hB", "{entry}");
+    assert_eq!(entry["publisher_alive"], true, "{entry}");
+
+    lab.kill(payload);
+    expect(
+        &lab,
+        "the killed controller's turret goes back to its safe command",
+        json!({"turret": null, "shoulder": "a"}),
+        json!({"a": "full", "payload": "expired"}),
+    );
+    netns::eventually(
+        "host A's directory says the payload controller is gone",
+        || {
+            let out = lab.inspect(A, &["get", "/baton/registry/directory", "--json"]);
+            serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|d| {
+                d["entries"].as_array().is_some_and(|e| {
+                    e.iter().any(|e| {
+                        e["name"] == "/robot/controller/payload" && e["publisher_alive"] == false
+                    })
+                })
+            })
+        },
+    );
+}
