@@ -125,7 +125,9 @@ fn list_info_get_and_watch_show_the_live_bus() {
     assert_eq!(only[0]["name"], "/robot/status");
     let table = ok(&t.inspect(&["list"]));
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 3, "{table}");
+    // Header, the registry's own directory slot, and the two slots of the test.
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[1].starts_with("/baton/registry/directory"), "{table}");
     let col = lines[0].find("SEQUENCE").unwrap();
     assert!(lines[1..].iter().all(|l| l.len() > col), "{table}");
     assert!(table.contains("(local)") && table.contains("alive bus-stress"));
@@ -354,7 +356,8 @@ fn graph_stats_doctor_and_endpoints_describe_the_bus() {
     assert_eq!(dot.matches('{').count(), dot.matches('}').count());
 
     let s = json(&t.inspect(&["stats", "--json"]));
-    assert_eq!(s["registry"]["slots"], 2);
+    // The test's two slots and the registry's directory.
+    assert_eq!(s["registry"]["slots"], 3);
     assert_eq!(s["registry"]["publications"], 2);
     assert_eq!(s["registry"]["subscriptions"], 1);
     assert_eq!(s["registry"]["connections"], 1);
@@ -411,7 +414,7 @@ fn reading_commands_leave_every_byte_unchanged() {
     sub.wait_bound(WATCHDOG).unwrap();
     p.wait_bound(WATCHDOG).unwrap();
     let before = snapshot(&t);
-    assert_eq!(before.len(), 2);
+    assert_eq!(before.len(), 3, "two slots and the registry's directory");
     let commands: &[&[&str]] = &[
         &["list"],
         &["list", "--json"],
@@ -479,29 +482,39 @@ fn clean_removes_a_killed_domains_segments_and_nothing_else() {
     // Kill the first domain: registry and writer, SIGKILL, nothing cleaned up by them.
     dead.kill_registry();
     dead.kill(writers[0]);
-    assert_eq!(dead.domain.segment_files().unwrap().len(), 1);
+    // /k/x and the dead registry's directory.
+    assert_eq!(dead.domain.segment_files().unwrap().len(), 2);
     // The registry check fails: doctor reports everything and exits 1.
     let out = dead.inspect(&["doctor", "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(d["stale"][0]["name"], "/k/x", "{d}");
+    let stale: Vec<&str> = d["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stale, ["/baton/registry/directory", "/k/x"], "{d}");
     assert_eq!(d["checks"][0]["status"], "fail", "{d}");
     // No terminal and no --yes: refused, nothing removed.
     let err = refused(&dead.inspect(&["clean"]));
     assert!(err.contains("--yes"), "{err}");
-    assert_eq!(dead.domain.segment_files().unwrap().len(), 1);
+    assert_eq!(dead.domain.segment_files().unwrap().len(), 2);
     let removed = json(&dead.inspect(&["clean", "--yes", "--json"]));
     assert_eq!(
         removed,
-        serde_json::json!([{"name": "/k/x", "removed": true, "error": null}])
+        serde_json::json!([
+            {"name": "/baton/registry/directory", "removed": true, "error": null},
+            {"name": "/k/x", "removed": true, "error": null}
+        ])
     );
     assert!(dead.domain.segment_files().unwrap().is_empty());
     // The live domain lost nothing and has nothing stale.
-    assert_eq!(live.domain.segment_files().unwrap().len(), 2);
+    assert_eq!(live.domain.segment_files().unwrap().len(), 2 + 1);
     assert_eq!(
         json(&live.inspect(&["clean", "--yes", "--json"])),
         serde_json::json!([])
     );
-    assert_eq!(live.domain.segment_files().unwrap().len(), 2);
+    assert_eq!(live.domain.segment_files().unwrap().len(), 2 + 1);
     assert_eq!(json(&live.inspect(&["get", "/k/y", "--json"])), 7);
 }

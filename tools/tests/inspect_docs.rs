@@ -117,7 +117,8 @@ fn every_command_in_the_debugging_guide_runs() {
     common::eventually("the guide's bus is ready", || {
         let out = t.inspect(&["list", "--json"]);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.lines().count() == 3
+        // The guide's three slots and the registry's directory.
+        text.lines().count() == 4
             && text.contains("\"name\":\"/demo/counter\"")
             && text
                 .lines()
