@@ -39,8 +39,9 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 impl Lab {
-    /// `names.len()` hosts on one bridge, addressed 10.77.<tag>.1, .2, ... (inside namespaces
-    /// this lab creates; nothing leaves the machine).
+    /// `names.len()` hosts on one bridge, addressed 10.77.0.1, .2, ... (inside namespaces this
+    /// lab creates; nothing leaves the machine). `tag` prefixes the namespace names and must
+    /// be unique among labs that exist at the same time.
     pub fn new(tag: &str, names: &[&str]) -> Result<Lab, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("several hosts need root (network and mount namespaces)".into());
@@ -130,6 +131,11 @@ impl Lab {
             }
         }
         Ok(lab)
+    }
+
+    /// Pid of the process holding host `host`'s namespaces (for `nsenter -t`).
+    pub fn holder_pid(&self, host: usize) -> u32 {
+        self.hosts[host].holder.id()
     }
 
     /// A command that runs `program` inside host `host`.

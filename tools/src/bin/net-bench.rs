@@ -10,12 +10,13 @@
 //! The other subcommands are the parts it runs inside the namespaces.
 
 use std::net::UdpSocket;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tools::hosts::Lab;
 
 /// The ping-pong payload: serialised as one byte string (a length and a copy). A `Vec<u8>`
 /// goes through serde one element at a time, which at 64 KiB costs more than the network
@@ -231,86 +232,15 @@ fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
 
 // ----- the orchestrator -----
 
-struct Lab {
-    tag: String,
-    holders: Vec<Child>,
+/// The two hosts (namespaces from `tools::hosts`) and the processes started in them.
+struct Rig {
+    lab: Lab,
     children: Vec<Child>,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e} (needs iproute2 and root)"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-impl Lab {
-    fn new() -> Result<Lab, String> {
-        let tag = format!("nb{}", std::process::id());
-        let mut lab = Lab {
-            tag: tag.clone(),
-            holders: Vec::new(),
-            children: Vec::new(),
-        };
-        let (a, b) = (format!("{tag}-a"), format!("{tag}-b"));
-        ip(&["netns", "add", &a])?;
-        ip(&["netns", "add", &b])?;
-        ip(&[
-            "-n", &a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &b,
-        ])?;
-        for (ns, addr) in [(&a, "10.98.0.1/24"), (&b, "10.98.0.2/24")] {
-            ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"])?;
-            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])?;
-            let holder = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    ns,
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                ])
-                .args([
-                    "sh",
-                    "-c",
-                    "mount -t tmpfs tmpfs /dev/shm && exec sleep infinity",
-                ])
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            let pid = holder.id();
-            lab.holders.push(holder);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .unwrap_or_default()
-                .trim()
-                != "sleep"
-            {
-                if Instant::now() > deadline {
-                    return Err("namespace holder did not start".into());
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        Ok(lab)
-    }
-
-    fn cmd(&self, host: usize, program: &PathBuf) -> Command {
-        let mut c = Command::new("nsenter");
-        c.args(["-t", &self.holders[host].id().to_string(), "-m", "-n", "--"])
-            .arg(program);
-        c
+impl Rig {
+    fn cmd(&self, host: usize, program: &Path) -> Command {
+        self.lab.command(host, program)
     }
 
     fn spawn(&mut self, mut c: Command) -> Result<(), String> {
@@ -332,16 +262,11 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
+impl Drop for Rig {
     fn drop(&mut self) {
-        for c in self.children.iter_mut().chain(self.holders.iter_mut()) {
+        for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
-        }
-        for s in ["a", "b"] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &format!("{}-{s}", self.tag)])
-                .status();
         }
     }
 }
@@ -375,7 +300,11 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let registry = me.with_file_name("registry-server");
     let inspect = me.with_file_name("bus-inspect");
-    let mut lab = Lab::new()?;
+    let mut lab = Rig {
+        lab: Lab::new(&format!("nb{}", std::process::id()), &["hA", "hB"])?,
+        children: Vec::new(),
+    };
+    let pong_addr = format!("{}:9999", lab.lab.hosts[1].address);
     for (h, name) in [(0, "hA"), (1, "hB")] {
         let mut c = lab.cmd(h, &registry);
         c.args([
@@ -403,7 +332,7 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
             iterations
         };
         let mut c = lab.cmd(0, &me);
-        c.args(["--domain", domain, "udp-ping", "10.98.0.2:9999"])
+        c.args(["--domain", domain, "udp-ping", &pong_addr])
             .args([size.min(MAX_UDP).to_string(), n.to_string()]);
         let raw: Vec<u64> =
             serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
@@ -440,7 +369,7 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
         std::thread::sleep(Duration::from_millis(300));
     }
     // Update rate: hB subscribes (so hA reflects), hA floods; count hB's mirror writes.
-    let mirrored = |lab: &Lab| -> Result<u64, String> {
+    let mirrored = |lab: &Rig| -> Result<u64, String> {
         let mut c = lab.cmd(1, &inspect);
         c.args([
             "--domain",

@@ -1,9 +1,9 @@
-//! A lab of "hosts" on one machine for network tests: each host is a network namespace (with a
-//! veth into a bridge in a switch namespace, so multicast passes between them) plus a private
-//! mount namespace with its own tmpfs on /dev/shm (network namespaces share /dev/shm, and slot
-//! segments are named by domain and slot only). Processes run in a host with
-//! `nsenter -t <holder> -m -n`. Everything is removed on drop, also when the test fails.
-//! Needs root and `ip`; without them the test fails loudly rather than skipping.
+//! A lab of "hosts" on one machine for network tests, on top of `tools::hosts` (each host a
+//! network namespace on a shared bridge, with its own /dev/shm): a registry per host with its
+//! log, processes started in hosts, statistics and raw sockets inside a host. Everything is
+//! removed on drop, also when the test fails (and then the registries' logs and the children's
+//! stderr are printed). Needs root and `ip`; without them the test fails loudly rather than
+//! skipping.
 
 #![allow(dead_code)]
 
@@ -21,29 +21,18 @@ pub struct Host {
     pub name: String,
     pub ns: String,
     pub ip: String,
-    holder: Child,
     registry: Option<Child>,
 }
 
 pub struct Lab {
-    tag: String,
-    switch: String,
+    /// The namespaces (shared with the demo and net-bench: `tools::hosts`); dropped last.
+    hosts_lab: tools::hosts::Lab,
     pub hosts: Vec<Host>,
     children: Vec<Option<Child>>,
+    /// Prefix of this lab's namespaces and scratch files.
+    tag: String,
+    /// Scratch files (key files, ...) removed with the lab.
     files: Vec<std::path::PathBuf>,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("run `ip` (iproute2 must be installed and the tests run as root)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 impl Lab {
@@ -55,100 +44,39 @@ impl Lab {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let switch = format!("{tag}-sw");
-        let mut lab = Lab {
-            tag: tag.clone(),
-            switch: switch.clone(),
-            hosts: Vec::new(),
-            children: Vec::new(),
-            files: Vec::new(),
-        };
-        ip(&["netns", "add", &switch]);
-        ip(&[
-            "-n",
-            &switch,
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ]);
-        ip(&["-n", &switch, "link", "set", "br0", "up"]);
-        for i in 0..n {
-            let name = format!("h{}", (b'A' + i as u8) as char);
-            let ns = format!("{tag}-{name}");
-            ip(&["netns", "add", &ns]);
-            let port = format!("p{i}");
-            ip(&[
-                "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
-                &switch,
-            ]);
-            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"]);
-            let addr = format!("10.99.0.{}", i + 1);
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ]);
-            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
-            ip(&["-n", &ns, "route", "add", "224.0.0.0/4", "dev", "eth0"]);
-            let holder = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                ])
-                .args([
-                    "sh",
-                    "-c",
-                    "mount -t tmpfs tmpfs /dev/shm && exec sleep infinity",
-                ])
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("start the namespace holder");
-            let pid = holder.id();
-            lab.hosts.push(Host {
-                name,
-                ns,
-                ip: addr,
-                holder,
+        let names: Vec<String> = (0..n)
+            .map(|i| format!("h{}", (b'A' + i as u8) as char))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let hosts_lab = tools::hosts::Lab::new(&tag, &names).unwrap_or_else(|e| {
+            panic!("cannot build the network lab (root and iproute2 needed): {e}")
+        });
+        let hosts = hosts_lab
+            .hosts
+            .iter()
+            .map(|h| Host {
+                name: h.name.clone(),
+                ns: h.namespace.clone(),
+                ip: h.address.clone(),
                 registry: None,
-            });
-            // The holder execs into `sleep` once its tmpfs is mounted.
-            let deadline = Instant::now() + WATCHDOG;
-            loop {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                if comm.trim() == "sleep" {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "namespace holder did not start");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            })
+            .collect();
+        Lab {
+            hosts_lab,
+            hosts,
+            children: Vec::new(),
+            tag,
+            files: Vec::new(),
         }
-        lab
     }
 
     pub fn holder_pid(&self, host: usize) -> u32 {
-        self.hosts[host].holder.id()
+        self.hosts_lab.holder_pid(host)
     }
 
     /// A command that runs `program` inside host `host`.
     pub fn command(&self, host: usize, program: &Path) -> Command {
-        let mut c = Command::new("nsenter");
-        c.args(["-t", &self.holder_pid(host).to_string(), "-m", "-n", "--"])
-            .arg(program);
-        c
+        self.hosts_lab.command(host, program)
     }
 
     /// Starts host `host`'s registry with networking on (and extra arguments / environment).
@@ -320,9 +248,6 @@ impl Drop for Lab {
                 let _ = r.kill();
                 let _ = r.wait();
             }
-            let _ = h.holder.kill();
-            let _ = h.holder.wait();
-            let _ = Command::new("ip").args(["netns", "del", &h.ns]).status();
         }
         if panicking {
             for i in 0..self.hosts.len() {
@@ -339,10 +264,6 @@ impl Drop for Lab {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.switch])
-            .status();
-        let _ = &self.tag;
     }
 }
 
