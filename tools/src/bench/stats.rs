@@ -90,9 +90,10 @@ pub struct Row {
     pub vs_baseline: Option<f64>,
     /// p50 / iceoryx2's p50 for the same size and mode, when iceoryx2 was measured.
     pub vs_iceoryx2: Option<f64>,
-    /// The target this row is held to, and whether it is met.
-    pub target: Option<String>,
-    pub target_met: Option<bool>,
+    /// p50 / p50 of the raw row of the same mode that copies no payload (counters only).
+    pub vs_counters: Option<f64>,
+    /// The targets this row is held to, each with whether it is met.
+    pub targets: Vec<(String, bool)>,
     /// Anything the reader must know to read the row honestly.
     pub note: Option<String>,
     /// Series whose p50 must stay flat (publish-cost rows), by name.
@@ -113,8 +114,8 @@ impl Row {
             baseline: None,
             vs_baseline: None,
             vs_iceoryx2: None,
-            target: None,
-            target_met: None,
+            vs_counters: None,
+            targets: Vec::new(),
             note: None,
             series: Vec::new(),
         }
@@ -160,47 +161,49 @@ pub struct Verdict {
 }
 
 /// Fills in ratios and per-row targets: each bus or iceoryx2 ping-pong row against the raw row
-/// of the same mode, size and gap (atomic for busy, futex for wait), and each bus row against
-/// the iceoryx2 row of the same mode, size and gap.
+/// of the same mode, size and gap (atomic for busy, futex for wait), against the raw row of the
+/// same mode without payload, and each bus row against the iceoryx2 row of the same mode, size
+/// and gap. Other rows against the row their `baseline` names.
 pub fn compare(rows: &mut [Row]) {
     let snapshot: Vec<Row> = rows.to_vec();
-    let find = |system: System, row: &Row| {
+    let find = |system: System, row: &Row, bytes: usize, gap_ms: u64| {
         snapshot.iter().find(|r| {
             r.system == system
                 && r.group == "pingpong"
                 && r.mode == row.mode
-                && r.bytes == row.bytes
-                && r.gap_ms == row.gap_ms
+                && r.bytes == bytes
+                && r.gap_ms == gap_ms
         })
     };
+    let ratio = |row: &Row, other: &Row| row.stats.p50 as f64 / other.stats.p50.max(1) as f64;
     for row in rows.iter_mut().filter(|r| r.group == "pingpong") {
+        if row.system == System::Raw && row.bytes == 0 {
+            continue;
+        }
+        if let Some(base) = find(System::Raw, row, 0, 0) {
+            row.vs_counters = Some(ratio(row, base));
+        }
         if row.system == System::Raw {
             continue;
         }
-        let p50 = row.stats.p50 as f64;
-        if let Some(base) = find(System::Raw, row) {
-            let ratio = p50 / base.stats.p50.max(1) as f64;
+        if let Some(base) = find(System::Raw, row, row.bytes, row.gap_ms) {
+            let r = ratio(row, base);
             row.baseline = Some(base.case.clone());
-            row.vs_baseline = Some(ratio);
+            row.vs_baseline = Some(r);
             if row.system == System::Bus {
                 let limit = match row.mode {
                     Some(Mode::Busy) => 1.5,
                     _ => 1.3,
                 };
-                row.target = Some(format!("p50 <= {limit}x raw"));
-                row.target_met = Some(ratio <= limit);
+                row.targets
+                    .push((format!("p50 <= {limit}x raw"), r <= limit));
             }
         }
         if row.system == System::Bus {
-            if let Some(peer) = find(System::Iceoryx2, row) {
-                let ratio = p50 / peer.stats.p50.max(1) as f64;
-                row.vs_iceoryx2 = Some(ratio);
-                let below = ratio < 1.0;
-                row.target = Some(match &row.target {
-                    Some(t) => format!("{t}, < iceoryx2"),
-                    None => "< iceoryx2".into(),
-                });
-                row.target_met = Some(row.target_met.unwrap_or(true) && below);
+            if let Some(peer) = find(System::Iceoryx2, row, row.bytes, row.gap_ms) {
+                let r = ratio(row, peer);
+                row.vs_iceoryx2 = Some(r);
+                row.targets.push(("p50 < iceoryx2".into(), r < 1.0));
             }
         }
     }
@@ -210,34 +213,41 @@ pub fn compare(rows: &mut [Row]) {
                 .iter()
                 .find(|r| &r.case == b && r.group == row.group)
         }) {
-            row.vs_baseline = Some(row.stats.p50 as f64 / base.stats.p50.max(1) as f64);
+            row.vs_baseline = Some(ratio(row, base));
         }
     }
 }
 
-/// Publish-cost series held to the flatness target.
+/// Publish-cost series held to the flatness target: 1, 10 and 100 polling subscribers, and 10,
+/// 1,000 and 10,000 slots.
 pub const FLAT_SERIES: [&str; 2] = ["subscribers", "slots"];
 
 /// The summary of targets: every ping-pong row with a target, and the flatness of the publish
 /// cost across each series in `FLAT_SERIES`.
 pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
     let mut out = Vec::new();
-    for row in rows.iter().filter(|r| r.target.is_some()) {
-        let (Some(target), Some(met)) = (&row.target, row.target_met) else {
-            continue;
-        };
-        let mut detail = format!("p50 {}", fmt_ns(row.stats.p50 as f64));
-        if let Some(r) = row.vs_baseline {
-            let _ = write!(detail, ", {r:.2}x raw");
+    for row in rows {
+        for (target, met) in &row.targets {
+            let mut detail = format!("p50 {}", fmt_ns(row.stats.p50 as f64));
+            if let Some(r) = row.vs_baseline {
+                let _ = write!(detail, ", {r:.2}x raw with the same payload");
+            }
+            if let Some(r) = row.vs_counters {
+                let _ = write!(detail, ", {r:.2}x raw counters only");
+            }
+            if let Some(r) = row.vs_iceoryx2 {
+                let _ = write!(detail, ", {r:.2}x iceoryx2");
+            }
+            out.push(Verdict {
+                target: format!(
+                    "{} ({}): {target}",
+                    row.case,
+                    row.mode.map_or("-", Mode::as_str)
+                ),
+                met: *met,
+                detail,
+            });
         }
-        if let Some(r) = row.vs_iceoryx2 {
-            let _ = write!(detail, ", {r:.2}x iceoryx2");
-        }
-        out.push(Verdict {
-            target: format!("{}: {target}", row.case),
-            met,
-            detail,
-        });
     }
     for series in FLAT_SERIES {
         let members: Vec<&Row> = rows
@@ -247,7 +257,12 @@ pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
         if members.len() < 2 {
             continue;
         }
-        let lo = members.iter().map(|r| r.stats.p50).min().unwrap_or(0).max(1);
+        let lo = members
+            .iter()
+            .map(|r| r.stats.p50)
+            .min()
+            .unwrap_or(0)
+            .max(1);
         let hi = members.iter().map(|r| r.stats.p50).max().unwrap_or(0);
         let spread = (hi - lo) as f64 / lo as f64;
         out.push(Verdict {
@@ -312,8 +327,18 @@ pub fn render(rows: &[Row], verdicts: &[Verdict]) -> String {
         let _ = writeln!(out, "\n== {title}");
         let _ = writeln!(
             out,
-            "{:<34} {:>4} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  {}",
-            "case", "mode", "size", "n", "p50", "p99", "p99.9", "max", "vs base", "vs iox2", "notes"
+            "{:<34} {:>4} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  notes",
+            "case",
+            "mode",
+            "size",
+            "n",
+            "p50",
+            "p99",
+            "p99.9",
+            "max",
+            "vs base",
+            "vs ctr",
+            "vs iox2"
         );
         for r in members {
             let ratio = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}x"));
@@ -321,8 +346,8 @@ pub fn render(rows: &[Row], verdicts: &[Verdict]) -> String {
             if let Some(per_s) = r.per_second {
                 notes.push(format!("{:.2} M writes/s", per_s / 1e6));
             }
-            if let (Some(t), Some(met)) = (&r.target, r.target_met) {
-                notes.push(format!("target {t}: {}", if met { "met" } else { "NOT met" }));
+            for (t, met) in &r.targets {
+                notes.push(format!("{t}: {}", if *met { "met" } else { "NOT met" }));
             }
             if let Some(b) = &r.baseline {
                 notes.push(format!("base = {b}"));
@@ -332,7 +357,7 @@ pub fn render(rows: &[Row], verdicts: &[Verdict]) -> String {
             }
             let _ = writeln!(
                 out,
-                "{:<34} {:>4} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  {}",
+                "{:<34} {:>4} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  {}",
                 r.case,
                 r.mode.map_or("-", Mode::as_str),
                 fmt_bytes(r.bytes),
@@ -342,6 +367,7 @@ pub fn render(rows: &[Row], verdicts: &[Verdict]) -> String {
                 fmt_ns(r.stats.p999 as f64),
                 fmt_ns(r.stats.max as f64),
                 ratio(r.vs_baseline),
+                ratio(r.vs_counters),
                 ratio(r.vs_iceoryx2),
                 notes.join("; ")
             );
@@ -379,8 +405,8 @@ pub fn json_lines(rows: &[Row], verdicts: &[Verdict]) -> String {
             "baseline": r.baseline,
             "vs_baseline": r.vs_baseline,
             "vs_iceoryx2": r.vs_iceoryx2,
-            "target": r.target,
-            "target_met": r.target_met,
+            "vs_counters_only": r.vs_counters,
+            "targets": r.targets.iter().map(|(t, met)| serde_json::json!({"target": t, "met": met})).collect::<Vec<_>>(),
             "note": r.note,
             "series": r.series,
         });

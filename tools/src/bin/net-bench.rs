@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tools::bench::stats::Stats;
 use tools::hosts::Lab;
 
 /// The ping-pong payload: serialised as one byte string (a length and a copy). A `Vec<u8>`
@@ -274,24 +275,6 @@ impl Drop for Rig {
 /// Largest UDP payload over IPv4 is 65,507 bytes: the 64 KiB baseline sends 65,000.
 const MAX_UDP: usize = 65_000;
 
-struct Pct {
-    p50: u64,
-    p99: u64,
-    p999: u64,
-    max: u64,
-}
-
-fn pct(mut s: Vec<u64>) -> Pct {
-    s.sort_unstable();
-    let at = |q: f64| s[((s.len() as f64 * q) as usize).min(s.len() - 1)];
-    Pct {
-        p50: at(0.5),
-        p99: at(0.99),
-        p999: at(0.999),
-        max: *s.last().unwrap_or(&0),
-    }
-}
-
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
@@ -334,7 +317,7 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
         let mut c = lab.cmd(0, &me);
         c.args(["--domain", domain, "udp-ping", &pong_addr])
             .args([size.min(MAX_UDP).to_string(), n.to_string()]);
-        let raw: Vec<u64> =
+        let mut raw: Vec<u64> =
             serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
         let mut c = lab.cmd(1, &me);
         c.args(["--domain", domain, "pong", &size.to_string()]);
@@ -342,10 +325,11 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
         let mut c = lab.cmd(0, &me);
         c.args(["--domain", domain, "ping"])
             .args([size.to_string(), n.to_string()]);
-        let bus: Vec<u64> =
+        let mut bus: Vec<u64> =
             serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
         // The pong of this size keeps running; the next size uses new slots' values anyway.
-        let (r, b) = (pct(raw), pct(bus));
+        let r = Stats::of(&mut raw).ok_or("no raw UDP samples")?;
+        let b = Stats::of(&mut bus).ok_or("no reflection samples")?;
         println!(
             "| raw UDP ping-pong | {size} | {} | {} | {} | {} | 1.00 |",
             us(r.p50),

@@ -1,0 +1,434 @@
+//! The writer's side alone: single-writer throughput with nobody reading, and the cost of one
+//! `write()` while 1, 10 or 100 subscriptions in another process poll the slot, while 1, 10 or
+//! 100 subscriptions sleep in `wait_update()` on it (the writer then pays `FUTEX_WAKE`), and
+//! while 10, 1,000 or 10,000 slots exist on the bus. Also the peer roles that hold those
+//! subscriptions.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use bus::names::SlotName;
+use bus::slot::Slot;
+use bus::{Bus, Publication};
+
+use super::harness::{announce_ready, Deadline, Harness, Watch, PEER_TIMEOUT};
+use super::payload::{Blob, Payload, Pod64, STOP};
+use super::raw;
+use super::stats::{Row, Stats, System};
+
+/// Iteration counts of the writer-side cases.
+pub struct Counts {
+    /// Rounds the compared publish-cost cases are split into (see `rounds_of`).
+    pub rounds: usize,
+    /// Writes timed one by one per publish-cost row.
+    pub each: usize,
+    /// Writes per publish-cost row with sleeping subscribers (each waits for them to re-sleep).
+    pub blocked: usize,
+    /// Writes of the 64-byte throughput run (the 4 KiB run does a tenth).
+    pub throughput: usize,
+    /// Slot counts of the "slots on the bus" series.
+    pub slots: Vec<usize>,
+}
+
+fn stats(mut samples: Vec<u64>, what: &str) -> Result<Stats, String> {
+    Stats::of(&mut samples).ok_or_else(|| format!("{what}: no sample"))
+}
+
+fn new_pub<T: Payload>(
+    bus: &Bus,
+    name: &str,
+    bytes: usize,
+) -> Result<Publication<T, T::Codec>, String> {
+    let p = bus
+        .publication(name)
+        .and_then(|b| b.capacity(T::capacity(bytes)).create::<T, T::Codec>())
+        .map_err(|e| format!("publishing {name}: {e}"))?;
+    p.wait_bound(PEER_TIMEOUT)
+        .map_err(|e| format!("binding {name}: {e}"))?;
+    Ok(p)
+}
+
+/// Writes of 64 B POD and of 4 KiB bytes, nobody reading, against the raw write baseline.
+pub fn throughput(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for (bytes, count) in [(64usize, c.throughput), (4096, c.throughput / 10)] {
+        let warmup = (count / 10).max(1000);
+        let size = super::stats::fmt_bytes(bytes);
+        let raw_case = format!("raw shm write {size}");
+        eprintln!("bus-bench: throughput, {size}");
+        let (samples, took) = raw::writes(h, bytes, warmup, count, false)?;
+        let mut row = Row::new(
+            "throughput",
+            System::Raw,
+            &raw_case,
+            stats(samples, &raw_case)?,
+        )
+        .bytes(bytes)
+        .note("copy in + Release counter store");
+        row.per_second = Some(count as f64 / took.as_secs_f64());
+        rows.push(row);
+
+        let name = h.slot_name(&format!("throughput-{bytes}"));
+        let (samples, took) = if bytes == 64 {
+            let mut p = new_pub::<Pod64>(&h.bus, &name, bytes)?;
+            write_run(&mut p, Pod64::make(bytes), warmup, count, false)?
+        } else {
+            let mut p = new_pub::<Blob>(&h.bus, &name, bytes)?;
+            write_run(&mut p, Blob::make(bytes), warmup, count, false)?
+        };
+        let case = if bytes == 64 {
+            "bus write 64 B POD".to_string()
+        } else {
+            format!("bus write {size} bytes")
+        };
+        let mut row = Row::new("throughput", System::Bus, &case, stats(samples, &case)?)
+            .bytes(bytes)
+            .baseline(raw_case);
+        row.per_second = Some(count as f64 / took.as_secs_f64());
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `warmup` untimed writes, then `count` timed ones (see `raw::time_writes`).
+fn write_run<T: Payload>(
+    p: &mut Publication<T, T::Codec>,
+    mut value: T,
+    warmup: usize,
+    count: usize,
+    each: bool,
+) -> Result<(Vec<u64>, Duration), String> {
+    let mut seq = 0u64;
+    for _ in 0..warmup {
+        seq += 1;
+        value.set_seq(seq);
+        p.write(&value).map_err(|e| e.to_string())?;
+    }
+    raw::time_writes(count, each, || {
+        seq += 1;
+        value.set_seq(seq);
+        p.write(&value).map_err(|e| e.to_string())
+    })
+}
+
+/// The load on the slot while one case's writes are timed.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    /// The raw baseline: no bus at all.
+    Raw,
+    /// A bus slot nobody reads.
+    Alone,
+    /// A peer process polls this many subscriptions of the slot.
+    Polling(usize),
+    /// A peer process has this many threads sleeping in `wait_update` on the slot.
+    Sleeping(usize),
+}
+
+const RAW_CASE: &str = "raw shm write 64 B";
+
+impl Load {
+    fn case(self) -> String {
+        match self {
+            Load::Raw => RAW_CASE.into(),
+            Load::Alone => "no reader".into(),
+            Load::Polling(n) => format!("{n} polling subscriber(s)"),
+            Load::Sleeping(n) => format!("{n} sleeping subscriber(s)"),
+        }
+    }
+
+    /// `count` timed writes (after `warmup` untimed ones) under this load.
+    fn measure(self, h: &mut Harness, warmup: usize, count: usize) -> Result<Vec<u64>, String> {
+        let timed = |p: &mut Publication<Pod64, bus::Pod>, _: &Slot| {
+            write_run(p, Pod64::make(64), warmup, count, true).map(|(s, _)| s)
+        };
+        match self {
+            Load::Raw => raw::writes(h, 64, warmup, count, true).map(|(s, _)| s),
+            Load::Alone => with_readers(h, "none", 0, timed),
+            Load::Polling(n) => with_readers(h, "busy-readers", n, timed),
+            Load::Sleeping(n) => {
+                with_readers(h, "waiters", n, |p, slot| blocked_writes(p, slot, n, count))
+            }
+        }
+    }
+}
+
+/// Runs each load in `rounds` rounds (rotating which goes first), `count` timed writes in all.
+fn rounds_of(
+    h: &mut Harness,
+    loads: &[Load],
+    rounds: usize,
+    count: usize,
+) -> Result<Vec<Vec<u64>>, String> {
+    let per_round = count.div_ceil(rounds);
+    let warmup = (per_round / 10).clamp(20, 10_000);
+    let mut samples: Vec<Vec<u64>> = loads.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for k in 0..loads.len() {
+            let i = (k + round) % loads.len();
+            eprintln!(
+                "bus-bench: round {}/{rounds}: publish cost, {}",
+                round + 1,
+                loads[i].case()
+            );
+            samples[i].extend(loads[i].measure(h, warmup, per_round)?);
+        }
+    }
+    Ok(samples)
+}
+
+/// Publish cost of a 64 B POD slot under the different loads.
+pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    let clock = "clock read pair";
+    rows.push(
+        Row::new(
+            "publish",
+            System::Raw,
+            clock,
+            stats(raw::clock_cost(c.each), clock)?,
+        )
+        .note("two Instant::now() calls: included in every row below"),
+    );
+    let row = |load: Load, samples: Vec<u64>| -> Result<Row, String> {
+        let case = load.case();
+        let stats = stats(samples, &case)?;
+        Ok(match load {
+            Load::Raw => Row::new("publish", System::Raw, &case, stats).bytes(64),
+            _ => Row::new("publish", System::Bus, &case, stats)
+                .bytes(64)
+                .baseline(RAW_CASE),
+        })
+    };
+    let polling = [
+        Load::Raw,
+        Load::Alone,
+        Load::Polling(1),
+        Load::Polling(10),
+        Load::Polling(100),
+    ];
+    for (load, samples) in polling
+        .into_iter()
+        .zip(rounds_of(h, &polling, c.rounds, c.each)?)
+    {
+        let r = row(load, samples)?;
+        rows.push(match load {
+            Load::Raw => r,
+            // Shown next to the series, not in it: the target is flatness across 1, 10 and 100
+            // subscribers, and the distance to no reader at all is read off the table.
+            Load::Alone => r.note("the same slot setup with nobody reading"),
+            _ => r
+                .series(&["subscribers"])
+                .note("one peer process loops update() over all of them"),
+        });
+    }
+    let sleeping = [Load::Sleeping(1), Load::Sleeping(10), Load::Sleeping(100)];
+    for (load, samples) in sleeping
+        .into_iter()
+        .zip(rounds_of(h, &sleeping, c.rounds, c.blocked)?)
+    {
+        rows.push(row(load, samples)?.note(
+            "each write finds them all asleep in wait_update, so it calls FUTEX_WAKE (no target)",
+        ));
+    }
+    rows.extend(slot_series(h, c)?);
+    Ok(rows)
+}
+
+/// Writes to one slot while 10, 1,000, 10,000 slots exist, in a domain of its own (so that the
+/// slots of the other cases do not count), then the first measured slot once more at the end,
+/// to show how much the same measurement drifts.
+fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
+    let mut hs = Harness::start(Some(&format!("{}-slots", h.domain.as_str())))?;
+    let warmup = (c.each / 10).clamp(20, 10_000);
+    let mut rows = Vec::new();
+    let mut others: Vec<Publication<Pod64, bus::Pod>> = Vec::new();
+    let mut first: Option<(Publication<Pod64, bus::Pod>, usize)> = None;
+    let prefix = hs.slot_name("others");
+    let value = Pod64::make(64);
+    for &slots in &c.slots {
+        let started = Instant::now();
+        while others.len() + 1 + usize::from(first.is_some()) < slots {
+            let name = format!("{prefix}/{}", others.len());
+            let mut p = hs
+                .bus
+                .publication(&name)
+                .and_then(|b| b.create::<Pod64, bus::Pod>())
+                .map_err(|e| format!("publishing {name}: {e}"))?;
+            p.write(&value).map_err(|e| e.to_string())?;
+            others.push(p);
+        }
+        if let Some(last) = others.last() {
+            last.wait_bound(PEER_TIMEOUT).map_err(|e| e.to_string())?;
+        }
+        let name = hs.slot_name(&format!("cost-slots-{slots}"));
+        let mut p = new_pub::<Pod64>(&hs.bus, &name, 64)?;
+        let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
+        eprintln!(
+            "bus-bench: publish cost, {in_domain} slots in the domain (set up in {:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+        let (samples, _) = write_run(&mut p, value, warmup, c.each, true)?;
+        let case = format!("no reader, {slots} slots");
+        rows.push(
+            Row::new("publish", System::Bus, &case, stats(samples, &case)?)
+                .bytes(64)
+                .baseline(RAW_CASE)
+                .series(&["slots"])
+                .note(format!("{in_domain} slot segments in the domain")),
+        );
+        match &first {
+            None => first = Some((p, slots)),
+            Some(_) => others.push(p),
+        }
+    }
+    if let Some((mut p, slots)) = first {
+        let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
+        let (samples, _) = write_run(&mut p, value, warmup, c.each, true)?;
+        let case = format!("the {slots}-slot case's slot again");
+        rows.push(
+            Row::new("publish", System::Bus, &case, stats(samples, &case)?)
+                .bytes(64)
+                .baseline(RAW_CASE)
+                .note(format!(
+                    "{in_domain} slot segments in the domain; shows run-to-run drift"
+                )),
+        );
+    }
+    drop(others);
+    Ok(rows)
+}
+
+/// Creates a 64 B POD publication, starts a peer holding `count` subscriptions of it in
+/// `role` (none for 0), runs `measure`, then tells the peer to stop.
+fn with_readers(
+    h: &mut Harness,
+    role: &str,
+    count: usize,
+    measure: impl FnOnce(&mut Publication<Pod64, bus::Pod>, &Slot) -> Result<Vec<u64>, String>,
+) -> Result<Vec<u64>, String> {
+    let name = h.slot_name(&format!("cost-{role}-{count}"));
+    let mut p = new_pub::<Pod64>(&h.bus, &name, 64)?;
+    let segment = h
+        .domain
+        .segment_name(&SlotName::parse(&name).map_err(|e| e.to_string())?);
+    let slot = Slot::open(&segment, false).map_err(|e| e.to_string())?;
+    let mut value = Pod64::make(64);
+    p.write(&value).map_err(|e| e.to_string())?;
+    if count == 0 {
+        return measure(&mut p, &slot);
+    }
+    let mut peer = h.spawn_peer(&[
+        "--role".into(),
+        role.into(),
+        "--count".into(),
+        count.to_string(),
+        "--name".into(),
+        name.clone(),
+    ])?;
+    let samples = measure(&mut p, &slot)?;
+    value.set_seq(STOP);
+    p.write(&value).map_err(|e| e.to_string())?;
+    peer.finish(Duration::from_secs(10))?;
+    Ok(samples)
+}
+
+/// Times `count` writes, each made only once all `waiters` subscriptions sleep on the slot.
+fn blocked_writes(
+    p: &mut Publication<Pod64, bus::Pod>,
+    slot: &Slot,
+    waiters: usize,
+    count: usize,
+) -> Result<Vec<u64>, String> {
+    let mut value = Pod64::make(64);
+    let mut samples = Vec::with_capacity(count);
+    let warmup = 20;
+    for i in 1..=(warmup + count) as u64 {
+        let deadline = Deadline::after(Duration::from_secs(10), "waiting for subscribers to sleep");
+        // SeqCst, as the waiters' increments: the count read here is at least as new as theirs.
+        while slot.waiters_word().load(Ordering::SeqCst) < waiters as u32 {
+            deadline.check()?;
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        // A counted waiter is between its increment and FUTEX_WAIT for a moment; let it get
+        // into the kernel so that the write really has sleepers to wake.
+        std::thread::sleep(Duration::from_micros(50));
+        value.set_seq(i);
+        let start = Instant::now();
+        p.write(&value).map_err(|e| e.to_string())?;
+        let ns = start.elapsed().as_nanos() as u64;
+        if i as usize > warmup {
+            samples.push(ns);
+        }
+    }
+    Ok(samples)
+}
+
+/// Peer role `busy-readers`: `count` subscriptions of `name`, polled round-robin until one
+/// reads the stop value.
+pub fn busy_readers(bus: &Bus, name: &str, count: usize) -> Result<(), String> {
+    let mut subs = (0..count)
+        .map(|_| Pod64::subscribe(bus, name).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    for s in &subs {
+        s.wait_bound(PEER_TIMEOUT).map_err(|e| e.to_string())?;
+    }
+    let watch = Watch::new();
+    announce_ready()?;
+    let mut rounds = 0u32;
+    loop {
+        for s in subs.iter_mut() {
+            if s.update().map_err(|e| e.to_string())? && s.value().map(Pod64::seq) == Some(STOP) {
+                return Ok(());
+            }
+        }
+        rounds = rounds.wrapping_add(1);
+        if rounds % 4096 == 0 {
+            watch.check()?;
+        }
+    }
+}
+
+/// Peer role `waiters`: `count` threads, each with its own subscription of `name`, looping on
+/// `wait_update` until the stop value.
+pub fn waiters(bus: &Bus, name: &str, count: usize) -> Result<(), String> {
+    let bound = Arc::new(Barrier::new(count + 1));
+    let threads = (0..count)
+        .map(|_| {
+            let (bus, name, bound) = (bus.clone(), name.to_owned(), Arc::clone(&bound));
+            std::thread::spawn(move || -> Result<(), String> {
+                let sub = Pod64::subscribe(&bus, &name).map_err(|e| e.to_string());
+                let bind = sub
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|s| s.wait_bound(PEER_TIMEOUT).map_err(|e| e.to_string()));
+                bound.wait();
+                let mut sub = sub?;
+                bind?;
+                let watch = Watch::new();
+                loop {
+                    if sub
+                        .wait_update(Duration::from_millis(100))
+                        .map_err(|e| e.to_string())?
+                        && sub.value().map(Pod64::seq) == Some(STOP)
+                    {
+                        return Ok(());
+                    }
+                    watch.check()?;
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+    bound.wait();
+    announce_ready()?;
+    let mut result = Ok(());
+    for t in threads {
+        let outcome = t
+            .join()
+            .unwrap_or_else(|_| Err("a waiter thread panicked".into()));
+        if result.is_ok() {
+            result = outcome;
+        }
+    }
+    result
+}

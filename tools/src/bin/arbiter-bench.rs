@@ -1,0 +1,111 @@
+//! `arbiter-bench`: latency of control arbitration across processes, against the bus's own
+//! wait-mode one-way latency in the same run. Build with `cargo build --release` first; it
+//! starts the `registry-server` and `arbiter` binaries found next to itself.
+
+use clap::{Parser, Subcommand};
+use tools::arbitration_bench::{arbitration, bus_one_way, echo, Case, Rig};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Measure controller-write to arbiter-command latency (1/8/32 controllers, 1/4 arbiters)",
+    long_about = "Measure the latency from a controller's write of its block to the arbiter's \
+coherent command being readable (the bus's write stamp of the command), with 1, 8 and 32 \
+controllers and 1 and 4 arbiter processes, against the bus's own wait-mode one-way latency \
+(a write, a wake in another process, a write back) measured in the same run. Prints p50, p99, \
+p99.9 and max in microseconds, and each case's p50 over the baseline's.\n\n\
+Run from a release build: cargo build --release && target/release/arbiter-bench"
+)]
+struct Args {
+    /// Samples per case.
+    #[arg(long, default_value_t = 5000)]
+    iterations: usize,
+    /// Print one JSON object per case as well.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    role: Option<Role>,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// (internal) the echo process of the baseline.
+    #[command(hide = true)]
+    Echo {
+        #[arg(long)]
+        domain: String,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = match &args.role {
+        Some(Role::Echo { domain }) => bus::Domain::new(domain)
+            .map_err(|e| e.to_string())
+            .and_then(|d| echo(&d)),
+        None => run(&args),
+    };
+    if let Err(e) = result {
+        eprintln!("arbiter-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.iterations < 10 {
+        return Err("--iterations: at least 10".into());
+    }
+    let mut rig = Rig::new()?;
+    let baseline = bus_one_way(&mut rig, args.iterations)?;
+    let mut cases: Vec<Case> = Vec::new();
+    for arbiters in [1, 4] {
+        for controllers in [1, 8, 32] {
+            cases.push(arbitration(
+                &mut rig,
+                controllers,
+                arbiters,
+                args.iterations,
+            )?);
+        }
+    }
+    println!(
+        "{:<40} {:>9} {:>9} {:>9} {:>9} {:>10} {:>12}",
+        "case (µs)", "p50", "p99", "p99.9", "max", "p50 ratio", "p50 - base"
+    );
+    let base = baseline.stats.p50;
+    for case in std::iter::once(&baseline).chain(&cases) {
+        let s = &case.stats;
+        println!(
+            "{:<40} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.2}x {:>+11.1}",
+            case.name,
+            us(s.p50),
+            us(s.p99),
+            us(s.p999),
+            us(s.max),
+            s.p50 as f64 / base as f64,
+            us(s.p50) - us(base)
+        );
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"case": case.name, "stats": s, "p50_over_baseline_ns": s.p50 as i64 - base as i64})
+            );
+        }
+    }
+    let worst = cases.iter().map(|c| c.stats.p50).max().unwrap_or(0);
+    println!(
+        "\ntarget: p50 <= bus one-way + 2 µs ({:.1} µs); worst case p50 {:.1} µs: {}",
+        us(base) + 2.0,
+        us(worst),
+        if us(worst) <= us(base) + 2.0 {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    Ok(())
+}
