@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bus::protocol::{read_frame, write_frame, Reply, Request};
@@ -33,6 +33,11 @@ pub struct Shared {
     state: Mutex<Registry>,
     writers: Mutex<std::collections::HashMap<u64, Arc<Mutex<UnixStream>>>>,
     net: Option<Arc<crate::net::Net>>,
+    /// Set when endpoints changed; the directory thread then rewrites the directory once for a
+    /// whole burst of registrations (rewriting it per registration made n registrations cost
+    /// O(n²): 10,000 slots took 10 s to create).
+    directory_dirty: Mutex<bool>,
+    directory_wake: Condvar,
 }
 
 impl Shared {
@@ -51,6 +56,12 @@ impl Shared {
         if let Some(net) = &self.net {
             net.poke();
         }
+    }
+
+    /// Asks the directory thread to rewrite the directory soon.
+    fn directory_changed(&self) {
+        *lock(&self.directory_dirty) = true;
+        self.directory_wake.notify_one();
     }
 }
 
@@ -120,6 +131,8 @@ pub fn serve(
         state: Mutex::new(registry),
         writers: Mutex::new(Default::default()),
         net,
+        directory_dirty: Mutex::new(false),
+        directory_wake: Condvar::new(),
     });
     if let Some(net) = &shared.net {
         net.start(&shared)?;
@@ -130,6 +143,12 @@ pub fn serve(
         std::thread::Builder::new()
             .name("sweeper".into())
             .spawn(move || sweep(&shared))?;
+    }
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("directory".into())
+            .spawn(move || publish_directory(&shared))?;
     }
     ready(adopted);
     let mut next_conn = 0u64;
@@ -193,13 +212,13 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
                 Request::Register(reg) => {
                     shared.changed();
                     let out = state.register(conn, frame.id, reg);
-                    state.publish_directory();
+                    shared.directory_changed();
                     out
                 }
                 Request::Unregister { endpoint } => {
                     shared.changed();
                     state.unregister(conn, endpoint);
-                    state.publish_directory();
+                    shared.directory_changed();
                     vec![(conn, frame.id, Reply::Unregistered { endpoint })]
                 }
                 Request::List => vec![(
@@ -239,7 +258,28 @@ fn close(shared: &Shared, conn: u64) {
     if let Some(peer) = state.disconnect(conn) {
         tracing::debug!("pid {} ({}) disconnected", peer.pid, peer.program);
     }
-    state.publish_directory();
+    drop(state);
+    shared.directory_changed();
+}
+
+/// Rewrites the directory after endpoint changes, coalescing bursts: it waits for a change,
+/// lets a short burst settle, then publishes once.
+fn publish_directory(shared: &Shared) {
+    const SETTLE: Duration = Duration::from_millis(2);
+    loop {
+        {
+            let mut dirty = lock(&shared.directory_dirty);
+            while !*dirty {
+                dirty = shared
+                    .directory_wake
+                    .wait(dirty)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        std::thread::sleep(SETTLE);
+        *lock(&shared.directory_dirty) = false;
+        lock(&shared.state).publish_directory();
+    }
 }
 
 fn sweep(shared: &Shared) {

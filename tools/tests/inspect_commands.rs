@@ -413,6 +413,12 @@ fn reading_commands_leave_every_byte_unchanged() {
     let sub = bus.subscribe::<u64>("/quiet/count").unwrap();
     sub.wait_bound(WATCHDOG).unwrap();
     p.wait_bound(WATCHDOG).unwrap();
+    // The registry rewrites its directory shortly after registrations: let it settle first.
+    common::eventually("the directory lists both publications", || {
+        let out = t.inspect(&["get", "/baton/registry/directory", "--json"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.contains("/quiet/count") && text.contains("/quiet/status")
+    });
     let before = snapshot(&t);
     assert_eq!(before.len(), 3, "two slots and the registry's directory");
     let commands: &[&[&str]] = &[
