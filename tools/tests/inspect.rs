@@ -6,19 +6,7 @@ mod common;
 use common::{TestBus, WATCHDOG};
 use nix::sys::signal::Signal;
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-enum Mode {
-    Idle,
-    Moving { speed: f64 },
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-struct Status {
-    name: String,
-    joints: Vec<f32>,
-    mode: Mode,
-    battery: Option<u8>,
-}
+use common::sample::{Mode, Status};
 
 #[repr(C)]
 #[derive(

@@ -10,19 +10,7 @@ use std::process::Output;
 
 use common::{TestBus, WATCHDOG};
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-enum Mode {
-    Idle,
-    Moving { speed: f64 },
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-struct Status {
-    name: String,
-    joints: Vec<f32>,
-    mode: Mode,
-    battery: Option<u8>,
-}
+use common::sample::{Mode, Status};
 
 fn status() -> Status {
     Status {

@@ -8,19 +8,7 @@ use std::process::Command;
 
 use common::{TestBus, WATCHDOG};
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-enum Mode {
-    Idle,
-    Moving { speed: f64 },
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-struct Status {
-    name: String,
-    joints: Vec<f32>,
-    mode: Mode,
-    battery: Option<u8>,
-}
+use common::sample::{Mode, Status};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
 struct Config {

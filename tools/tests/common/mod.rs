@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod sample;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};

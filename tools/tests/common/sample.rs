@@ -1,0 +1,16 @@
+//! A value type with a bit of everything serde offers (nested enum, vector, option), shared by
+//! the tests that decode slots without their Rust type.
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+pub enum Mode {
+    Idle,
+    Moving { speed: f64 },
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+pub struct Status {
+    pub name: String,
+    pub joints: Vec<f32>,
+    pub mode: Mode,
+    pub battery: Option<u8>,
+}
