@@ -295,7 +295,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
     /// State of the slot's writer now; `None` while unbound.
     pub fn writer(&self) -> Option<WriterState> {
-        self.endpoint.slot.get().map(|s| s.writer().state)
+        self.endpoint.slot.get().map(|s| s.writer_state())
     }
 
     pub fn name(&self) -> &SlotName {

@@ -544,15 +544,20 @@ impl Slot {
     }
 
     pub fn writer(&self) -> WriterInfo {
-        let state = match self.load32(OFF_WRITER_STATE) {
-            1 => WriterState::Alive,
-            2 => WriterState::Gone,
-            _ => WriterState::None,
-        };
         WriterInfo {
             pid: self.load32(OFF_WRITER_PID),
             start_time: self.load64(OFF_WRITER_START),
-            state,
+            state: self.writer_state(),
+        }
+    }
+
+    /// Whether the writer lives: one load, for the paths that check it on every update
+    /// (subscription groups, arbiters).
+    pub fn writer_state(&self) -> WriterState {
+        match self.load32(OFF_WRITER_STATE) {
+            1 => WriterState::Alive,
+            2 => WriterState::Gone,
+            _ => WriterState::None,
         }
     }
 

@@ -47,7 +47,7 @@ impl Registry {
                 continue;
             }
             let Some(slot) = &e.slot else { continue };
-            let writer = slot.writer().state;
+            let writer = slot.writer_state();
             // Claimed by a remote host right now: listed below with its claim.
             if !e.published_here() && self.remote.contains_key(name) {
                 continue;
@@ -123,10 +123,11 @@ impl Registry {
 mod tests {
     use std::collections::BTreeMap;
 
-    use bus::protocol::{EndpointKind, Registration, Reply};
+    use bus::protocol::{EndpointKind, Reply};
     use bus::{Domain, SlotName};
 
     use super::*;
+    use crate::state::tests::registration;
     use crate::state::{Peer, RemoteClaim};
 
     #[test]
@@ -145,19 +146,10 @@ mod tests {
             },
         );
         let schema = Schema::of_serde::<u64>().unwrap();
-        let reg_of = |name: &str, kind| Registration {
-            endpoint: 1,
-            name: SlotName::public(name).unwrap(),
-            kind,
-            type_name: schema.type_name().into(),
-            schema_hash: schema.hash().0,
-            schema: schema.to_bytes(),
-            capacity: 64,
-        };
         let out = reg.register(
             1,
             1,
-            reg_of("/robot/controller/x", EndpointKind::Publication),
+            registration("/robot/controller/x", EndpointKind::Publication, &schema),
         );
         assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
         reg.set_remote_claims(BTreeMap::from([(

@@ -36,7 +36,64 @@ struct SlotEntry {
     own: bool,
 }
 
+/// Why `SlotEntry::ensure_slot` gave no slot.
+enum NoSlot {
+    /// The slot is smaller than asked for and mapped by endpoints, so it cannot be re-created.
+    TooSmallInUse {
+        capacity: u64,
+    },
+    Create(bus::SegmentError),
+}
+
 impl SlotEntry {
+    /// The entry's slot, with room for `capacity` bytes: created if missing, re-created larger
+    /// if it is too small and nobody maps it (its old value is lost; nobody saw it). `Ok(true)`
+    /// when a segment was created.
+    fn ensure_slot(
+        &mut self,
+        segment: &str,
+        name: &SlotName,
+        schema: &Schema,
+        capacity: u64,
+        group: Option<Gid>,
+    ) -> Result<bool, NoSlot> {
+        if let Some(slot) = &self.slot {
+            if (slot.capacity() as u64) < capacity {
+                if self.endpoints.iter().any(|e| e.bound) {
+                    return Err(NoSlot::TooSmallInUse {
+                        capacity: slot.capacity() as u64,
+                    });
+                }
+                tracing::info!("re-creating {name} with capacity {capacity}");
+                self.slot = None;
+                let _ = bus::shm::unlink(segment);
+            }
+        }
+        let created = self.slot.is_none();
+        if created {
+            self.slot =
+                Some(create_slot(segment, name, schema, capacity, group).map_err(NoSlot::Create)?);
+        }
+        Ok(created)
+    }
+
+    /// Binds the subscriptions that waited for the slot to exist: the `Bound` pushes to send.
+    fn bind_waiting(&mut self, segment: &str) -> Outbox {
+        let mut out = Outbox::new();
+        for sub in self.endpoints.iter_mut().filter(|e| !e.bound) {
+            sub.bound = true;
+            out.push((
+                sub.conn,
+                0,
+                Reply::Bound {
+                    endpoint: sub.endpoint,
+                    segment: segment.to_owned(),
+                },
+            ));
+        }
+        out
+    }
+
     fn published_here(&self) -> bool {
         self.own
             || self
@@ -276,37 +333,27 @@ impl Registry {
                     .slots
                     .get_mut(&reg.name)
                     .ok_or_else(|| failed("slot vanished".into()))?;
-                let too_small = entry
-                    .slot
-                    .as_ref()
-                    .is_some_and(|s| (s.capacity() as u64) < reg.capacity);
-                if too_small {
-                    if entry.endpoints.iter().any(|e| e.bound) {
-                        let capacity = entry.slot.as_ref().map_or(0, |s| s.capacity() as u64);
-                        return Err(Refusal::CapacityTooSmall { capacity });
-                    }
-                    // Nobody maps it: re-create it larger (the old value is lost, nobody saw it).
-                    tracing::info!("re-creating {} with capacity {}", reg.name, reg.capacity);
-                    entry.slot = None;
-                    let _ = bus::shm::unlink(&segment);
-                }
-                if entry.slot.is_none() {
-                    let created =
-                        create_slot(&segment, &reg.name, &parsed, reg.capacity, self.group)
-                            .map_err(|e| failed(format!("cannot create {segment}: {e}")))?;
-                    tracing::info!(
-                        "created {} ({}, {} bytes) for pid {}",
-                        reg.name,
-                        parsed.type_name(),
-                        created.capacity(),
-                        peer.pid
-                    );
-                    entry.slot = Some(created);
-                }
+                let created = entry
+                    .ensure_slot(&segment, &reg.name, &parsed, reg.capacity, self.group)
+                    .map_err(|e| match e {
+                        NoSlot::TooSmallInUse { capacity } => {
+                            Refusal::CapacityTooSmall { capacity }
+                        }
+                        NoSlot::Create(e) => failed(format!("cannot create {segment}: {e}")),
+                    })?;
                 let slot = entry
                     .slot
                     .as_ref()
                     .ok_or_else(|| failed("slot vanished".into()))?;
+                if created {
+                    tracing::info!(
+                        "created {} ({}, {} bytes) for pid {}",
+                        reg.name,
+                        parsed.type_name(),
+                        slot.capacity(),
+                        peer.pid
+                    );
+                }
                 if entry.origin.take().is_some() {
                     // A mirror whose remote publisher went away: the name is local now.
                     slot.set_origin("");
@@ -319,17 +366,7 @@ impl Registry {
                     kind: EndpointKind::Publication,
                     bound: true,
                 });
-                for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
-                    sub.bound = true;
-                    out.push((
-                        sub.conn,
-                        0,
-                        Reply::Bound {
-                            endpoint: sub.endpoint,
-                            segment: segment.clone(),
-                        },
-                    ));
-                }
+                out.extend(entry.bind_waiting(&segment));
             }
         }
         Ok(out)
@@ -483,7 +520,7 @@ impl Registry {
                 writer: entry
                     .slot
                     .as_ref()
-                    .map_or(WriterState::None, |s| s.writer().state),
+                    .map_or(WriterState::None, |s| s.writer_state()),
                 endpoints: entry
                     .endpoints
                     .iter()

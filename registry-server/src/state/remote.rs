@@ -9,8 +9,7 @@ use bus::schema::Schema;
 use bus::slot::{StoredSchema, WriterState};
 use bus::SlotName;
 
-use super::{create_slot, LocalPublication, Outbox, Registry, RemoteClaim, SlotEntry};
-use bus::protocol::Reply;
+use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim, SlotEntry};
 
 impl Registry {
     /// Replaces what is known of other hosts' publications.
@@ -34,7 +33,7 @@ impl Registry {
                     name: name.clone(),
                     schema: e.schema.clone(),
                     capacity: slot.capacity() as u64,
-                    writer_alive: slot.writer().state == WriterState::Alive,
+                    writer_alive: slot.writer_state() == WriterState::Alive,
                     segment: slot.segment().to_owned(),
                 })
             })
@@ -91,55 +90,36 @@ impl Registry {
                 entry.schema.type_name, claim.host, claim.type_name
             ));
         }
-        let too_small = entry
-            .slot
-            .as_ref()
-            .is_some_and(|s| (s.capacity() as u64) < capacity);
-        if too_small {
-            if entry.endpoints.iter().any(|e| e.bound) {
-                return Err(format!(
+        let created = entry
+            .ensure_slot(&segment, name, schema, capacity, self.group)
+            .map_err(|e| match e {
+                NoSlot::TooSmallInUse { .. } => format!(
                     "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
                      and is in use",
                     claim.host
-                ));
-            }
-            entry.slot = None;
-            let _ = bus::shm::unlink(&segment);
-        }
-        if entry.slot.is_none() {
-            let created = create_slot(&segment, name, schema, capacity, self.group)
-                .map_err(|e| format!("cannot create {segment}: {e}"))?;
-            tracing::info!(
-                "created mirror {name} ({}, {} bytes) of host '{}'",
-                claim.type_name,
-                created.capacity(),
-                claim.host
-            );
-            entry.slot = Some(created);
-        }
+                ),
+                NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
+            })?;
         let slot = entry
             .slot
             .as_ref()
             .ok_or_else(|| format!("{name}: slot vanished"))?;
+        if created {
+            tracing::info!(
+                "created mirror {name} ({}, {} bytes) of host '{}'",
+                claim.type_name,
+                slot.capacity(),
+                claim.host
+            );
+        }
         if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
             slot.set_origin(&claim.host);
             entry.origin = Some(claim.host.clone());
         }
-        if slot.writer().state != WriterState::Alive || slot.writer().pid != std::process::id() {
+        if slot.writer_state() != WriterState::Alive || slot.writer().pid != std::process::id() {
             slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
-        let mut out = Outbox::new();
-        for sub in entry.endpoints.iter_mut().filter(|e| !e.bound) {
-            sub.bound = true;
-            out.push((
-                sub.conn,
-                0,
-                Reply::Bound {
-                    endpoint: sub.endpoint,
-                    segment: segment.clone(),
-                },
-            ));
-        }
+        let out = entry.bind_waiting(&segment);
         Ok((segment, out))
     }
 
@@ -151,7 +131,7 @@ impl Registry {
             .filter(|e| e.origin.is_some())
             .and_then(|e| e.slot.as_ref())
         {
-            if slot.writer().state == WriterState::Alive {
+            if slot.writer_state() == WriterState::Alive {
                 slot.mark_writer_gone();
             }
         }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> Registration {
+pub(super) fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> Registration {
     Registration {
         endpoint: 1,
         name: SlotName::public(name).unwrap(),

@@ -238,6 +238,20 @@ fn json_line<T: serde::Serialize>(value: &T) -> Result<bool, String> {
     ))
 }
 
+/// Prints `value` as one line of JSON, or as `text` renders it for people.
+fn show<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce(&T) -> String,
+) -> Result<(), String> {
+    if json {
+        json_line(value)?;
+    } else {
+        print!("{}", text(value));
+    }
+    Ok(())
+}
+
 fn seconds(what: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s)
         .ok()
@@ -259,11 +273,7 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
         Command::Info { name, json } => {
             let info =
                 registry::info(domain, &inspect::slot_name(&name).map_err(err)?).map_err(err)?;
-            if json.json {
-                json_line(&info)?;
-            } else {
-                say(&render::info(&info));
-            }
+            show(json.json, &info, |i| format!("{}\n", render::info(i)))?;
             Ok(0)
         }
         Command::Get { name, json } => {
@@ -320,14 +330,12 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
         } => {
             let name = inspect::slot_name(&name).map_err(err)?;
             let w = put::put(domain, &name, &value, force).map_err(err)?;
-            if json.json {
-                json_line(&w)?;
-            } else {
-                say(&format!(
-                    "wrote {} bytes to {} (sequence {})",
+            show(json.json, &w, |w| {
+                format!(
+                    "wrote {} bytes to {} (sequence {})\n",
                     w.size, w.name, w.sequence
-                ));
-            }
+                )
+            })?;
             Ok(0)
         }
         Command::Wait {
@@ -355,29 +363,17 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
         }
         Command::Graph { json } => {
             let g = graph::build(domain).map_err(err)?;
-            if json {
-                json_line(&g)?;
-            } else {
-                print!("{}", graph::dot(&g));
-            }
+            show(json, &g, graph::dot)?;
             Ok(0)
         }
         Command::Stats { json } => {
             let s = stats::gather(domain);
-            if json.json {
-                json_line(&s)?;
-            } else {
-                print!("{}", stats::render(&s));
-            }
+            show(json.json, &s, stats::render)?;
             Ok(0)
         }
         Command::Doctor { json } => {
             let report = doctor::diagnose(domain);
-            if json.json {
-                json_line(&report)?;
-            } else {
-                print!("{}", render::doctor(&report));
-            }
+            show(json.json, &report, render::doctor)?;
             Ok(i32::from(report.failed()))
         }
         Command::Clean { yes, json } => clean(domain, yes, json.json),

@@ -144,7 +144,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         type_name: slot.schema().type_name.clone(),
         sequence: info.sequence,
         time_ns: info.write_time_ns,
-        writer: slot.writer().state,
+        writer: slot.writer_state(),
         origin: (!origin.is_empty()).then_some(origin),
         value,
     }))
