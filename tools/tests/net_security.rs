@@ -181,10 +181,7 @@ fn a_name_published_on_another_host_is_refused_and_the_first_keeps_working() {
             "60",
         ],
     );
-    eventually("B learns A's publications", || {
-        lab.stats(B)
-            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
-    });
+    wait_until_b_knows_a_publications(&lab);
     let second = lab.spawn(
         B,
         "bus-stress",
@@ -265,10 +262,7 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     let s = summary(&lab.finish(early));
     assert_eq!(s["reads"], 0, "{s}");
     // Subscribing once B knows A's publication: refused at once, the error names both types.
-    eventually("B learns A's publications", || {
-        lab.stats(B)
-            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
-    });
+    wait_until_b_knows_a_publications(&lab);
     let late = lab.spawn(
         B,
         "bus-stress",
@@ -328,4 +322,12 @@ fn a_forgotten_hosts_old_datagram_is_still_a_replay() {
         lab.stats(B)
     );
     let _ = std::fs::remove_file(key);
+}
+
+/// Waits until host B's registry has heard of (at least) A's two publications.
+fn wait_until_b_knows_a_publications(lab: &Lab) {
+    eventually("B learns A's publications", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
+    });
 }
