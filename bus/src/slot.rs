@@ -370,10 +370,16 @@ impl Slot {
     /// Writes one value. The caller checked `bytes.len() <= capacity()`; a longer value is a
     /// bug and is refused with `TooLarge` rather than truncated.
     pub fn write(&self, bytes: &[u8]) -> Result<u64, BusError> {
-        self.write_at(bytes, now_ns())
+        self.write_stamped(bytes, now_ns)
     }
 
+    /// Writes one value stamped with a given write time (a mirror of a remote slot keeps the
+    /// origin's time).
     pub fn write_at(&self, bytes: &[u8], time_ns: u64) -> Result<u64, BusError> {
+        self.write_stamped(bytes, || time_ns)
+    }
+
+    fn write_stamped(&self, bytes: &[u8], stamp: impl FnOnce() -> u64) -> Result<u64, BusError> {
         if bytes.len() > self.layout.capacity {
             return Err(BusError::TooLarge {
                 name: self.name.to_string(),
@@ -394,8 +400,13 @@ impl Slot {
         self.copy_in(buf + BUF_HEADER, bytes);
         self.word64(buf + BUF_LEN)
             .store(bytes.len() as u64, Ordering::Relaxed);
+        // The clock is read only now, after the copy: reading CLOCK_REALTIME waits (lfence in
+        // the vDSO) for every earlier load to finish, and taken before the copy it held back
+        // the stores above until the caller's last read (typically the value being answered)
+        // had completed, which cost a quarter of a busy-poll round trip. The stamp still
+        // precedes the moment the value becomes visible (the Release store below).
         self.word64(buf + BUF_TIME)
-            .store(time_ns, Ordering::Relaxed);
+            .store(stamp(), Ordering::Relaxed);
         // Release: payload, len and time happen-before a reader's Acquire load that sees 2n.
         seq.store(2 * n, Ordering::Release);
         latest.store(n, Ordering::Release);
