@@ -6,6 +6,7 @@
 //! fixed-int little-endian.
 
 use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
+use bincode::de::read::Reader;
 use bincode::enc::write::Writer;
 
 /// The bincode configuration used for every value on the bus.
@@ -66,7 +67,15 @@ pub fn encode_into<T: serde::Serialize + ?Sized>(
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
     out.clear();
-    bincode::serde::encode_into_writer(value, VecWriter(out), config()).map_err(|source| {
+    encode_to(value, VecWriter(out))
+}
+
+/// Encodes `value` into any bincode writer (e.g. a slot buffer, `payload::PayloadWriter`).
+pub fn encode_to<T: serde::Serialize + ?Sized>(
+    value: &T,
+    writer: impl Writer,
+) -> Result<(), CodecError> {
+    bincode::serde::encode_into_writer(value, writer, config()).map_err(|source| {
         CodecError::Encode {
             type_name: std::any::type_name::<T>(),
             source,
@@ -74,32 +83,53 @@ pub fn encode_into<T: serde::Serialize + ?Sized>(
     })
 }
 
+/// A bincode reader that says how many bytes it has handed out, so that a decode can be checked
+/// to have used its whole input.
+pub trait CountingReader: Reader {
+    fn consumed(&self) -> usize;
+}
+
+impl CountingReader for crate::payload::PayloadReader<'_> {
+    fn consumed(&self) -> usize {
+        crate::payload::PayloadReader::consumed(self)
+    }
+}
+
 /// Decodes one `T` that must fill `bytes` exactly.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    decode_from(SliceCursor { bytes, pos: 0 }, bytes.len())
+}
+
+/// Decodes one `T` that must fill the `len` bytes `reader` yields exactly.
 ///
 /// The bytes may come from a corrupt or hostile segment. bincode sizes a string or byte
 /// buffer from its length prefix before reading it, so an unchecked prefix could ask for
 /// exabytes and abort the process. With a byte limit configured bincode checks each claim
 /// first; the limit is a const generic, so pick the smallest of a few power-of-16 buckets
 /// that holds the input: a hostile prefix can then cost at most 16 times the input size.
-pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+pub fn decode_from<T: serde::de::DeserializeOwned>(
+    mut reader: impl CountingReader,
+    len: usize,
+) -> Result<T, CodecError> {
     const KIB4: usize = 1 << 12;
     const KIB64: usize = 1 << 16;
     const MIB1: usize = 1 << 20;
     const MIB16: usize = 1 << 24;
     const MIB256: usize = 1 << 28;
-    let len = bytes.len();
+    use bincode::serde::decode_from_reader as run;
+    let r = &mut reader;
     let result = if len <= KIB4 {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<KIB4>())
+        run(r, config().with_limit::<KIB4>())
     } else if len <= KIB64 {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<KIB64>())
+        run(r, config().with_limit::<KIB64>())
     } else if len <= MIB1 {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB1>())
+        run(r, config().with_limit::<MIB1>())
     } else if len <= MIB16 {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB16>())
+        run(r, config().with_limit::<MIB16>())
     } else if len <= MIB256 {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<MIB256>())
+        run(r, config().with_limit::<MIB256>())
     } else if len <= MAX_DECODE_LEN {
-        bincode::serde::decode_from_slice(bytes, config().with_limit::<MAX_DECODE_LEN>())
+        run(r, config().with_limit::<MAX_DECODE_LEN>())
     } else {
         return Err(CodecError::TooLarge {
             type_name: std::any::type_name::<T>(),
@@ -107,9 +137,10 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecEr
             max: MAX_DECODE_LEN,
         });
     };
+    let consumed = reader.consumed();
     match result {
-        Ok((value, consumed)) if consumed == len => Ok(value),
-        Ok((_, consumed)) => Err(CodecError::TrailingBytes {
+        Ok(value) if consumed == len => Ok(value),
+        Ok(_) => Err(CodecError::TrailingBytes {
             type_name: std::any::type_name::<T>(),
             len,
             consumed,
@@ -142,6 +173,32 @@ fn explain(error: &bincode::error::DecodeError) -> String {
             format!("expected a length that fits in memory, found {found}")
         }
         other => other.to_string(),
+    }
+}
+
+/// Reads a slice front to back, counting.
+struct SliceCursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader for SliceCursor<'_> {
+    fn read(&mut self, out: &mut [u8]) -> Result<(), bincode::error::DecodeError> {
+        let left = self.bytes.len() - self.pos;
+        if out.len() > left {
+            return Err(bincode::error::DecodeError::UnexpectedEnd {
+                additional: out.len() - left,
+            });
+        }
+        out.copy_from_slice(&self.bytes[self.pos..self.pos + out.len()]);
+        self.pos += out.len();
+        Ok(())
+    }
+}
+
+impl CountingReader for SliceCursor<'_> {
+    fn consumed(&self) -> usize {
+        self.pos
     }
 }
 

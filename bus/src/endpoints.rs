@@ -150,6 +150,7 @@ impl PublicationBuilder {
             endpoint,
             capacity,
             scratch: Vec::new(),
+            last_len: 0,
             _type: PhantomData,
         })
     }
@@ -160,6 +161,8 @@ pub struct Publication<T, C = Serde> {
     endpoint: Arc<Endpoint>,
     capacity: usize,
     scratch: Vec<u8>,
+    /// Encoded length of the last value written (how the codec picks its write path).
+    last_len: usize,
     _type: PhantomData<fn(&T) -> C>,
 }
 
@@ -167,6 +170,10 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Publishes `value`. Before the registry has bound the slot the value is kept and written
     /// at binding. A value larger than the capacity is refused, never truncated.
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
+        if let Some(slot) = self.endpoint.slot.get() {
+            self.last_len = C::write(value, slot, self.capacity, &mut self.scratch, self.last_len)?;
+            return Ok(());
+        }
         let bytes = C::encode(value, &mut self.scratch)?;
         if bytes.len() > self.capacity {
             return Err(BusError::TooLarge {

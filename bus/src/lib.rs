@@ -27,6 +27,7 @@ pub mod error;
 pub mod futex;
 mod group;
 pub mod names;
+pub mod payload;
 pub mod process;
 pub mod protocol;
 pub mod schema;

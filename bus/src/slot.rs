@@ -31,6 +31,7 @@ use nix::unistd::Gid;
 use crate::error::{BusError, SegmentError};
 use crate::futex;
 use crate::names::SlotName;
+use crate::payload::{PayloadSpace, PayloadView};
 use crate::schema::{Schema, SchemaHash};
 use crate::shm::Mapping;
 
@@ -370,23 +371,55 @@ impl Slot {
     /// Writes one value. The caller checked `bytes.len() <= capacity()`; a longer value is a
     /// bug and is refused with `TooLarge` rather than truncated.
     pub fn write(&self, bytes: &[u8]) -> Result<u64, BusError> {
-        self.write_stamped(bytes, now_ns)
+        self.check_fits(bytes.len())?;
+        self.write_stamped(
+            |space| {
+                space.copy_from(bytes);
+                Ok(bytes.len())
+            },
+            now_ns,
+        )
     }
 
     /// Writes one value stamped with a given write time (a mirror of a remote slot keeps the
     /// origin's time).
     pub fn write_at(&self, bytes: &[u8], time_ns: u64) -> Result<u64, BusError> {
-        self.write_stamped(bytes, || time_ns)
+        self.check_fits(bytes.len())?;
+        self.write_stamped(
+            |space| {
+                space.copy_from(bytes);
+                Ok(bytes.len())
+            },
+            || time_ns,
+        )
     }
 
-    fn write_stamped(&self, bytes: &[u8], stamp: impl FnOnce() -> u64) -> Result<u64, BusError> {
-        if bytes.len() > self.layout.capacity {
+    /// Writes one value that `fill` puts straight into the buffer (encoding in place) and whose
+    /// length it returns. If `fill` fails, the value is not published: readers keep the
+    /// previous one, exactly as if a writer had died in the middle of a write.
+    pub fn write_with(
+        &self,
+        fill: impl FnOnce(PayloadSpace<'_>) -> Result<usize, BusError>,
+    ) -> Result<u64, BusError> {
+        self.write_stamped(fill, now_ns)
+    }
+
+    fn check_fits(&self, len: usize) -> Result<(), BusError> {
+        if len > self.layout.capacity {
             return Err(BusError::TooLarge {
                 name: self.name.to_string(),
-                size: bytes.len(),
+                size: len,
                 capacity: self.layout.capacity,
             });
         }
+        Ok(())
+    }
+
+    fn write_stamped(
+        &self,
+        fill: impl FnOnce(PayloadSpace<'_>) -> Result<usize, BusError>,
+        stamp: impl FnOnce() -> u64,
+    ) -> Result<u64, BusError> {
         let latest = self.word64(OFF_LATEST);
         // Single writer: nobody else stores `latest`, so Relaxed reads our own last store (or,
         // after a writer restart, the dead writer's, published before it died).
@@ -397,9 +430,14 @@ impl Slot {
         // Orders the odd marker before the payload stores: a reader that sees any new payload
         // byte and then re-reads seq (after its Acquire fence) sees the marker or later.
         fence(Ordering::Release);
-        self.copy_in(buf + BUF_HEADER, bytes);
+        let len = fill(PayloadSpace::new(
+            &self.map,
+            buf + BUF_HEADER,
+            self.layout.capacity,
+        ))?;
+        debug_assert!(len <= self.layout.capacity);
         self.word64(buf + BUF_LEN)
-            .store(bytes.len() as u64, Ordering::Relaxed);
+            .store(len as u64, Ordering::Relaxed);
         // The clock is read only now, after the copy: reading CLOCK_REALTIME waits (lfence in
         // the vDSO) for every earlier load to finish, and taken before the copy it held back
         // the stores above until the caller's last read (typically the value being answered)
@@ -423,27 +461,43 @@ impl Slot {
     /// Reads the newest value if its sequence differs from `last_seen`, into `out` (resized to
     /// the value's length). `Ok(None)`: nothing newer (or nothing ever written).
     pub fn read(&self, last_seen: u64, out: &mut Vec<u8>) -> Result<Option<ReadInfo>, BusError> {
-        self.read_with(last_seen, out)
+        let got = self.read_in_place(last_seen, |payload| {
+            out.resize(payload.len(), 0);
+            payload.copy_to(out);
+        })?;
+        Ok(got.map(|((), info)| info))
     }
 
     /// Like `read`, for a value of exactly `out.len()` bytes (plain-old-data types).
     pub fn read_exact(&self, last_seen: u64, out: &mut [u8]) -> Result<Option<ReadInfo>, BusError> {
         let want = out.len();
-        let mut sink = ExactSink { out, wrong: None };
-        let got = self.read_with(last_seen, &mut sink)?;
-        match sink.wrong {
-            Some(len) => {
+        let got = self.read_in_place(last_seen, |payload| {
+            if payload.len() != want {
+                return Err(payload.len());
+            }
+            payload.copy_to(out);
+            Ok(())
+        })?;
+        match got {
+            Some((Err(len), _)) => {
                 Err(self.inconsistent(format!("value is {len} bytes, the type is {want}")))
             }
-            None => Ok(got),
+            Some((Ok(()), info)) => Ok(Some(info)),
+            None => Ok(None),
         }
     }
 
-    fn read_with(
+    /// Hands the newest value, if its sequence differs from `last_seen`, to `consume` while the
+    /// seqlock holds it (to copy or decode it in place), and returns what `consume` made of it
+    /// once the re-check shows the writer did not touch the buffer meanwhile; otherwise the
+    /// result is dropped and the newest value is read again. `consume` must therefore expect
+    /// bytes that mix two values (and fail gracefully on them): only its validated result is
+    /// returned.
+    pub fn read_in_place<R>(
         &self,
         last_seen: u64,
-        sink: &mut impl Sink,
-    ) -> Result<Option<ReadInfo>, BusError> {
+        mut consume: impl FnMut(PayloadView<'_>) -> R,
+    ) -> Result<Option<(R, ReadInfo)>, BusError> {
         let latest = self.word64(OFF_LATEST);
         let mut stalled = 0u32;
         let mut attempts = 0u64;
@@ -463,19 +517,19 @@ impl Slot {
                         self.layout.capacity
                     )));
                 }
-                let Some(out) = sink.prepare(len as usize) else {
-                    return Ok(None);
-                };
-                self.copy_out(buf + BUF_HEADER, out);
+                let result = consume(PayloadView::new(&self.map, buf + BUF_HEADER, len as usize));
                 let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
-                // Pairs with the writer's Release fence: if any byte we copied came from a later
+                // Pairs with the writer's Release fence: if any byte we read came from a later
                 // write, the re-read below sees that write's odd marker (or later).
                 fence(Ordering::Acquire);
                 if seq.load(Ordering::Relaxed) == s1 {
-                    return Ok(Some(ReadInfo {
-                        sequence: n,
-                        write_time_ns: time_ns,
-                    }));
+                    return Ok(Some((
+                        result,
+                        ReadInfo {
+                            sequence: n,
+                            write_time_ns: time_ns,
+                        },
+                    )));
                 }
             }
             // Lapped by the writer (normal), or memory that no writer will ever make consistent
@@ -685,34 +739,6 @@ impl RawHeader<'_> {
 
     fn load64(&self, off: usize) -> u64 {
         self.0.word64(off).load(Ordering::Acquire)
-    }
-}
-
-/// Where a read copies the value: sized by the value's length once it is known.
-trait Sink {
-    fn prepare(&mut self, len: usize) -> Option<&mut [u8]>;
-}
-
-impl Sink for Vec<u8> {
-    fn prepare(&mut self, len: usize) -> Option<&mut [u8]> {
-        self.resize(len, 0);
-        Some(&mut self[..])
-    }
-}
-
-struct ExactSink<'a> {
-    out: &'a mut [u8],
-    wrong: Option<usize>,
-}
-
-impl Sink for ExactSink<'_> {
-    fn prepare(&mut self, len: usize) -> Option<&mut [u8]> {
-        if len == self.out.len() {
-            Some(&mut *self.out)
-        } else {
-            self.wrong = Some(len);
-            None
-        }
     }
 }
 

@@ -80,6 +80,34 @@ fn an_oversized_value_is_refused_with_both_sizes() {
     let mut sub = bus.subscribe::<Vec<u8>>("/small").unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value().unwrap().len(), 50);
+    // The same after a large value, which the publication encodes straight into the slot: the
+    // refused value leaves the slot as it was, and a value that fits goes through again.
+    let mut large = bus
+        .publication("/large")
+        .unwrap()
+        .capacity(64 * 1024)
+        .create::<Vec<u8>, bus::Serde>()
+        .unwrap();
+    large.write(&vec![2u8; 10_000]).unwrap();
+    let err = large.write(&vec![3u8; 70_000]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BusError::TooLarge {
+                size: 70_008,
+                capacity: 65_536,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut sub = bus.subscribe::<Vec<u8>>("/large").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value().unwrap(), &vec![2u8; 10_000]);
+    large.write(&vec![4u8; 20_000]).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value().unwrap(), &vec![4u8; 20_000]);
+    assert_eq!(sub.meta().unwrap().sequence, 2);
     // Asking for an absurd capacity is refused by the registry.
     let err = bus
         .publication("/huge")
