@@ -70,10 +70,18 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// Subscriptions updated and waited on together. A member counts as changed when it holds a
 /// newer value, or when its slot's writer came or went (so that a process waiting on a group
 /// learns at once that a publisher died or was dropped).
+///
+/// `wait_any` counts the group as a waiter on every member's slot and keeps it counted until the
+/// next `wait_any`, `update_all` or drop: a loop that handles a change and waits again (an
+/// arbiter) then registers once instead of twice per member per wake-up, and the wake-up goes
+/// straight to reading the members. Meanwhile a write to a member's slot makes one futex wake
+/// system call that may find nobody asleep (about a microsecond of the writer's time).
 #[derive(Default)]
 pub struct SubscriptionGroup {
     members: Vec<Box<dyn AnySubscription>>,
     writers: Vec<Option<crate::slot::WriterState>>,
+    /// Per member: whether this group holds a waiter count on its slot.
+    counted: Vec<bool>,
 }
 
 impl SubscriptionGroup {
@@ -87,6 +95,7 @@ impl SubscriptionGroup {
         subscription: Subscription<T, C>,
     ) -> Member<T, C> {
         self.writers.push(subscription.writer());
+        self.counted.push(false);
         self.members.push(Box::new(subscription));
         Member {
             index: self.members.len() - 1,
@@ -120,8 +129,13 @@ impl SubscriptionGroup {
     }
 
     /// Pulls every member; returns the indices of those that changed (new value, or writer
-    /// came or went).
+    /// came or went). Ends the waiter registration `wait_any` keeps (see the type).
     pub fn update_all(&mut self) -> Result<Vec<usize>, BusError> {
+        self.uncount();
+        self.pull_all()
+    }
+
+    fn pull_all(&mut self) -> Result<Vec<usize>, BusError> {
         let mut changed = Vec::new();
         for (i, (m, writer)) in self.members.iter_mut().zip(&mut self.writers).enumerate() {
             let new_value = m.update()?;
@@ -146,7 +160,7 @@ impl SubscriptionGroup {
             });
         }
         loop {
-            let changed = self.update_all()?;
+            let changed = self.pull_all()?;
             if !changed.is_empty() {
                 return Ok(changed);
             }
@@ -156,23 +170,41 @@ impl SubscriptionGroup {
             }
             let wake = self.sleep(deadline);
             if wake == futex::Wake::TimedOut {
-                return self.update_all();
+                return self.pull_all();
             }
         }
     }
 
-    fn sleep(&self, deadline: Instant) -> futex::Wake {
+    /// Drops the waiter counts this group holds.
+    fn uncount(&mut self) {
+        for (m, counted) in self.members.iter().zip(&mut self.counted) {
+            if std::mem::take(counted) {
+                if let Some(slot) = m.slot() {
+                    slot.waiters_word().fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    fn sleep(&mut self, deadline: Instant) -> futex::Wake {
         let mut words = Vec::with_capacity(self.members.len() + 1);
-        let mut counted = Vec::with_capacity(self.members.len());
         let mut clients: Vec<&Arc<ClientShared>> = Vec::new();
         let mut ready = false;
-        for (m, writer) in self.members.iter().zip(&self.writers) {
+        for ((m, writer), counted) in self
+            .members
+            .iter()
+            .zip(&self.writers)
+            .zip(&mut self.counted)
+        {
             match m.slot() {
                 Some(slot) => {
-                    // As in `Subscription::wait_update`: count ourselves, read the notify word,
-                    // then re-check, so that a concurrent write either sees us or we see it.
-                    slot.waiters_word().fetch_add(1, Ordering::SeqCst);
-                    counted.push(slot);
+                    // As in `Subscription::wait_update`: be counted, read the notify word, then
+                    // re-check, so that a concurrent write either sees us or we see it. A count
+                    // kept from the previous wait serves as well as a fresh one.
+                    if !*counted {
+                        slot.waiters_word().fetch_add(1, Ordering::SeqCst);
+                        *counted = true;
+                    }
                     words.push(WaitOn {
                         word: slot.notify_word(),
                         expected: slot.notify_word().load(Ordering::SeqCst),
@@ -195,14 +227,16 @@ impl SubscriptionGroup {
                 }
             }
         }
-        let wake = if ready {
+        if ready {
             futex::Wake::Maybe(None)
         } else {
             futex::wait_any(&words, Some(deadline))
-        };
-        for slot in counted {
-            slot.waiters_word().fetch_sub(1, Ordering::SeqCst);
         }
-        wake
+    }
+}
+
+impl Drop for SubscriptionGroup {
+    fn drop(&mut self) {
+        self.uncount();
     }
 }

@@ -172,3 +172,49 @@ fn waiting_readers_wake_on_writes_from_another_process() {
     assert_eq!(s["bad"], 0);
     t.signal(writer, nix::sys::signal::Signal::SIGKILL);
 }
+
+/// A group stays counted as a waiter between `wait_any` calls (so a wake-up goes straight to
+/// reading), and stops being counted at `update_all` or when dropped: writers must not keep
+/// making wake-up calls for a group nobody waits on any more.
+#[test]
+fn a_group_keeps_its_waiter_count_until_update_all_or_drop() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/counted").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), false).unwrap();
+    let waiters = || {
+        slot.waiters_word()
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<u64>("/counted").unwrap());
+    group.get(member).wait_bound(WATCHDOG).unwrap();
+    assert_eq!(waiters(), 0);
+    assert!(group
+        .wait_any(Duration::from_millis(50))
+        .unwrap()
+        .is_empty());
+    assert_eq!(waiters(), 1, "counted after a wait that timed out");
+    for value in 1..=3u64 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                publication.write(&value).unwrap();
+            });
+            assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+        });
+        assert_eq!(group.get(member).value(), Some(&value));
+        assert_eq!(waiters(), 1, "one count, however many waits");
+    }
+    group.update_all().unwrap();
+    assert_eq!(waiters(), 0, "update_all ends the registration");
+    assert!(group
+        .wait_any(Duration::from_millis(10))
+        .unwrap()
+        .is_empty());
+    assert_eq!(waiters(), 1);
+    drop(group);
+    assert_eq!(waiters(), 0, "dropping the group ends it");
+}
