@@ -78,8 +78,85 @@ pub struct Decision {
     pub next_expiry_ns: Option<u64>,
 }
 
+/// What one controller's block asks of this arbiter, parsed once per block change: the
+/// arbiter process keeps one per controller and re-parses only the blocks that changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub status: Status,
+    /// The resources of this arbiter the block commands (indices into the arbiter's
+    /// resources) with the commanded values, in the block's key order.
+    pub wanted: Vec<(usize, f64)>,
+    pub expires_at_ns: u64,
+}
+
+impl Request {
+    /// Reads `block` for arbiter `arbiter` (commands are keyed `<arbiter>/<resource>`; keys of
+    /// other arbiters and unknown resources are not this arbiter's business).
+    pub fn parse(arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) -> Request {
+        let wanted = block
+            .commands
+            .iter()
+            .filter_map(|(key, value)| {
+                let name = key.strip_prefix(arbiter)?.strip_prefix('/')?;
+                let r = resources.iter().position(|r| r.name == name)?;
+                Some((r, *value))
+            })
+            .collect();
+        Request {
+            status: block.status,
+            wanted,
+            expires_at_ns: block.expires_at_ns(),
+        }
+    }
+}
+
+/// A controller in the form `allocate` takes: its parsed request and its writer's liveness.
+/// Claims are distinct controllers in priority order.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    /// `None` if the controller never published a block (skipped, no outcome).
+    pub request: Option<&'a Request>,
+    pub writer_alive: bool,
+}
+
+/// The result of one cycle by position: resources in the arbiter's order, controllers in the
+/// claims' order. No names, so a cycle allocates nothing per controller; `to_decision` names it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allocation {
+    /// Per resource: the index of the claim that owns it, or `None` (safe command).
+    pub owners: Vec<Option<usize>>,
+    /// Per resource: the setpoint sent.
+    pub setpoints: Vec<f64>,
+    /// Per claim: its outcome, `None` when it has no block.
+    pub outcomes: Vec<Option<Outcome>>,
+    /// As in `Decision`.
+    pub next_expiry_ns: Option<u64>,
+}
+
+impl Allocation {
+    /// The same result with names: `names[i]` is claim `i`'s controller.
+    pub fn to_decision(&self, resources: &[ResourceSpec], names: &[&str]) -> Decision {
+        let mut decision = Decision {
+            next_expiry_ns: self.next_expiry_ns,
+            ..Decision::default()
+        };
+        for ((spec, owner), setpoint) in resources.iter().zip(&self.owners).zip(&self.setpoints) {
+            let owner = owner.map(|c| names[c].to_owned());
+            decision.owners.insert(spec.name.clone(), owner);
+            decision.setpoints.insert(spec.name.clone(), *setpoint);
+        }
+        for (name, outcome) in names.iter().zip(&self.outcomes) {
+            if let Some(outcome) = outcome {
+                decision.outcomes.insert((*name).to_owned(), *outcome);
+            }
+        }
+        decision
+    }
+}
+
 /// Runs one arbitration cycle. `arbiter` is the arbiter's name (commands are keyed
-/// `<arbiter>/<resource>`); `candidates` are in priority order, highest first.
+/// `<arbiter>/<resource>`); `candidates` are in priority order, highest first. A name listed
+/// twice keeps its higher place only.
 pub fn arbitrate(
     arbiter: &str,
     resources: &[ResourceSpec],
@@ -88,54 +165,106 @@ pub fn arbitrate(
     previous: Option<&Decision>,
     now_ns: u64,
 ) -> Decision {
-    let mut decision = Decision::default();
-    // Per resource (by index in `resources`): the candidate that owns it and its command. A
-    // resource is uncommitted while this is `None`. Indices and one reused `wanted` buffer keep
-    // a cycle free of per-controller allocations (it runs on every block change).
-    let mut owned: Vec<Option<(usize, f64)>> = vec![None; resources.len()];
-    let mut wanted: Vec<(usize, f64)> = Vec::with_capacity(resources.len());
-    for (i, candidate) in candidates.iter().enumerate() {
-        let Some(block) = candidate.block else {
+    let mut seen = std::collections::BTreeSet::new();
+    let distinct: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.block.is_none() || seen.insert(c.name))
+        .collect();
+    let requests: Vec<Option<Request>> = distinct
+        .iter()
+        .map(|c| c.block.map(|b| Request::parse(arbiter, resources, b)))
+        .collect();
+    let claims: Vec<Claim> = distinct
+        .iter()
+        .zip(&requests)
+        .map(|(c, request)| Claim {
+            request: request.as_ref(),
+            writer_alive: c.writer_alive,
+        })
+        .collect();
+    let previous = |r: usize| {
+        let spec = &resources[r];
+        previous.map(|p| Released {
+            held: matches!(p.owners.get(&spec.name), Some(None)),
+            setpoint: p.setpoints.get(&spec.name).copied(),
+        })
+    };
+    let allocation = allocate_with(resources, &claims, state, previous, now_ns);
+    let names: Vec<&str> = distinct.iter().map(|c| c.name).collect();
+    allocation.to_decision(resources, &names)
+}
+
+/// Runs one arbitration cycle over parsed requests (the arbiter process's fast path; the
+/// algorithm is the same as `arbitrate`'s, which is built on it). `previous` is this arbiter's
+/// previous allocation (same resources), for the hold-position safe command.
+pub fn allocate(
+    resources: &[ResourceSpec],
+    claims: &[Claim<'_>],
+    state: &BTreeMap<String, f64>,
+    previous: Option<&Allocation>,
+    now_ns: u64,
+) -> Allocation {
+    let previous = |r: usize| {
+        previous.map(|p| Released {
+            held: p.owners[r].is_none(),
+            setpoint: Some(p.setpoints[r]),
+        })
+    };
+    allocate_with(resources, claims, state, previous, now_ns)
+}
+
+/// What the previous cycle did with an uncommitted resource: whether it was already released
+/// (its safe position latched) and the setpoint it was sent.
+struct Released {
+    held: bool,
+    setpoint: Option<f64>,
+}
+
+fn allocate_with(
+    resources: &[ResourceSpec],
+    claims: &[Claim<'_>],
+    state: &BTreeMap<String, f64>,
+    previous: impl Fn(usize) -> Option<Released>,
+    now_ns: u64,
+) -> Allocation {
+    let mut allocation = Allocation {
+        owners: vec![None; resources.len()],
+        setpoints: vec![0.0; resources.len()],
+        outcomes: vec![None; claims.len()],
+        next_expiry_ns: None,
+    };
+    // Per resource: the owner's command while committed. A resource is uncommitted while its
+    // owner is `None`.
+    let mut commanded = vec![0.0; resources.len()];
+    for (i, claim) in claims.iter().enumerate() {
+        let Some(request) = claim.request else {
             continue;
         };
-        // Every candidate with a block gets an outcome below, so a second entry of the same
-        // name finds the first one's: a name listed twice keeps its higher place only.
-        if decision.outcomes.contains_key(candidate.name) {
+        if !claim.writer_alive || request.expires_at_ns < now_ns {
+            allocation.outcomes[i] = Some(Outcome::Expired);
             continue;
         }
-        if !candidate.writer_alive || block.expires_at_ns() < now_ns {
-            decision
-                .outcomes
-                .insert(candidate.name.to_owned(), Outcome::Expired);
-            continue;
-        }
-        decision.next_expiry_ns = Some(
-            decision
+        allocation.next_expiry_ns = Some(
+            allocation
                 .next_expiry_ns
-                .map_or(block.expires_at_ns(), |t| t.min(block.expires_at_ns())),
+                .map_or(request.expires_at_ns, |t| t.min(request.expires_at_ns)),
         );
-        wanted.clear();
-        for (key, value) in &block.commands {
-            let resource = key
-                .strip_prefix(arbiter)
-                .and_then(|rest| rest.strip_prefix('/'));
-            if let Some(r) = resource.and_then(|name| resources.iter().position(|r| r.name == name))
-            {
-                wanted.push((r, *value));
-            }
-        }
+        let owners = &mut allocation.owners;
+        let wanted = &request.wanted;
         let outcome = if wanted.is_empty() {
             Outcome::Idle
-        } else if wanted.iter().all(|(r, _)| owned[*r].is_none()) {
-            for (r, v) in &wanted {
-                owned[*r] = Some((i, *v));
+        } else if wanted.iter().all(|(r, _)| owners[*r].is_none()) {
+            for (r, v) in wanted {
+                owners[*r] = Some(i);
+                commanded[*r] = *v;
             }
             Outcome::Full
-        } else if block.status == Status::Compromising {
+        } else if request.status == Status::Compromising {
             let mut got_any = false;
-            for (r, v) in &wanted {
-                if owned[*r].is_none() {
-                    owned[*r] = Some((i, *v));
+            for (r, v) in wanted {
+                if owners[*r].is_none() {
+                    owners[*r] = Some(i);
+                    commanded[*r] = *v;
                     got_any = true;
                 }
             }
@@ -147,33 +276,27 @@ pub fn arbitrate(
         } else {
             Outcome::Denied
         };
-        decision.outcomes.insert(candidate.name.to_owned(), outcome);
+        allocation.outcomes[i] = Some(outcome);
     }
-    for (spec, owner) in resources.iter().zip(&owned) {
-        let (owner, setpoint) = match owner {
-            Some((c, value)) => (
-                Some(candidates[*c].name.to_owned()),
-                spec.limits.clamp(*value),
-            ),
-            None => (None, safe_setpoint(spec, state, previous)),
+    for (r, spec) in resources.iter().enumerate() {
+        allocation.setpoints[r] = match allocation.owners[r] {
+            Some(_) => spec.limits.clamp(commanded[r]),
+            None => safe_setpoint(spec, state, previous(r)),
         };
-        decision.owners.insert(spec.name.clone(), owner);
-        decision.setpoints.insert(spec.name.clone(), setpoint);
     }
-    decision
+    allocation
 }
 
 fn safe_setpoint(
     spec: &ResourceSpec,
     state: &BTreeMap<String, f64>,
-    previous: Option<&Decision>,
+    previous: Option<Released>,
 ) -> f64 {
     match spec.safe {
         SafeCommand::Value(v) => spec.limits.clamp(v),
         SafeCommand::Hold => {
-            let prev_owner = previous.and_then(|p| p.owners.get(&spec.name));
-            let prev_setpoint = previous.and_then(|p| p.setpoints.get(&spec.name)).copied();
-            let held_already = matches!(prev_owner, Some(None));
+            let held_already = previous.as_ref().is_some_and(|p| p.held);
+            let prev_setpoint = previous.and_then(|p| p.setpoint);
             let target = match (held_already, prev_setpoint, state.get(&spec.name)) {
                 // Released earlier: keep holding the latched target.
                 (true, Some(p), _) => p,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup, WriterState};
 
-use crate::algorithm::{arbitrate, Candidate, Decision};
+use crate::algorithm::{allocate, Allocation, Claim, Decision, Request, ResourceSpec};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
     arbiter_slot, command_slot, controller_slot, now_ns, state_slot, ArbiterBlock, ControllerBlock,
@@ -21,21 +21,27 @@ const IDLE_WAIT: Duration = Duration::from_secs(3600);
 /// Controller blocks grow with the number of commands; this bounds a block at 64 KiB.
 pub const BLOCK_CAPACITY: usize = 64 * 1024;
 
-/// The slots one arbiter watches, rebuilt when the manager's controller list changes.
+/// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
+/// controller's block parsed once per change (`requests`, by position in `controllers`).
 struct Watched {
     group: SubscriptionGroup,
     manager: Member<ManagerConfig, Serde>,
     state: Member<ResourceState, Serde>,
     controllers: Vec<(String, Member<ControllerBlock, Serde>)>,
+    requests: Vec<Option<Request>>,
 }
 
 impl Watched {
+    /// Watches `controllers` in that order; a name listed twice keeps its first place only.
     fn new(bus: &Bus, arbiter: &str, controllers: &[String]) -> Result<Watched, BusError> {
         let mut group = SubscriptionGroup::new();
         let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
         let state = group.add(bus.subscribe::<ResourceState>(&state_slot(arbiter))?);
-        let mut members = Vec::new();
+        let mut members: Vec<(String, Member<ControllerBlock, Serde>)> = Vec::new();
         for name in controllers {
+            if members.iter().any(|(n, _)| n == name) {
+                continue;
+            }
             let sub = bus.subscribe::<ControllerBlock>(&controller_slot(name))?;
             members.push((name.clone(), group.add(sub)));
         }
@@ -43,17 +49,36 @@ impl Watched {
             group,
             manager,
             state,
+            requests: vec![None; members.len()],
             controllers: members,
         })
     }
 
-    fn controller_names(&self) -> Vec<String> {
-        self.controllers.iter().map(|(n, _)| n.clone()).collect()
+    fn controller_names(&self) -> Vec<&str> {
+        self.controllers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Re-parses the blocks of the members in `changed` (all of them with `all`).
+    fn parse(&mut self, arbiter: &str, config: &ArbiterConfig, changed: &[usize], all: bool) {
+        for ((_, member), request) in self.controllers.iter().zip(&mut self.requests) {
+            if all || changed.contains(&member.index()) {
+                *request = self
+                    .group
+                    .get(*member)
+                    .value()
+                    .map(|b| Request::parse(arbiter, &config.resources, b));
+            }
+        }
     }
 }
 
 /// Runs the arbiter until an error. `health` is marked busy during each cycle (for the systemd
 /// watchdog); `on_cycle` is called after each published cycle.
+///
+/// A cycle is on the latency path from a controller's write to the coherent command, so it
+/// re-parses only the blocks that changed, decides by position (`algorithm::allocate`, no
+/// names, no per-controller allocation), and writes the command before it names anything for
+/// the memory block and the log.
 pub fn run(
     bus: &Bus,
     config: &ArbiterConfig,
@@ -69,11 +94,15 @@ pub fn run(
         .publication(&command_slot(name))?
         .capacity(BLOCK_CAPACITY)
         .create()?;
+    let mut command = CommandValue::new(name, &config.resources);
     let mut watched = Watched::new(bus, name, &[])?;
-    let mut previous: Option<Decision> = None;
+    let mut previous: Option<Allocation> = None;
+    let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
     let mut cycle = 0u64;
-    let mut first = true;
+    // Set on start and whenever the watched list is rebuilt: claim positions then name other
+    // controllers, so the cycle publishes even if the allocation compares equal.
+    let mut renamed = true;
     loop {
         let timeout = previous
             .as_ref()
@@ -82,7 +111,7 @@ pub fn run(
                 // Wake just after the expiry instant so that the block counts as expired.
                 Duration::from_nanos(t.saturating_sub(now_ns())) + Duration::from_millis(1)
             });
-        let changed = if first {
+        let changed = if renamed {
             watched.group.update_all()?
         } else {
             watched.group.wait_any(timeout)?
@@ -98,64 +127,109 @@ pub fn run(
                 .value()
                 .map(|m| m.controllers.clone())
             {
-                if listed == watched.controller_names() {
+                let mut distinct = listed.clone();
+                dedup_keep_first(&mut distinct);
+                if distinct == watched.controller_names() {
                     break;
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
                 watched = Watched::new(bus, name, &listed)?;
                 watched.group.update_all()?;
+                renamed = true;
             }
         }
+        watched.parse(name, config, &changed, renamed);
         let state_changed = changed.contains(&watched.state.index());
-        if let Some(s) = watched.group.get(watched.state).value() {
-            state.clone_from(&s.values);
+        if state_changed {
+            if let Some(s) = watched.group.get(watched.state).value() {
+                state.clone_from(&s.values);
+            }
         }
-        // Borrowed straight from the subscriptions: no block is copied per cycle.
-        let candidates: Vec<Candidate> = watched
+        let claims: Vec<Claim> = watched
             .controllers
             .iter()
-            .map(|(n, m)| {
-                let sub = watched.group.get(*m);
-                Candidate {
-                    name: n,
-                    block: sub.value(),
-                    writer_alive: sub.writer() == Some(WriterState::Alive),
-                }
+            .zip(&watched.requests)
+            .map(|((_, m), request)| Claim {
+                request: request.as_ref(),
+                writer_alive: watched.group.get(*m).writer() == Some(WriterState::Alive),
             })
             .collect();
-        let decision = arbitrate(
-            name,
+        let allocation = allocate(
             &config.resources,
-            &candidates,
+            &claims,
             &state,
             previous.as_ref(),
             now_ns(),
         );
-        let decided_changed = previous.as_ref().is_none_or(|p| {
-            p.owners != decision.owners
-                || p.setpoints != decision.setpoints
-                || p.outcomes != decision.outcomes
-        });
-        if decided_changed || state_changed || first {
+        let decided_changed = renamed || previous.as_ref() != Some(&allocation);
+        if decided_changed || state_changed {
             cycle += 1;
             let stamp_ns = now_ns();
-            if decided_changed || first {
-                log_changes(name, previous.as_ref(), &decision);
-                command_pub.write(&ResourceCommand {
-                    arbiter: name.to_owned(),
-                    cycle,
-                    stamp_ns,
-                    setpoints: decision.setpoints.clone(),
-                })?;
+            if decided_changed {
+                command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
+            }
+            let decision = allocation.to_decision(&config.resources, &watched.controller_names());
+            if decided_changed {
+                log_changes(name, previous_decision.as_ref(), &decision);
             }
             let block = memory_block(config, cycle, stamp_ns, &decision, &state);
             block_pub.write(&block)?;
             on_cycle(&block);
+            previous_decision = Some(decision);
         }
-        previous = Some(decision);
-        first = false;
+        previous = Some(allocation);
+        renamed = false;
         health.end();
     }
+}
+
+/// The coherent command, kept between cycles so that a cycle only stores new setpoints into it
+/// (its resource names are the config's, fixed for the arbiter's life).
+struct CommandValue {
+    value: ResourceCommand,
+    /// For each entry of `value.setpoints` in its (sorted) order, the resource's position in
+    /// the config.
+    order: Vec<usize>,
+}
+
+impl CommandValue {
+    fn new(arbiter: &str, resources: &[ResourceSpec]) -> CommandValue {
+        let setpoints: BTreeMap<String, f64> =
+            resources.iter().map(|r| (r.name.clone(), 0.0)).collect();
+        let order = setpoints
+            .keys()
+            .map(|k| resources.iter().position(|r| &r.name == k).unwrap_or(0))
+            .collect();
+        CommandValue {
+            value: ResourceCommand {
+                arbiter: arbiter.to_owned(),
+                cycle: 0,
+                stamp_ns: 0,
+                setpoints,
+            },
+            order,
+        }
+    }
+
+    fn write(
+        &mut self,
+        publication: &mut Publication<ResourceCommand>,
+        allocation: &Allocation,
+        cycle: u64,
+        stamp_ns: u64,
+    ) -> Result<(), BusError> {
+        for (setpoint, r) in self.value.setpoints.values_mut().zip(&self.order) {
+            *setpoint = allocation.setpoints[*r];
+        }
+        self.value.cycle = cycle;
+        self.value.stamp_ns = stamp_ns;
+        publication.write(&self.value)
+    }
+}
+
+fn dedup_keep_first(names: &mut Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
 }
 
 fn memory_block(

@@ -341,3 +341,42 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The arbiter process's path (requests parsed once, `allocate` by position, named
+    /// afterwards) decides exactly what `arbitrate` decides, over two cycles so that the
+    /// hold-position safe command sees a previous cycle in both forms.
+    #[test]
+    fn allocate_by_position_matches_arbitrate(
+        first in proptest::collection::vec((0..8usize).prop_flat_map(arb_block), 0..6),
+        second in proptest::collection::vec((0..8usize).prop_flat_map(arb_block), 0..6),
+    ) {
+        let state: BTreeMap<String, f64> = [("elbow1".to_string(), 0.5)].into();
+        let mut previous_decision: Option<Decision> = None;
+        let mut previous_allocation: Option<Allocation> = None;
+        for blocks in [first, second] {
+            let blocks: Vec<(ControllerBlock, bool)> = blocks
+                .into_iter()
+                .enumerate()
+                .map(|(i, (mut b, alive))| { b.name = format!("c{i}"); (b, alive) })
+                .collect();
+            let candidates: Vec<Candidate> = blocks
+                .iter()
+                .map(|(b, alive)| Candidate { name: &b.name, block: Some(b), writer_alive: *alive })
+                .collect();
+            let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
+            let requests: Vec<Request> =
+                blocks.iter().map(|(b, _)| Request::parse("arm", &arm(), b)).collect();
+            let claims: Vec<Claim> = requests
+                .iter()
+                .zip(&blocks)
+                .map(|(r, (_, alive))| Claim { request: Some(r), writer_alive: *alive })
+                .collect();
+            let allocation = allocate(&arm(), &claims, &state, previous_allocation.as_ref(), NOW);
+            let names: Vec<&str> = blocks.iter().map(|(b, _)| b.name.as_str()).collect();
+            prop_assert_eq!(&allocation.to_decision(&arm(), &names), &by_name);
+            previous_decision = Some(by_name);
+            previous_allocation = Some(allocation);
+        }
+    }
+}
