@@ -12,10 +12,11 @@
 //!
 //! Protocol (one writer per slot, enforced by the registry; any number of readers):
 //! the writer puts value `n` in buffer `n % buffer_count`: it stores `2n+1` (odd: being written)
-//! in the buffer's seq, fences, copies the payload, stores `2n` (Release), then publishes `n` in
-//! `latest` (Release). A reader loads `latest` (Acquire), checks the buffer's seq equals `2n`,
-//! copies, fences (Acquire) and re-checks the seq; a change means the writer lapped it and it
-//! retries. A writer killed mid-write leaves one buffer odd, but `latest` still names the previous
+//! in the buffer's seq, fences, writes the payload (a copy, or an encoding in place: `payload`),
+//! stores `2n` (Release), then publishes `n` in `latest` (Release). A reader loads `latest`
+//! (Acquire), checks the buffer's seq equals `2n`, copies or decodes in place, fences (Acquire)
+//! and re-checks the seq; a change means the writer lapped it and it retries, discarding what it
+//! read. A writer killed mid-write leaves one buffer odd, but `latest` still names the previous
 //! complete buffer, so readers never wait for a dead writer and never see a torn value. With four
 //! buffers a reader is lapped only if the writer completes three whole values during one copy.
 //!
@@ -158,10 +159,6 @@ impl StoredSchema {
     }
 }
 
-fn round_up(n: usize, to: usize) -> usize {
-    n.div_ceil(to) * to
-}
-
 pub fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -170,177 +167,6 @@ pub fn now_ns() -> u64 {
 }
 
 impl Slot {
-    /// Creates and initialises a new slot segment (the registry's job). `capacity` is rounded
-    /// up to a multiple of 64 bytes.
-    pub fn create(
-        segment: &str,
-        name: &SlotName,
-        schema: &Schema,
-        capacity: usize,
-        group: Option<Gid>,
-    ) -> Result<Slot, SegmentError> {
-        let schema_bytes = schema.to_bytes();
-        let capacity = round_up(capacity.max(8), 64);
-        let too_big = |what, found: u64| SegmentError::BadSize {
-            segment: segment.to_owned(),
-            what,
-            found,
-            segment_size: 0,
-        };
-        if capacity as u64 > MAX_CAPACITY {
-            return Err(too_big("capacity", capacity as u64));
-        }
-        if schema_bytes.len() as u64 > MAX_SCHEMA_LEN {
-            return Err(too_big("schema length", schema_bytes.len() as u64));
-        }
-        let buffers = round_up(HEADER_SIZE + schema_bytes.len(), 4096);
-        let stride = BUF_HEADER + capacity;
-        let total = buffers + stride * BUFFER_COUNT as usize;
-        let map = Mapping::create(segment, total, group)?;
-        let layout = Layout {
-            capacity,
-            buffer_count: u64::from(BUFFER_COUNT),
-            buffers,
-            stride,
-        };
-        let slot = Slot {
-            map,
-            segment: segment.to_owned(),
-            name: name.clone(),
-            schema: StoredSchema::new(schema),
-            layout,
-        };
-        let name_bytes = name.as_str().as_bytes();
-        slot.store32(OFF_VERSION, VERSION);
-        slot.store32(OFF_HEADER_SIZE, HEADER_SIZE as u32);
-        slot.store64(OFF_TOTAL_SIZE, total as u64);
-        slot.store32(OFF_CAPACITY, capacity as u32);
-        slot.store32(OFF_BUFFER_COUNT, BUFFER_COUNT);
-        slot.store64(OFF_BUFFERS, buffers as u64);
-        slot.store64(OFF_STRIDE, stride as u64);
-        slot.store32(OFF_SCHEMA_OFFSET, HEADER_SIZE as u32);
-        slot.store32(OFF_SCHEMA_LEN, schema_bytes.len() as u32);
-        slot.store64(OFF_SCHEMA_HASH, schema.hash().0);
-        slot.store32(OFF_NAME_LEN, name_bytes.len() as u32);
-        slot.copy_in(OFF_NAME, name_bytes);
-        slot.copy_in(HEADER_SIZE, &schema_bytes);
-        // Magic last: a header with the magic is complete.
-        slot.word64(OFF_MAGIC).store(MAGIC, Ordering::Release);
-        Ok(slot)
-    }
-
-    /// Maps an existing slot and validates its header against the segment's real size.
-    pub fn open(segment: &str, writable: bool) -> Result<Slot, SegmentError> {
-        let map = Mapping::open(segment, writable)?;
-        let size = map.len() as u64;
-        let bad_size = |what, found: u64| SegmentError::BadSize {
-            segment: segment.to_owned(),
-            what,
-            found,
-            segment_size: size,
-        };
-        if size < HEADER_SIZE as u64 {
-            return Err(bad_size("segment size", size));
-        }
-        let raw = RawHeader(&map);
-        let magic = raw.0.word64(OFF_MAGIC).load(Ordering::Acquire);
-        if magic != MAGIC {
-            return Err(SegmentError::BadMagic {
-                segment: segment.to_owned(),
-                found: magic,
-                expected: MAGIC,
-            });
-        }
-        let version = raw.load32(OFF_VERSION);
-        if version != VERSION {
-            return Err(SegmentError::BadVersion {
-                segment: segment.to_owned(),
-                found: version,
-                expected: VERSION,
-            });
-        }
-        let header_size = u64::from(raw.load32(OFF_HEADER_SIZE));
-        if header_size != HEADER_SIZE as u64 {
-            return Err(bad_size("header size", header_size));
-        }
-        let total = raw.load64(OFF_TOTAL_SIZE);
-        if total != size {
-            return Err(bad_size("recorded total size", total));
-        }
-        let capacity = u64::from(raw.load32(OFF_CAPACITY));
-        if capacity == 0 || capacity % 64 != 0 || capacity > MAX_CAPACITY {
-            return Err(bad_size("capacity", capacity));
-        }
-        let count = u64::from(raw.load32(OFF_BUFFER_COUNT));
-        if !(2..=16).contains(&count) {
-            return Err(bad_size("buffer count", count));
-        }
-        let stride = raw.load64(OFF_STRIDE);
-        if stride != BUF_HEADER as u64 + capacity {
-            return Err(bad_size("buffer stride", stride));
-        }
-        let schema_off = u64::from(raw.load32(OFF_SCHEMA_OFFSET));
-        let schema_len = u64::from(raw.load32(OFF_SCHEMA_LEN));
-        let buffers = raw.load64(OFF_BUFFERS);
-        if schema_off != HEADER_SIZE as u64 || schema_len > MAX_SCHEMA_LEN {
-            return Err(bad_size("schema length", schema_len));
-        }
-        if buffers % 64 != 0 || buffers < schema_off + schema_len {
-            return Err(bad_size("buffer offset", buffers));
-        }
-        let end = stride
-            .checked_mul(count)
-            .and_then(|b| b.checked_add(buffers));
-        if end != Some(size) {
-            return Err(bad_size("buffers end", end.unwrap_or(u64::MAX)));
-        }
-        let name_len = raw.load32(OFF_NAME_LEN) as usize;
-        if name_len > NAME_AREA {
-            return Err(bad_size("name length", name_len as u64));
-        }
-        let bad_field = |what, reason: String| SegmentError::BadField {
-            segment: segment.to_owned(),
-            what,
-            reason,
-        };
-        let mut name = vec![0u8; name_len];
-        raw.0.copy_out(OFF_NAME, &mut name);
-        let name = String::from_utf8(name).map_err(|e| bad_field("name", e.to_string()))?;
-        let name = SlotName::parse(&name).map_err(|e| bad_field("name", e.to_string()))?;
-        let mut schema = vec![0u8; schema_len as usize];
-        raw.0.copy_out(HEADER_SIZE, &mut schema);
-        let parsed = Schema::from_bytes(&schema).map_err(|e| bad_field("schema", e.to_string()))?;
-        let schema = StoredSchema {
-            type_name: parsed.type_name().to_owned(),
-            hash: parsed.hash(),
-            bytes: schema,
-        };
-        let stored_hash = raw.load64(OFF_SCHEMA_HASH);
-        if stored_hash != schema.hash.0 {
-            return Err(bad_field(
-                "schema hash",
-                format!(
-                    "header says {}, the stored schema hashes to {}",
-                    SchemaHash(stored_hash),
-                    schema.hash
-                ),
-            ));
-        }
-        let layout = Layout {
-            capacity: capacity as usize,
-            buffer_count: count,
-            buffers: buffers as usize,
-            stride: stride as usize,
-        };
-        Ok(Slot {
-            map,
-            segment: segment.to_owned(),
-            name,
-            schema,
-            layout,
-        })
-    }
-
     pub fn name(&self) -> &SlotName {
         &self.name
     }
@@ -729,103 +555,6 @@ impl Slot {
     }
 }
 
-/// Header reads during validation, before a `Slot` exists.
-struct RawHeader<'a>(&'a Mapping);
-
-impl RawHeader<'_> {
-    fn load32(&self, off: usize) -> u32 {
-        self.0.word32(off).load(Ordering::Acquire)
-    }
-
-    fn load64(&self, off: usize) -> u64 {
-        self.0.word64(off).load(Ordering::Acquire)
-    }
-}
-
+mod segment;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Scratch(String);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = crate::shm::unlink(&self.0);
-        }
-    }
-
-    fn new_slot(tag: &str) -> (Scratch, Slot) {
-        let seg = format!("/baton.unit-{}-{tag}~x", std::process::id());
-        let _ = crate::shm::unlink(&seg);
-        let schema = Schema::of_serde::<Vec<u8>>().unwrap();
-        let name = SlotName::public("/x").unwrap();
-        let slot = Slot::create(&seg, &name, &schema, 256, None).unwrap();
-        (Scratch(seg), slot)
-    }
-
-    #[test]
-    fn a_write_interrupted_midway_is_invisible() {
-        let (_s, slot) = new_slot("mid");
-        slot.write(b"complete value").unwrap();
-        // What a writer killed after its odd marker and half a payload leaves behind.
-        let n = slot.latest_sequence() + 1;
-        let buf = slot.buffer_offset(n);
-        slot.word64(buf + BUF_SEQ)
-            .store(2 * n + 1, Ordering::Relaxed);
-        slot.copy_in(buf + BUF_HEADER, b"garbage garbage garbage");
-        let reader = Slot::open(slot.segment(), false).unwrap();
-        let mut out = Vec::new();
-        let info = reader.read(0, &mut out).unwrap().unwrap();
-        assert_eq!(info.sequence, 1);
-        assert_eq!(out, b"complete value");
-        // The next writer (a restarted process) continues the sequence over the dead buffer.
-        slot.write(b"next").unwrap();
-        assert_eq!(reader.read(1, &mut out).unwrap().unwrap().sequence, 2);
-        assert_eq!(out, b"next");
-    }
-
-    #[test]
-    fn corrupt_lengths_and_sequences_are_errors_not_hangs() {
-        let (_s, slot) = new_slot("corrupt");
-        slot.write(b"abc").unwrap();
-        let buf = slot.buffer_offset(1);
-        slot.word64(buf + BUF_LEN)
-            .store(u64::MAX, Ordering::Relaxed);
-        let mut out = Vec::new();
-        let err = slot.read(0, &mut out).unwrap_err();
-        assert!(err.to_string().contains("exceeds capacity"), "{err}");
-        // `latest` names a value no buffer holds: bounded retries, then an error.
-        slot.word64(OFF_LATEST).store(99, Ordering::Release);
-        let err = slot.read(0, &mut out).unwrap_err();
-        assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
-    }
-
-    #[test]
-    fn buffer_stamps_name_the_last_values() {
-        let (_s, slot) = new_slot("stamps");
-        assert!(slot.buffer_stamps().is_empty());
-        for i in 1u64..=6 {
-            slot.write_at(&vec![0u8; i as usize], 1000 * i).unwrap();
-        }
-        let reader = Slot::open(slot.segment(), false).unwrap();
-        let stamps = reader.buffer_stamps();
-        let seqs: Vec<u64> = stamps.iter().map(|s| s.sequence).collect();
-        assert_eq!(seqs, vec![3, 4, 5, 6]);
-        assert!(stamps
-            .iter()
-            .all(|s| s.len == s.sequence && s.write_time_ns == 1000 * s.sequence));
-    }
-
-    #[test]
-    fn readers_are_lapped_only_by_progress() {
-        let (_s, slot) = new_slot("lap");
-        let reader = Slot::open(slot.segment(), false).unwrap();
-        let mut out = Vec::new();
-        for i in 0u64..100 {
-            slot.write(&i.to_le_bytes()).unwrap();
-            let info = reader.read(i, &mut out).unwrap().unwrap();
-            assert_eq!(info.sequence, i + 1);
-            assert_eq!(out, i.to_le_bytes());
-            assert!(reader.read(i + 1, &mut out).unwrap().is_none());
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,86 @@
+//! The seqlock and the header validation, on segments of this process.
+
+use super::*;
+
+struct Scratch(String);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = crate::shm::unlink(&self.0);
+    }
+}
+
+fn new_slot(tag: &str) -> (Scratch, Slot) {
+    let seg = format!("/baton.unit-{}-{tag}~x", std::process::id());
+    let _ = crate::shm::unlink(&seg);
+    let schema = Schema::of_serde::<Vec<u8>>().unwrap();
+    let name = SlotName::public("/x").unwrap();
+    let slot = Slot::create(&seg, &name, &schema, 256, None).unwrap();
+    (Scratch(seg), slot)
+}
+
+#[test]
+fn a_write_interrupted_midway_is_invisible() {
+    let (_s, slot) = new_slot("mid");
+    slot.write(b"complete value").unwrap();
+    // What a writer killed after its odd marker and half a payload leaves behind.
+    let n = slot.latest_sequence() + 1;
+    let buf = slot.buffer_offset(n);
+    slot.word64(buf + BUF_SEQ)
+        .store(2 * n + 1, Ordering::Relaxed);
+    slot.copy_in(buf + BUF_HEADER, b"garbage garbage garbage");
+    let reader = Slot::open(slot.segment(), false).unwrap();
+    let mut out = Vec::new();
+    let info = reader.read(0, &mut out).unwrap().unwrap();
+    assert_eq!(info.sequence, 1);
+    assert_eq!(out, b"complete value");
+    // The next writer (a restarted process) continues the sequence over the dead buffer.
+    slot.write(b"next").unwrap();
+    assert_eq!(reader.read(1, &mut out).unwrap().unwrap().sequence, 2);
+    assert_eq!(out, b"next");
+}
+
+#[test]
+fn corrupt_lengths_and_sequences_are_errors_not_hangs() {
+    let (_s, slot) = new_slot("corrupt");
+    slot.write(b"abc").unwrap();
+    let buf = slot.buffer_offset(1);
+    slot.word64(buf + BUF_LEN)
+        .store(u64::MAX, Ordering::Relaxed);
+    let mut out = Vec::new();
+    let err = slot.read(0, &mut out).unwrap_err();
+    assert!(err.to_string().contains("exceeds capacity"), "{err}");
+    // `latest` names a value no buffer holds: bounded retries, then an error.
+    slot.word64(OFF_LATEST).store(99, Ordering::Release);
+    let err = slot.read(0, &mut out).unwrap_err();
+    assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
+}
+
+#[test]
+fn buffer_stamps_name_the_last_values() {
+    let (_s, slot) = new_slot("stamps");
+    assert!(slot.buffer_stamps().is_empty());
+    for i in 1u64..=6 {
+        slot.write_at(&vec![0u8; i as usize], 1000 * i).unwrap();
+    }
+    let reader = Slot::open(slot.segment(), false).unwrap();
+    let stamps = reader.buffer_stamps();
+    let seqs: Vec<u64> = stamps.iter().map(|s| s.sequence).collect();
+    assert_eq!(seqs, vec![3, 4, 5, 6]);
+    assert!(stamps
+        .iter()
+        .all(|s| s.len == s.sequence && s.write_time_ns == 1000 * s.sequence));
+}
+
+#[test]
+fn readers_are_lapped_only_by_progress() {
+    let (_s, slot) = new_slot("lap");
+    let reader = Slot::open(slot.segment(), false).unwrap();
+    let mut out = Vec::new();
+    for i in 0u64..100 {
+        slot.write(&i.to_le_bytes()).unwrap();
+        let info = reader.read(i, &mut out).unwrap().unwrap();
+        assert_eq!(info.sequence, i + 1);
+        assert_eq!(out, i.to_le_bytes());
+        assert!(reader.read(i + 1, &mut out).unwrap().is_none());
+    }
+}
