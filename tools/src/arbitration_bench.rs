@@ -5,6 +5,10 @@
 //!
 //! Both are taken from the slots' own write times (CLOCK_REALTIME, one machine): "readable" is
 //! the moment the arbiter's command write completed, as the bus stamped it.
+//!
+//! Cross-core wake-up latency on a virtual machine drifts by a factor of two between minutes,
+//! so every arbitration case also takes one baseline sample after each of its own samples
+//! (interleaved, same processes): a case is compared with the baseline measured alongside it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +31,9 @@ const WATCHDOG: Duration = Duration::from_secs(10);
 pub struct Case {
     pub name: String,
     pub stats: Stats,
+    /// The bus one-way latency sampled interleaved with this case (`None` for the baseline's
+    /// own row).
+    pub baseline: Option<Stats>,
 }
 
 /// Children killed and the domain's memory removed on drop.
@@ -116,27 +123,56 @@ pub fn echo(domain: &Domain) -> Result<(), String> {
     }
 }
 
-/// Wait-mode one-way latency of the bus: write → another process wakes and writes back.
-pub fn bus_one_way(rig: &mut Rig, iterations: usize) -> Result<Case, String> {
-    rig.spawn("self", &["echo"])?;
-    let bus = Bus::open(rig.domain.clone()).map_err(err)?;
-    let mut ping = bus.publish::<u64>(ECHO_IN).map_err(err)?;
-    let mut pong = bus.subscribe::<u64>(ECHO_OUT).map_err(err)?;
-    let mut samples = Vec::with_capacity(iterations);
-    for i in 0..(iterations + iterations / 10) as u64 {
+/// The baseline's two ends: `ECHO_IN` written here, the echo process's write back on
+/// `ECHO_OUT` awaited.
+pub struct Echo {
+    ping: bus::Publication<u64>,
+    pong: bus::Subscription<u64>,
+    next: u64,
+}
+
+impl Echo {
+    /// Starts the echo process.
+    pub fn start(rig: &mut Rig) -> Result<Echo, String> {
+        rig.spawn("self", &["echo"])?;
+        let bus = Bus::open(rig.domain.clone()).map_err(err)?;
+        let ping = bus.publish::<u64>(ECHO_IN).map_err(err)?;
+        let pong = bus.subscribe::<u64>(ECHO_OUT).map_err(err)?;
+        Ok(Echo {
+            ping,
+            pong,
+            next: 0,
+        })
+    }
+
+    /// One wait-mode one-way sample: write → another process wakes and writes back; the time
+    /// from before the write to the write-back's stamp. Sleeps afterwards so that the echo
+    /// process is asleep again before the next sample (wake-up latency, not a busy pipeline).
+    pub fn sample(&mut self) -> Result<u64, String> {
+        self.next += 1;
+        let i = self.next;
         let t0 = now_ns();
-        ping.write(&i).map_err(err)?;
-        wait_for(&mut pong, |v| *v == i)?;
-        let written = pong.meta().map(|m| m.write_time).ok_or("no pong")?;
-        if i >= (iterations / 10) as u64 {
-            samples.push(ns_since(written, t0));
-        }
-        // Let the echo process go back to sleep: wait mode, not a busy pipeline.
+        self.ping.write(&i).map_err(err)?;
+        wait_for(&mut self.pong, |v| *v == i)?;
+        let written = self.pong.meta().map(|m| m.write_time).ok_or("no pong")?;
         std::thread::sleep(Duration::from_micros(200));
+        Ok(ns_since(written, t0))
+    }
+}
+
+/// Wait-mode one-way latency of the bus, as one block of samples.
+pub fn bus_one_way(echo: &mut Echo, iterations: usize) -> Result<Case, String> {
+    let mut samples = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let ns = echo.sample()?;
+        if i >= iterations / 10 {
+            samples.push(ns);
+        }
     }
     Ok(Case {
         name: "bus one-way (wait mode, write back)".into(),
         stats: Stats::of(&mut samples).ok_or("no samples")?,
+        baseline: None,
     })
 }
 
@@ -182,6 +218,7 @@ fn arbiter_config(dir: &Path, name: &str) -> Result<PathBuf, String> {
 /// arbiter processes, each arbiter following every controller.
 pub fn arbitration(
     rig: &mut Rig,
+    echo: &mut Echo,
     controllers: usize,
     arbiters: usize,
     iterations: usize,
@@ -209,22 +246,25 @@ pub fn arbitration(
         .map_err(err)?;
     // This case's arbiters are stopped at its end, so that they never load the next case.
     let before = rig.children.len();
-    let result = measure_arbitration(rig, &bus, &names, &controller_names, iterations);
+    let result = measure_arbitration(rig, echo, &bus, &names, &controller_names, iterations);
     rig.stop_after(before);
-    let mut samples = result?;
+    let (mut samples, mut baseline) = result?;
     Ok(Case {
         name: format!("{controllers} controllers, {arbiters} arbiter(s)"),
         stats: Stats::of(&mut samples).ok_or("no samples")?,
+        baseline: Some(Stats::of(&mut baseline).ok_or("no baseline samples")?),
     })
 }
 
+/// Returns the case's samples and the baseline samples interleaved with them.
 fn measure_arbitration(
     rig: &mut Rig,
+    echo: &mut Echo,
     bus: &Bus,
     names: &[String],
     controller_names: &[String],
     iterations: usize,
-) -> Result<Vec<u64>, String> {
+) -> Result<(Vec<u64>, Vec<u64>), String> {
     for name in names {
         let config = arbiter_config(&rig.dir, name)?;
         rig.spawn("arbiter", &["--config", config.to_str().ok_or("path")?])?;
@@ -257,6 +297,7 @@ fn measure_arbitration(
         .map_err(err)?;
     let key = format!("{}/r0", names[0]);
     let mut samples = Vec::with_capacity(iterations);
+    let mut baseline = Vec::with_capacity(iterations);
     let warmup = iterations / 10;
     for i in 0..iterations + warmup {
         let value = (i + 1) as f64;
@@ -267,10 +308,12 @@ fn measure_arbitration(
         publication.write(block).map_err(err)?;
         wait_for(&mut command, |c| c.setpoints.get("r0") == Some(&value))?;
         let written = command.meta().map(|m| m.write_time).ok_or("no command")?;
+        std::thread::sleep(Duration::from_micros(300));
+        let base = echo.sample()?;
         if i >= warmup {
             samples.push(ns_since(written, t0));
+            baseline.push(base);
         }
-        std::thread::sleep(Duration::from_micros(300));
     }
-    Ok(samples)
+    Ok((samples, baseline))
 }
