@@ -218,3 +218,47 @@ fn a_group_keeps_its_waiter_count_until_update_all_or_drop() {
     drop(group);
     assert_eq!(waiters(), 0, "dropping the group ends it");
 }
+
+/// After a wake-up the group reads only the member that woke it; members written at the same
+/// moment must still be reported, by the calls that follow, each once and with its newest value.
+#[test]
+fn members_written_together_are_all_reported() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut pa = bus.publish::<u64>("/together/a").unwrap();
+    let mut pb = bus.publish::<u64>("/together/b").unwrap();
+    let mut group = bus::SubscriptionGroup::new();
+    let a = group.add(bus.subscribe::<u64>("/together/a").unwrap());
+    let b = group.add(bus.subscribe::<u64>("/together/b").unwrap());
+    pa.write(&0).unwrap();
+    pb.write(&0).unwrap();
+    // Both bound and holding their first value, with every arrival reported, before the rounds.
+    while group.get(a).value() != Some(&0) || group.get(b).value() != Some(&0) {
+        assert!(!group.wait_any(WATCHDOG).unwrap().is_empty(), "timed out");
+    }
+    while !group
+        .wait_any(Duration::from_millis(50))
+        .unwrap()
+        .is_empty()
+    {}
+    for round in 1..=20u64 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                pa.write(&round).unwrap();
+                pb.write(&round).unwrap();
+            });
+            let mut reported = Vec::new();
+            while reported.len() < 2 {
+                let changed = group.wait_any(WATCHDOG).unwrap();
+                assert!(!changed.is_empty(), "round {round}: timed out");
+                reported.extend(changed);
+            }
+            reported.sort();
+            assert_eq!(reported, vec![a.index(), b.index()], "round {round}");
+        });
+        assert_eq!(group.get(a).value(), Some(&round));
+        assert_eq!(group.get(b).value(), Some(&round));
+    }
+}
