@@ -22,13 +22,15 @@ const IDLE_WAIT: Duration = Duration::from_secs(3600);
 pub const BLOCK_CAPACITY: usize = 64 * 1024;
 
 /// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
-/// controller's block parsed once per change (`requests`, by position in `controllers`).
+/// controller's block parsed and its writer's liveness read once per change (`requests`,
+/// `alive`, by position in `controllers`): a cycle touches only the slots that changed.
 struct Watched {
     group: SubscriptionGroup,
     manager: Member<ManagerConfig, Serde>,
     state: Member<ResourceState, Serde>,
     controllers: Vec<(String, Member<ControllerBlock, Serde>)>,
     requests: Vec<Option<Request>>,
+    alive: Vec<bool>,
 }
 
 impl Watched {
@@ -50,6 +52,7 @@ impl Watched {
             manager,
             state,
             requests: vec![None; members.len()],
+            alive: vec![false; members.len()],
             controllers: members,
         })
     }
@@ -58,15 +61,18 @@ impl Watched {
         self.controllers.iter().map(|(n, _)| n.as_str()).collect()
     }
 
-    /// Re-parses the blocks of the members in `changed` (all of them with `all`).
+    /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
+    /// as changed when its writer comes or goes as well as on a new value, so the cached
+    /// liveness follows the slot.
     fn parse(&mut self, arbiter: &str, config: &ArbiterConfig, changed: &[usize], all: bool) {
-        for ((_, member), request) in self.controllers.iter().zip(&mut self.requests) {
+        let cached = self.requests.iter_mut().zip(&mut self.alive);
+        for ((_, member), (request, alive)) in self.controllers.iter().zip(cached) {
             if all || changed.contains(&member.index()) {
-                *request = self
-                    .group
-                    .get(*member)
+                let sub = self.group.get(*member);
+                *request = sub
                     .value()
                     .map(|b| Request::parse(arbiter, &config.resources, b));
+                *alive = sub.writer() == Some(WriterState::Alive);
             }
         }
     }
@@ -146,12 +152,12 @@ pub fn run(
             }
         }
         let claims: Vec<Claim> = watched
-            .controllers
+            .requests
             .iter()
-            .zip(&watched.requests)
-            .map(|((_, m), request)| Claim {
+            .zip(&watched.alive)
+            .map(|(request, alive)| Claim {
                 request: request.as_ref(),
-                writer_alive: watched.group.get(*m).writer() == Some(WriterState::Alive),
+                writer_alive: *alive,
             })
             .collect();
         let allocation = allocate(
