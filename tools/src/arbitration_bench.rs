@@ -41,6 +41,9 @@ pub struct Rig {
     pub domain: Domain,
     pub dir: PathBuf,
     children: Vec<Child>,
+    /// The stand-in robot manager, one publication for the whole run: a case dropping its own
+    /// and the next creating another raced the registry's unregistration of the first.
+    manager: Option<bus::Publication<ManagerConfig>>,
 }
 
 impl Rig {
@@ -53,6 +56,7 @@ impl Rig {
             domain,
             dir,
             children: Vec::new(),
+            manager: None,
         };
         rig.spawn("registry-server", &[])?;
         let deadline = Instant::now() + WATCHDOG;
@@ -230,12 +234,16 @@ pub fn arbitration(
     let controller_names: Vec<String> = (0..controllers)
         .map(|c| format!("c{controllers}a{arbiters}c{c}"))
         .collect();
-    let mut manager = bus
-        .publication(MANAGER_SLOT)
-        .map_err(err)?
-        .capacity(64 * 1024)
-        .create::<ManagerConfig, bus::Serde>()
-        .map_err(err)?;
+    if rig.manager.is_none() {
+        rig.manager = Some(
+            bus.publication(MANAGER_SLOT)
+                .map_err(err)?
+                .capacity(64 * 1024)
+                .create::<ManagerConfig, bus::Serde>()
+                .map_err(err)?,
+        );
+    }
+    let manager = rig.manager.as_mut().ok_or("no manager publication")?;
     manager
         .write(&ManagerConfig {
             controllers: controller_names.clone(),
