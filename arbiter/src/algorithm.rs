@@ -110,31 +110,22 @@ impl Request {
     }
 }
 
-/// A controller in the form `allocate` takes: its parsed request and its writer's liveness.
-/// Claims are distinct controllers in priority order.
-#[derive(Clone, Copy, Debug)]
-pub struct Claim<'a> {
-    /// `None` if the controller never published a block (skipped, no outcome).
-    pub request: Option<&'a Request>,
-    pub writer_alive: bool,
-}
-
 /// The result of one cycle by position: resources in the arbiter's order, controllers in the
-/// claims' order. No names, so a cycle allocates nothing per controller; `to_decision` names it.
+/// order of the requests `allocate` was given. No names, so a cycle allocates nothing per controller; `to_decision` names it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Allocation {
-    /// Per resource: the index of the claim that owns it, or `None` (safe command).
+    /// Per resource: the index of the controller that owns it, or `None` (safe command).
     pub owners: Vec<Option<usize>>,
     /// Per resource: the setpoint sent.
     pub setpoints: Vec<f64>,
-    /// Per claim: its outcome, `None` when it has no block.
+    /// Per controller: its outcome, `None` when it has no block.
     pub outcomes: Vec<Option<Outcome>>,
     /// As in `Decision`.
     pub next_expiry_ns: Option<u64>,
 }
 
 impl Allocation {
-    /// The same result with names: `names[i]` is claim `i`'s controller.
+    /// The same result with names: `names[i]` is controller `i`'s name.
     pub fn to_decision(&self, resources: &[ResourceSpec], names: &[&str]) -> Decision {
         let mut decision = Decision {
             next_expiry_ns: self.next_expiry_ns,
@@ -174,14 +165,7 @@ pub fn arbitrate(
         .iter()
         .map(|c| c.block.map(|b| Request::parse(arbiter, resources, b)))
         .collect();
-    let claims: Vec<Claim> = distinct
-        .iter()
-        .zip(&requests)
-        .map(|(c, request)| Claim {
-            request: request.as_ref(),
-            writer_alive: c.writer_alive,
-        })
-        .collect();
+    let alive: Vec<bool> = distinct.iter().map(|c| c.writer_alive).collect();
     let previous = |r: usize| {
         let spec = &resources[r];
         previous.map(|p| Released {
@@ -189,28 +173,41 @@ pub fn arbitrate(
             setpoint: p.setpoints.get(&spec.name).copied(),
         })
     };
-    let allocation = allocate_with(resources, &claims, state, previous, now_ns);
+    let mut allocation = Allocation::default();
+    allocate_with(
+        resources,
+        &requests,
+        &alive,
+        state,
+        previous,
+        now_ns,
+        &mut allocation,
+    );
     let names: Vec<&str> = distinct.iter().map(|c| c.name).collect();
     allocation.to_decision(resources, &names)
 }
 
 /// Runs one arbitration cycle over parsed requests (the arbiter process's fast path; the
-/// algorithm is the same as `arbitrate`'s, which is built on it). `previous` is this arbiter's
-/// previous allocation (same resources), for the hold-position safe command.
+/// algorithm is the same as `arbitrate`'s, which is built on it), into `out` (whose storage is
+/// reused). `requests` are distinct controllers in priority order (`None`: no block),
+/// `alive[i]` whether controller `i`'s writer lives; `previous` is this arbiter's previous
+/// allocation (same resources), for the hold-position safe command.
 pub fn allocate(
     resources: &[ResourceSpec],
-    claims: &[Claim<'_>],
+    requests: &[Option<Request>],
+    alive: &[bool],
     state: &BTreeMap<String, f64>,
     previous: Option<&Allocation>,
     now_ns: u64,
-) -> Allocation {
+    out: &mut Allocation,
+) {
     let previous = |r: usize| {
         previous.map(|p| Released {
             held: p.owners[r].is_none(),
             setpoint: Some(p.setpoints[r]),
         })
     };
-    allocate_with(resources, claims, state, previous, now_ns)
+    allocate_with(resources, requests, alive, state, previous, now_ns, out)
 }
 
 /// What the previous cycle did with an uncommitted resource: whether it was already released
@@ -222,34 +219,34 @@ struct Released {
 
 fn allocate_with(
     resources: &[ResourceSpec],
-    claims: &[Claim<'_>],
+    requests: &[Option<Request>],
+    alive: &[bool],
     state: &BTreeMap<String, f64>,
     previous: impl Fn(usize) -> Option<Released>,
     now_ns: u64,
-) -> Allocation {
-    let mut allocation = Allocation {
-        owners: vec![None; resources.len()],
-        setpoints: vec![0.0; resources.len()],
-        outcomes: vec![None; claims.len()],
-        next_expiry_ns: None,
-    };
-    // Per resource: the owner's command while committed. A resource is uncommitted while its
-    // owner is `None`.
-    let mut commanded = vec![0.0; resources.len()];
-    for (i, claim) in claims.iter().enumerate() {
-        let Some(request) = claim.request else {
+    out: &mut Allocation,
+) {
+    out.owners.clear();
+    out.owners.resize(resources.len(), None);
+    // Holds the owner's raw command while a resource is committed (clamped at the end).
+    out.setpoints.clear();
+    out.setpoints.resize(resources.len(), 0.0);
+    out.outcomes.clear();
+    out.outcomes.resize(requests.len(), None);
+    out.next_expiry_ns = None;
+    for (i, (request, alive)) in requests.iter().zip(alive).enumerate() {
+        let Some(request) = request else {
             continue;
         };
-        if !claim.writer_alive || request.expires_at_ns < now_ns {
-            allocation.outcomes[i] = Some(Outcome::Expired);
+        if !alive || request.expires_at_ns < now_ns {
+            out.outcomes[i] = Some(Outcome::Expired);
             continue;
         }
-        allocation.next_expiry_ns = Some(
-            allocation
-                .next_expiry_ns
+        out.next_expiry_ns = Some(
+            out.next_expiry_ns
                 .map_or(request.expires_at_ns, |t| t.min(request.expires_at_ns)),
         );
-        let owners = &mut allocation.owners;
+        let (owners, commanded) = (&mut out.owners, &mut out.setpoints);
         let wanted = &request.wanted;
         let outcome = if wanted.is_empty() {
             Outcome::Idle
@@ -276,15 +273,14 @@ fn allocate_with(
         } else {
             Outcome::Denied
         };
-        allocation.outcomes[i] = Some(outcome);
+        out.outcomes[i] = Some(outcome);
     }
     for (r, spec) in resources.iter().enumerate() {
-        allocation.setpoints[r] = match allocation.owners[r] {
-            Some(_) => spec.limits.clamp(commanded[r]),
+        out.setpoints[r] = match out.owners[r] {
+            Some(_) => spec.limits.clamp(out.setpoints[r]),
             None => safe_setpoint(spec, state, previous(r)),
         };
     }
-    allocation
 }
 
 fn safe_setpoint(

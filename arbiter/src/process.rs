@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup, WriterState};
 
-use crate::algorithm::{allocate, Allocation, Claim, Decision, Request, ResourceSpec};
+use crate::algorithm::{allocate, Allocation, Decision, Request, ResourceSpec};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
     arbiter_slot, command_slot, controller_slot, now_ns, state_slot, ArbiterBlock, ControllerBlock,
@@ -103,6 +103,8 @@ pub fn run(
     let mut command = CommandValue::new(name, &config.resources);
     let mut watched = Watched::new(bus, name, &[])?;
     let mut previous: Option<Allocation> = None;
+    // This cycle's result; its storage is the one from two cycles back (swapped below).
+    let mut allocation = Allocation::default();
     let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
     let mut cycle = 0u64;
@@ -151,21 +153,14 @@ pub fn run(
                 state.clone_from(&s.values);
             }
         }
-        let claims: Vec<Claim> = watched
-            .requests
-            .iter()
-            .zip(&watched.alive)
-            .map(|(request, alive)| Claim {
-                request: request.as_ref(),
-                writer_alive: *alive,
-            })
-            .collect();
-        let allocation = allocate(
+        allocate(
             &config.resources,
-            &claims,
+            &watched.requests,
+            &watched.alive,
             &state,
             previous.as_ref(),
             now_ns(),
+            &mut allocation,
         );
         let decided_changed = renamed || previous.as_ref() != Some(&allocation);
         if decided_changed || state_changed {
@@ -183,7 +178,10 @@ pub fn run(
             on_cycle(&block);
             previous_decision = Some(decision);
         }
-        previous = Some(allocation);
+        match &mut previous {
+            Some(p) => std::mem::swap(p, &mut allocation),
+            None => previous = Some(std::mem::take(&mut allocation)),
+        }
         renamed = false;
         health.end();
     }

@@ -365,14 +365,12 @@ proptest! {
                 .map(|(b, alive)| Candidate { name: &b.name, block: Some(b), writer_alive: *alive })
                 .collect();
             let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
-            let requests: Vec<Request> =
-                blocks.iter().map(|(b, _)| Request::parse("arm", &arm(), b)).collect();
-            let claims: Vec<Claim> = requests
-                .iter()
-                .zip(&blocks)
-                .map(|(r, (_, alive))| Claim { request: Some(r), writer_alive: *alive })
-                .collect();
-            let allocation = allocate(&arm(), &claims, &state, previous_allocation.as_ref(), NOW);
+            let requests: Vec<Option<Request>> =
+                blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b))).collect();
+            let alive: Vec<bool> = blocks.iter().map(|(_, alive)| *alive).collect();
+            // Storage reused from two cycles back, as the arbiter process does.
+            let mut allocation = previous_allocation.clone().unwrap_or_default();
+            allocate(&arm(), &requests, &alive, &state, previous_allocation.as_ref(), NOW, &mut allocation);
             let names: Vec<&str> = blocks.iter().map(|(b, _)| b.name.as_str()).collect();
             prop_assert_eq!(&allocation.to_decision(&arm(), &names), &by_name);
             previous_decision = Some(by_name);
