@@ -73,7 +73,7 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
         Ok(scratch)
     }
 
-    /// A small value is encoded aside and copied in: measured cheaper (by about 80 ns per
+    /// A small value is encoded aside and copied in: measured cheaper (by 100 to 200 ns per
     /// round trip at 64 B) than encoding inside the seqlock's write window. After a large value
     /// the next one is encoded straight into the slot's buffer, saving a copy of the whole
     /// value (about a quarter of a 1 MiB round trip).
