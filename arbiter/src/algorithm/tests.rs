@@ -281,18 +281,34 @@ fn arb_block(i: usize) -> impl Strategy<Value = (ControllerBlock, bool)> {
         })
 }
 
+/// Generated blocks named `c0`, `c1`, ... in priority order.
+fn named(blocks: Vec<(ControllerBlock, bool)>) -> Vec<(ControllerBlock, bool)> {
+    blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (mut b, alive))| {
+            b.name = format!("c{i}");
+            (b, alive)
+        })
+        .collect()
+}
+
+fn candidates_of(blocks: &[(ControllerBlock, bool)]) -> Vec<Candidate<'_>> {
+    blocks
+        .iter()
+        .map(|(b, alive)| Candidate {
+            name: &b.name,
+            block: Some(b),
+            writer_alive: *alive,
+        })
+        .collect()
+}
+
 proptest! {
     #[test]
     fn arbitration_properties(blocks in proptest::collection::vec((0..8usize).prop_flat_map(arb_block), 0..8)) {
-        let blocks: Vec<(ControllerBlock, bool)> = blocks
-            .into_iter()
-            .enumerate()
-            .map(|(i, (mut b, alive))| { b.name = format!("c{i}"); (b, alive) })
-            .collect();
-        let candidates: Vec<Candidate> = blocks
-            .iter()
-            .map(|(b, alive)| Candidate { name: &b.name, block: Some(b), writer_alive: *alive })
-            .collect();
+        let blocks = named(blocks);
+        let candidates = candidates_of(&blocks);
         let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
         let live = |b: &ControllerBlock, alive: bool| alive && b.expires_at_ns() >= NOW;
         let wants = |b: &ControllerBlock| -> Vec<&str> {
@@ -355,15 +371,8 @@ proptest! {
         let mut previous_decision: Option<Decision> = None;
         let mut previous_allocation: Option<Allocation> = None;
         for blocks in [first, second] {
-            let blocks: Vec<(ControllerBlock, bool)> = blocks
-                .into_iter()
-                .enumerate()
-                .map(|(i, (mut b, alive))| { b.name = format!("c{i}"); (b, alive) })
-                .collect();
-            let candidates: Vec<Candidate> = blocks
-                .iter()
-                .map(|(b, alive)| Candidate { name: &b.name, block: Some(b), writer_alive: *alive })
-                .collect();
+            let blocks = named(blocks);
+            let candidates = candidates_of(&blocks);
             let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
             let requests: Vec<Option<Request>> =
                 blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b))).collect();
