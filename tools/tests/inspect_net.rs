@@ -68,7 +68,7 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
         &[
             "put",
             "/lab/x",
-            r#"{"sequence":1,"payload":[],"checksum":0}"#,
+            r#"{"sequence":1,"payload":[],"piece":[],"checksum":0}"#,
         ],
     );
     assert!(!out.status.success());

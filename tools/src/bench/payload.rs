@@ -137,8 +137,8 @@ impl Payload for Msg64 {
 }
 
 /// A byte payload that serializes through `serialize_bytes`, so bincode writes it as a length
-/// and one block copy (a plain `Vec<u8>` would go through serde one element at a time). The
-/// first eight bytes hold the sequence number.
+/// and one block copy (a plain `Vec<u8>` would go through serde one element at a time). As a
+/// bus-bench payload its first eight bytes hold the sequence number (`Payload::seq`).
 #[derive(Clone, PartialEq)]
 pub struct Blob(pub Vec<u8>);
 
