@@ -74,8 +74,10 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// `wait_any` counts the group as a waiter on every member's slot and keeps it counted until the
 /// next `wait_any`, `update_all` or drop: a loop that handles a change and waits again (an
 /// arbiter) then registers once instead of twice per member per wake-up, and the wake-up goes
-/// straight to reading the members. Meanwhile a write to a member's slot makes one futex wake
-/// system call that may find nobody asleep (about a microsecond of the writer's time).
+/// straight to reading the member that woke it. Meanwhile a write to a member's slot makes one
+/// futex wake system call that may find nobody asleep (about a microsecond of the writer's
+/// time). A count kept from before needs no fresh read-modify-write: a writer that sees it
+/// always bumps the notify word and wakes, and the waiter re-checks after reading that word.
 #[derive(Default)]
 pub struct SubscriptionGroup {
     members: Vec<Box<dyn AnySubscription>>,
