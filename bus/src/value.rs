@@ -112,7 +112,8 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
         Ok(len)
     }
 
-    /// Decodes straight from the slot's buffer (the seqlock re-check afterwards discards a
+    /// A small value is copied out and decoded once the copy is validated; a larger one is
+    /// decoded straight from the slot's buffer (the seqlock re-check afterwards discards a
     /// decode of bytes that a racing writer changed).
     fn read(
         slot: &Slot,
