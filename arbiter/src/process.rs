@@ -153,19 +153,21 @@ pub fn run(
                 state.clone_from(&s.values);
             }
         }
+        // One clock read per cycle (each one waits for the pending loads: see `Health::now_ms`).
+        let now = now_ns();
         allocate(
             &config.resources,
             &watched.requests,
             &watched.alive,
             &state,
             previous.as_ref(),
-            now_ns(),
+            now,
             &mut allocation,
         );
         let decided_changed = renamed || previous.as_ref() != Some(&allocation);
         if decided_changed || state_changed {
             cycle += 1;
-            let stamp_ns = now_ns();
+            let stamp_ns = now;
             if decided_changed {
                 command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
             }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise.
@@ -65,8 +66,16 @@ impl Health {
         Arc::new(Health::default())
     }
 
+    /// Milliseconds (never 0) on `CLOCK_MONOTONIC_COARSE`. `begin` runs first thing after a
+    /// wake-up, on the latency path of an arbiter's cycle: the precise clocks read the TSC
+    /// behind an `lfence`, which stalls until every pending load of the just-woken process has
+    /// completed, while the coarse clock is a plain read of the kernel's last tick (a few
+    /// milliseconds of resolution; the watchdog counts seconds).
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64 + 1
+        match clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE) {
+            Ok(t) => t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000 + 1,
+            Err(_) => self.started.elapsed().as_millis() as u64 + 1,
+        }
     }
 
     pub fn begin(&self) {
