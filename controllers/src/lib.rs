@@ -273,6 +273,8 @@ impl RobotController {
     }
 
     /// Waits until the manager config or an arbiter's block changes (`true`) or `timeout`.
+    /// After a wake-up only the block that woke it is pulled; blocks that changed at the same
+    /// moment come with the next call, which then returns at once (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         let changed = self.watched.group.wait_any(timeout)?;
         self.follow_manager(&changed)?;
