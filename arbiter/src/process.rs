@@ -108,8 +108,8 @@ pub fn run(
     let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
     let mut cycle = 0u64;
-    // Set on start and whenever the watched list is rebuilt: claim positions then name other
-    // controllers, so the cycle publishes even if the allocation compares equal.
+    // Set on start and whenever the watched list is rebuilt: the allocation's positions then
+    // name other controllers, so the cycle publishes even if the allocation compares equal.
     let mut renamed = true;
     loop {
         let timeout = previous
