@@ -93,20 +93,27 @@ impl Request {
     /// Reads `block` for arbiter `arbiter` (commands are keyed `<arbiter>/<resource>`; keys of
     /// other arbiters and unknown resources are not this arbiter's business).
     pub fn parse(arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) -> Request {
-        let wanted = block
-            .commands
-            .iter()
-            .filter_map(|(key, value)| {
+        let mut request = Request {
+            status: block.status,
+            wanted: Vec::new(),
+            expires_at_ns: 0,
+        };
+        request.reparse(arbiter, resources, block);
+        request
+    }
+
+    /// `parse` into this request, reusing its storage (the arbiter re-parses a block on every
+    /// change, right after waking up, where an allocation is dear).
+    pub fn reparse(&mut self, arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) {
+        self.status = block.status;
+        self.expires_at_ns = block.expires_at_ns();
+        self.wanted.clear();
+        self.wanted
+            .extend(block.commands.iter().filter_map(|(key, value)| {
                 let name = key.strip_prefix(arbiter)?.strip_prefix('/')?;
                 let r = resources.iter().position(|r| r.name == name)?;
                 Some((r, *value))
-            })
-            .collect();
-        Request {
-            status: block.status,
-            wanted,
-            expires_at_ns: block.expires_at_ns(),
-        }
+            }));
     }
 }
 

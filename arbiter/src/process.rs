@@ -69,9 +69,14 @@ impl Watched {
         for ((_, member), (request, alive)) in self.controllers.iter().zip(cached) {
             if all || changed.contains(&member.index()) {
                 let sub = self.group.get(*member);
-                *request = sub
-                    .value()
-                    .map(|b| Request::parse(arbiter, &config.resources, b));
+                match (sub.value(), request) {
+                    (Some(block), Some(request)) => {
+                        request.reparse(arbiter, &config.resources, block)
+                    }
+                    (block, request) => {
+                        *request = block.map(|b| Request::parse(arbiter, &config.resources, b))
+                    }
+                }
                 *alive = sub.writer() == Some(WriterState::Alive);
             }
         }

@@ -370,12 +370,19 @@ proptest! {
         let state: BTreeMap<String, f64> = [("elbow1".to_string(), 0.5)].into();
         let mut previous_decision: Option<Decision> = None;
         let mut previous_allocation: Option<Allocation> = None;
+        let mut reused: Vec<Request> = Vec::new();
         for blocks in [first, second] {
             let blocks = named(blocks);
             let candidates = candidates_of(&blocks);
             let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
             let requests: Vec<Option<Request>> =
                 blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b))).collect();
+            // Re-parsing into the previous cycle's requests gives the same requests.
+            for (old, (b, _)) in reused.iter_mut().zip(&blocks) {
+                old.reparse("arm", &arm(), b);
+                prop_assert_eq!(&*old, &Request::parse("arm", &arm(), b));
+            }
+            reused = requests.iter().flatten().cloned().collect();
             let alive: Vec<bool> = blocks.iter().map(|(_, alive)| *alive).collect();
             // Storage reused from two cycles back, as the arbiter process does.
             let mut allocation = previous_allocation.clone().unwrap_or_default();
