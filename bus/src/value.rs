@@ -4,6 +4,11 @@
 //!   with no encoding at all.
 //!
 //! Either way the type exports its name and schema (`schema::Schema`), which the slot stores.
+//!
+//! A serde value larger than 4 KiB is decoded straight from the slot while the writer may be
+//! overwriting it; the decode is thrown away and redone if so. Its `Deserialize` may therefore
+//! see bytes that mix two values: it must report what it does not accept as an error (as every
+//! derived and standard implementation does), never panic.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
