@@ -1,8 +1,8 @@
 //! The arbiter process: follows the manager's controller list, pulls every listed controller's
-//! memory block, runs `algorithm::arbitrate` whenever the manager config, a controller block or
-//! the resource state changes (or a block reaches its expiry), and publishes the coherent
-//! command and its own memory block when anything changed. It sleeps in one `wait_any` over all
-//! of those slots: it never polls.
+//! memory block, runs the algorithm (`algorithm::allocate`) whenever the manager config, a
+//! controller block or the resource state changes (or a block reaches its expiry), and publishes
+//! the coherent command and its own memory block when anything changed. It sleeps in one
+//! `wait_any` over all of those slots: it never polls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,16 +34,13 @@ struct Watched {
 }
 
 impl Watched {
-    /// Watches `controllers` in that order; a name listed twice keeps its first place only.
+    /// Watches `controllers` (distinct names) in that order.
     fn new(bus: &Bus, arbiter: &str, controllers: &[String]) -> Result<Watched, BusError> {
         let mut group = SubscriptionGroup::new();
         let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
         let state = group.add(bus.subscribe::<ResourceState>(&state_slot(arbiter))?);
         let mut members: Vec<(String, Member<ControllerBlock, Serde>)> = Vec::new();
         for name in controllers {
-            if members.iter().any(|(n, _)| n == name) {
-                continue;
-            }
             let sub = bus.subscribe::<ControllerBlock>(&controller_slot(name))?;
             members.push((name.clone(), group.add(sub)));
         }
@@ -64,7 +61,8 @@ impl Watched {
     /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
     /// as changed when its writer comes or goes as well as on a new value, so the cached
     /// liveness follows the slot.
-    fn parse(&mut self, arbiter: &str, config: &ArbiterConfig, changed: &[usize], all: bool) {
+    fn parse(&mut self, config: &ArbiterConfig, changed: &[usize], all: bool) {
+        let arbiter = config.name.as_str();
         let cached = self.requests.iter_mut().zip(&mut self.alive);
         for ((_, member), (request, alive)) in self.controllers.iter().zip(cached) {
             if all || changed.contains(&member.index()) {
@@ -134,15 +132,15 @@ pub fn run(
             // The rebuilt group reads the manager's slot afresh: if the manager wrote again
             // since the value just followed, that newer list is consumed here and no later
             // wake-up reports it, so follow it until the list read is the list watched.
-            while let Some(listed) = watched
+            // A name listed twice keeps its first place only.
+            while let Some(mut listed) = watched
                 .group
                 .get(watched.manager)
                 .value()
                 .map(|m| m.controllers.clone())
             {
-                let mut distinct = listed.clone();
-                dedup_keep_first(&mut distinct);
-                if distinct == watched.controller_names() {
+                dedup_keep_first(&mut listed);
+                if listed == watched.controller_names() {
                     break;
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
@@ -151,7 +149,7 @@ pub fn run(
                 renamed = true;
             }
         }
-        watched.parse(name, config, &changed, renamed);
+        watched.parse(config, &changed, renamed);
         let state_changed = changed.contains(&watched.state.index());
         if state_changed {
             if let Some(s) = watched.group.get(watched.state).value() {

@@ -161,6 +161,4 @@ pub struct ResourceState {
 }
 
 /// Nanoseconds since the Unix epoch, now.
-pub fn now_ns() -> u64 {
-    bus::slot::now_ns()
-}
+pub use bus::slot::now_ns;

@@ -171,8 +171,13 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// at binding. A value larger than the capacity is refused, never truncated.
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
         if let Some(slot) = self.endpoint.slot.get() {
-            self.last_len = C::write(value, slot, self.capacity, &mut self.scratch, self.last_len)?;
-            return Ok(());
+            let (limit, last_len) = (self.capacity, self.last_len);
+            if let Some(written) =
+                C::write_in_place(value, slot, limit, &mut self.scratch, last_len)
+            {
+                self.last_len = written?;
+                return Ok(());
+            }
         }
         let bytes = C::encode(value, &mut self.scratch)?;
         if bytes.len() > self.capacity {
@@ -182,6 +187,7 @@ impl<T, C: Codec<T>> Publication<T, C> {
                 capacity: self.capacity,
             });
         }
+        self.last_len = bytes.len();
         self.endpoint.publish_bytes(bytes)
     }
 

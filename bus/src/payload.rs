@@ -168,9 +168,10 @@ impl<'a> PayloadSpace<'a> {
         PayloadSpace { map, off, capacity }
     }
 
-    /// Copies `bytes` in; the caller checked that they fit.
+    /// Copies `bytes` in; the caller checked that they fit (`Mapping` still refuses to write
+    /// outside the segment).
     pub fn copy_from(&self, bytes: &[u8]) {
-        assert!(bytes.len() <= self.capacity, "value larger than the buffer");
+        debug_assert!(bytes.len() <= self.capacity, "value larger than the buffer");
         self.map.copy_in(self.off, bytes);
     }
 
@@ -262,6 +263,7 @@ impl Writer for PayloadWriter<'_> {
 mod tests {
     use super::*;
     use crate::codec;
+    use crate::schema::tests::Blob;
 
     /// A mapping with a payload area at offset 64 (aligned, like a slot buffer), removed on
     /// drop.
@@ -297,40 +299,16 @@ mod tests {
     struct Mixed {
         flag: bool,
         name: String,
-        #[serde(with = "serde_bytes_like")]
-        blob: Vec<u8>,
+        blob: Blob,
         numbers: Vec<u16>,
         tail: u8,
-    }
-
-    /// Byte buffers as serde bytes (one piece), the way image-like payloads are written.
-    mod serde_bytes_like {
-        pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(v)
-        }
-        pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-            struct V;
-            impl serde::de::Visitor<'_> for V {
-                type Value = Vec<u8>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("bytes")
-                }
-                fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                    Ok(v)
-                }
-                fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                    Ok(v.to_vec())
-                }
-            }
-            d.deserialize_byte_buf(V)
-        }
     }
 
     fn mixed(name_len: usize, blob_len: usize, numbers: usize) -> Mixed {
         Mixed {
             flag: true,
             name: "n".repeat(name_len),
-            blob: (0..blob_len).map(|i| (i * 7 % 251) as u8).collect(),
+            blob: Blob((0..blob_len).map(|i| (i * 7 % 251) as u8).collect()),
             numbers: (0..numbers as u16).collect(),
             tail: 0xAB,
         }

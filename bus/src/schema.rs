@@ -22,12 +22,13 @@ mod wire;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 pub use format::{ContainerFormat, Format, Named, VariantFormat};
+pub use wire::fnv1a64;
 
 /// How a value's bytes are laid out in a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -197,27 +197,28 @@ impl Slot {
     /// Writes one value. The caller checked `bytes.len() <= capacity()`; a longer value is a
     /// bug and is refused with `TooLarge` rather than truncated.
     pub fn write(&self, bytes: &[u8]) -> Result<u64, BusError> {
-        self.check_fits(bytes.len())?;
-        self.write_stamped(
-            |space| {
-                space.copy_from(bytes);
-                Ok(bytes.len())
-            },
-            now_ns,
-        )
+        self.write_bytes(bytes, now_ns)
     }
 
     /// Writes one value stamped with a given write time (a mirror of a remote slot keeps the
     /// origin's time).
     pub fn write_at(&self, bytes: &[u8], time_ns: u64) -> Result<u64, BusError> {
-        self.check_fits(bytes.len())?;
-        self.write_stamped(
-            |space| {
-                space.copy_from(bytes);
-                Ok(bytes.len())
-            },
-            || time_ns,
-        )
+        self.write_bytes(bytes, || time_ns)
+    }
+
+    fn write_bytes(&self, bytes: &[u8], stamp: impl FnOnce() -> u64) -> Result<u64, BusError> {
+        if bytes.len() > self.layout.capacity {
+            return Err(BusError::TooLarge {
+                name: self.name.to_string(),
+                size: bytes.len(),
+                capacity: self.layout.capacity,
+            });
+        }
+        let fill = |space: PayloadSpace<'_>| {
+            space.copy_from(bytes);
+            Ok(bytes.len())
+        };
+        self.write_stamped(fill, stamp)
     }
 
     /// Writes one value that `fill` puts straight into the buffer (encoding in place) and whose
@@ -228,17 +229,6 @@ impl Slot {
         fill: impl FnOnce(PayloadSpace<'_>) -> Result<usize, BusError>,
     ) -> Result<u64, BusError> {
         self.write_stamped(fill, now_ns)
-    }
-
-    fn check_fits(&self, len: usize) -> Result<(), BusError> {
-        if len > self.layout.capacity {
-            return Err(BusError::TooLarge {
-                name: self.name.to_string(),
-                size: len,
-                capacity: self.layout.capacity,
-            });
-        }
-        Ok(())
     }
 
     fn write_stamped(

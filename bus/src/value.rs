@@ -22,19 +22,22 @@ pub trait Codec<T>: 'static {
     fn schema() -> Result<Schema, BusError>;
     /// Payload capacity a publication needs when the user does not ask for one.
     fn default_capacity() -> usize;
-    /// The bytes that represent `value`; `scratch` is reused storage. Used to keep a value
-    /// until the slot exists; once it does, `write` puts values straight into it.
+    /// The bytes that represent `value`; `scratch` is reused storage. The publication copies
+    /// them into the slot (or keeps them until the slot exists).
     fn encode<'a>(value: &'a T, scratch: &'a mut Vec<u8>) -> Result<&'a [u8], BusError>;
-    /// Writes `value` into `slot`, refusing (never truncating) one of more than `limit` bytes,
-    /// and returns its encoded length. `scratch` is reused storage; `last_len` is the length of
-    /// the publication's previous value, from which the codec guesses this one's size.
-    fn write(
-        value: &T,
-        slot: &Slot,
-        limit: usize,
-        scratch: &mut Vec<u8>,
-        last_len: usize,
-    ) -> Result<usize, BusError>;
+    /// Writes `value` straight into `slot`'s buffer, refusing (never truncating) one of more
+    /// than `limit` bytes, and returns its length; `None` when this codec does not, or
+    /// `last_len` (the length of the publication's previous value) says the value is small
+    /// enough that `encode` and a copy are cheaper. `scratch` is reused storage.
+    fn write_in_place(
+        _value: &T,
+        _slot: &Slot,
+        _limit: usize,
+        _scratch: &mut Vec<u8>,
+        _last_len: usize,
+    ) -> Option<Result<usize, BusError>> {
+        None
+    }
     /// Reads the slot's value if newer than `last_seen` into `current`.
     fn read(
         slot: &Slot,
@@ -82,23 +85,18 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
     /// round trip at 64 B) than encoding inside the seqlock's write window. After a large value
     /// the next one is encoded straight into the slot's buffer, saving a copy of the whole
     /// value (about a quarter of a 1 MiB round trip).
-    fn write(
+    fn write_in_place(
         value: &T,
         slot: &Slot,
         limit: usize,
         scratch: &mut Vec<u8>,
         last_len: usize,
-    ) -> Result<usize, BusError> {
+    ) -> Option<Result<usize, BusError>> {
         if last_len <= SMALL_VALUE {
-            crate::codec::encode_into(value, scratch).map_err(schema_error::<T>)?;
-            if scratch.len() > limit {
-                return Err(too_large(slot, scratch.len(), limit));
-            }
-            slot.write(scratch)?;
-            return Ok(scratch.len());
+            return None;
         }
         let mut len = 0;
-        slot.write_with(|space| {
+        let written = slot.write_with(|space| {
             let mut writer = space.writer(limit, scratch);
             match crate::codec::encode_to(value, &mut writer) {
                 Ok(()) => {
@@ -109,12 +107,16 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
                     // Rare: encode once more, aside, only to say how large the value is.
                     let mut all = Vec::new();
                     crate::codec::encode_into(value, &mut all).map_err(schema_error::<T>)?;
-                    Err(too_large(slot, all.len(), limit))
+                    Err(BusError::TooLarge {
+                        name: slot.name().to_string(),
+                        size: all.len(),
+                        capacity: limit,
+                    })
                 }
                 Err(e) => Err(schema_error::<T>(e)),
             }
-        })?;
-        Ok(len)
+        });
+        Some(written.map(|_| len))
     }
 
     /// A small value is copied out and decoded once the copy is validated; a larger one is
@@ -154,14 +156,6 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
     }
 }
 
-fn too_large(slot: &Slot, size: usize, capacity: usize) -> BusError {
-    BusError::TooLarge {
-        name: slot.name().to_string(),
-        size,
-        capacity,
-    }
-}
-
 impl<T: bytemuck::Pod + DeserializeOwned + 'static> Codec<T> for Pod {
     fn schema() -> Result<Schema, BusError> {
         Schema::of_pod::<T>().map_err(schema_error::<T>)
@@ -173,21 +167,6 @@ impl<T: bytemuck::Pod + DeserializeOwned + 'static> Codec<T> for Pod {
 
     fn encode<'a>(value: &'a T, _scratch: &'a mut Vec<u8>) -> Result<&'a [u8], BusError> {
         Ok(bytemuck::bytes_of(value))
-    }
-
-    fn write(
-        value: &T,
-        slot: &Slot,
-        limit: usize,
-        _scratch: &mut Vec<u8>,
-        _last_len: usize,
-    ) -> Result<usize, BusError> {
-        let bytes = bytemuck::bytes_of(value);
-        if bytes.len() > limit {
-            return Err(too_large(slot, bytes.len(), limit));
-        }
-        slot.write(bytes)?;
-        Ok(bytes.len())
     }
 
     fn read(

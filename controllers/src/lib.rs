@@ -138,9 +138,11 @@ impl RobotController {
                             last_refresh.store(now_ns(), Ordering::Relaxed);
                             continue;
                         }
-                        s.block.stamp_ns = now_ns();
-                        let block = s.block.clone();
-                        match s.publication.write(&block) {
+                        let Shared {
+                            publication, block, ..
+                        } = &mut *s;
+                        block.stamp_ns = now_ns();
+                        match publication.write(block) {
                             Ok(()) => last_refresh.store(block.stamp_ns, Ordering::Relaxed),
                             Err(e) => tracing::warn!("refreshing controller block: {e}"),
                         }
@@ -203,9 +205,11 @@ impl RobotController {
     /// from then on a background thread keeps the block fresh.
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         let mut s = lock(&self.shared);
-        s.block.stamp_ns = now_ns();
-        let block = s.block.clone();
-        s.publication.write(&block)?;
+        let Shared {
+            publication, block, ..
+        } = &mut *s;
+        block.stamp_ns = now_ns();
+        publication.write(block)?;
         if !std::mem::replace(&mut s.published, true) {
             daemon::ready(&format!("robot controller {} publishing", self.name));
         }

@@ -173,9 +173,8 @@ pub fn run(hosts: usize) -> Result<(), String> {
         children: Vec::new(),
     };
     let result = script(&mut p, payload_host, &manager, &arm, &drive);
-    p.stop_all();
+    drop(p); // stops every process
     let _ = std::fs::remove_dir_all(&dir);
-    drop(p);
     // Slots outlive their processes by design (a restarted registry adopts them); the demo's
     // domain is over, so remove its slots and check that none is left.
     let removed = domain.remove_all_segments().unwrap_or(0);

@@ -28,7 +28,6 @@ fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
 }
 
 impl Checked {
-    /// A value of `len` payload bytes whose content depends on `sequence`.
     /// A value of `len` bytes in all (about half in each form) whose content depends on
     /// `sequence`.
     pub fn new(sequence: u64, len: usize) -> Checked {

@@ -22,6 +22,25 @@ fn key_file(tag: &str, bytes: &str) -> std::path::PathBuf {
 }
 
 /// Receives one datagram sent by `from` to the multicast group, inside the current netns.
+/// A reader of `/auth` on `host` until it holds the fifth value; its summary.
+fn last_auth_value_on(lab: &mut Lab, host: usize) -> serde_json::Value {
+    let r = lab.spawn(
+        host,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/auth",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "5",
+        ],
+    );
+    summary(&lab.finish(r))
+}
+
 fn capture_from(from: Ipv4Addr) -> Vec<u8> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
     s.set_reuse_address(true).unwrap();
@@ -66,21 +85,7 @@ fn wrong_keys_missing_keys_replays_and_garbage_are_dropped_and_counted() {
         ],
     );
     // Same key: reflection works.
-    let r = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/auth",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "5",
-        ],
-    );
-    let s = summary(&lab.finish(r));
+    let s = last_auth_value_on(&mut lab, B);
     assert_eq!(s["last"], 5, "{s}");
     // Wrong key: C drops A's and B's datagrams, and they drop C's.
     eventually("C counts datagrams with a bad MAC", || {
@@ -140,21 +145,7 @@ fn wrong_keys_missing_keys_replays_and_garbage_are_dropped_and_counted() {
     });
     assert!(lab.log(C).contains("UNAUTHENTICATED"), "{}", lab.log(C));
     // B still works with A throughout.
-    let r = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/auth",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "5",
-        ],
-    );
-    assert_eq!(summary(&lab.finish(r))["last"], 5);
+    assert_eq!(last_auth_value_on(&mut lab, B)["last"], 5);
     let _ = std::fs::remove_file(good);
     let _ = std::fs::remove_file(bad);
 }

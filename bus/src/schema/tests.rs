@@ -34,9 +34,10 @@ struct List {
     tail: Option<Box<List>>,
 }
 
-/// Serializes through `serialize_bytes`, the only way to reach `Format::Bytes`.
+/// Serializes through `serialize_bytes`, the only way to reach `Format::Bytes` (and the one-piece
+/// path of `payload`'s in-place encoding).
 #[derive(Debug, Clone, PartialEq)]
-struct Blob(Vec<u8>);
+pub(crate) struct Blob(pub(crate) Vec<u8>);
 
 impl Serialize for Blob {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -24,7 +24,8 @@ pub(super) struct Parts {
     pub containers: BTreeMap<String, ContainerFormat>,
 }
 
-pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bit: the hash of a stored schema, and a stable identifier hash for the registry.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
     for &byte in bytes {
         hash ^= u64::from(byte);

@@ -94,11 +94,7 @@ impl Net {
 
     fn on_value(&self, st: &mut NetState, d: &Datagram<'_>, v: &Value<'_>) -> Result<(), Drop> {
         let session = d.header.session;
-        let host = st
-            .peers
-            .host_of(d.header.sender)
-            .ok_or(Drop::Unexpected)?
-            .to_owned();
+        let host = st.peers.host_of(d.header.sender).ok_or(Drop::Unexpected)?;
         let m = st.mirrors.get_mut(v.name).ok_or(Drop::Unexpected)?;
         if m.origin != host || m.hash != v.schema_hash {
             return Err(Drop::Unexpected);

@@ -55,6 +55,15 @@ impl Net {
             expected: change_seen,
             shared: false,
         }];
+        for s in watched {
+            words.push(futex::WaitOn {
+                word: s.notify_word(),
+                expected: s.notify_word().load(Ordering::SeqCst),
+                shared: true,
+            });
+        }
+        // Checked after reading the words, under one lock: anything that arrives later changes
+        // a word we compare against.
         let pending = {
             let st = lock(&self.state);
             st.dirty
@@ -64,20 +73,6 @@ impl Net {
                     .values()
                     .any(|r| r.slot.latest_sequence() != r.last_sent)
         };
-        for s in watched {
-            words.push(futex::WaitOn {
-                word: s.notify_word(),
-                expected: s.notify_word().load(Ordering::SeqCst),
-                shared: true,
-            });
-        }
-        let pending = pending
-            || watched.iter().any(|s| {
-                let st = lock(&self.state);
-                st.reflected
-                    .get(s.name().as_str())
-                    .is_some_and(|r| r.slot.latest_sequence() != r.last_sent)
-            });
         if !pending {
             futex::wait_any(&words, Some(deadline));
         }

@@ -83,8 +83,9 @@ impl Drop {
         Drop::Loopback,
     ];
 
+    /// Position in `ALL` (which lists the causes in declaration order; a test holds it so).
     pub fn index(self) -> usize {
-        Drop::ALL.iter().position(|d| *d == self).unwrap_or(0)
+        self as usize
     }
 
     pub fn name(self) -> &'static str {
@@ -330,16 +331,9 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
     }
 }
 
-/// FNV-1a, 64 bit: stable across builds and machines (unlike std's hasher), for domain, host
-/// and channel identifiers. Not a security measure; the MAC is.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
+/// FNV-1a, 64 bit (the bus's schema hash function): stable across builds and machines (unlike
+/// std's hasher), for domain, host and channel identifiers. Not a security measure; the MAC is.
+pub use bus::schema::fnv1a64 as fnv1a;
 
 /// The channel of a slot's values: never the announce channel.
 pub fn channel_of(name: &str) -> u64 {
@@ -350,6 +344,13 @@ pub fn channel_of(name: &str) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn drop_causes_are_listed_in_declaration_order() {
+        for (i, cause) in Drop::ALL.iter().enumerate() {
+            assert_eq!(cause.index(), i, "{}", cause.name());
+        }
+    }
 
     fn header(total: u32, offset: u32, chunk: u32, body_len: u32) -> Header {
         Header {

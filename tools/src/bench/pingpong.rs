@@ -33,7 +33,8 @@ pub fn roundtrip(
     }
 }
 
-fn create_pub<T: Payload>(
+/// Creates a publication sized for `bytes` and waits until the registry has bound it.
+pub(super) fn create_pub<T: Payload>(
     bus: &Bus,
     name: &str,
     bytes: usize,

@@ -14,6 +14,7 @@ use bus::{Bus, Publication};
 
 use super::harness::{announce_ready, Deadline, Harness, Watch, PEER_TIMEOUT};
 use super::payload::{Blob, Payload, Pod64, STOP};
+use super::pingpong::create_pub;
 use super::raw;
 use super::stats::{Row, Stats, System};
 
@@ -33,20 +34,6 @@ pub struct Counts {
 
 fn stats(mut samples: Vec<u64>, what: &str) -> Result<Stats, String> {
     Stats::of(&mut samples).ok_or_else(|| format!("{what}: no sample"))
-}
-
-fn new_pub<T: Payload>(
-    bus: &Bus,
-    name: &str,
-    bytes: usize,
-) -> Result<Publication<T, T::Codec>, String> {
-    let p = bus
-        .publication(name)
-        .and_then(|b| b.capacity(T::capacity(bytes)).create::<T, T::Codec>())
-        .map_err(|e| format!("publishing {name}: {e}"))?;
-    p.wait_bound(PEER_TIMEOUT)
-        .map_err(|e| format!("binding {name}: {e}"))?;
-    Ok(p)
 }
 
 /// Writes of 64 B POD and of 4 KiB bytes, nobody reading, against the raw write baseline.
@@ -71,10 +58,10 @@ pub fn throughput(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
 
         let name = h.slot_name(&format!("throughput-{bytes}"));
         let (samples, took) = if bytes == 64 {
-            let mut p = new_pub::<Pod64>(&h.bus, &name, bytes)?;
+            let mut p = create_pub::<Pod64>(&h.bus, &name, bytes)?;
             write_run(&mut p, Pod64::make(bytes), warmup, count, false)?
         } else {
-            let mut p = new_pub::<Blob>(&h.bus, &name, bytes)?;
+            let mut p = create_pub::<Blob>(&h.bus, &name, bytes)?;
             write_run(&mut p, Blob::make(bytes), warmup, count, false)?
         };
         let case = if bytes == 64 {
@@ -262,7 +249,7 @@ fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
             last.wait_bound(PEER_TIMEOUT).map_err(|e| e.to_string())?;
         }
         let name = hs.slot_name(&format!("cost-slots-{slots}"));
-        let mut p = new_pub::<Pod64>(&hs.bus, &name, 64)?;
+        let mut p = create_pub::<Pod64>(&hs.bus, &name, 64)?;
         let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
         eprintln!(
             "bus-bench: publish cost, {in_domain} slots in the domain (set up in {:.1} s)",
@@ -308,7 +295,7 @@ fn with_readers(
     measure: impl FnOnce(&mut Publication<Pod64, bus::Pod>, &Slot) -> Result<Vec<u64>, String>,
 ) -> Result<Vec<u64>, String> {
     let name = h.slot_name(&format!("cost-{role}-{count}"));
-    let mut p = new_pub::<Pod64>(&h.bus, &name, 64)?;
+    let mut p = create_pub::<Pod64>(&h.bus, &name, 64)?;
     let segment = h
         .domain
         .segment_name(&SlotName::parse(&name).map_err(|e| e.to_string())?);

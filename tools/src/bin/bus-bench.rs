@@ -26,7 +26,7 @@ struct Args {
     /// a smoke check.
     #[arg(long)]
     quick: bool,
-    /// Round trips per small ping-pong case (default 20,000); the other cases scale from it.
+    /// Round trips per small ping-pong case (default 100,000); the other cases scale from it.
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
     /// Run only this group (repeat for several).

@@ -15,40 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+// The ping-pong payload is a byte string (a length and a copy): a `Vec<u8>` goes through serde
+// one element at a time, which at 64 KiB costs more than the network.
+use tools::bench::payload::Blob as Bytes;
 use tools::bench::stats::Stats;
 use tools::hosts::Lab;
-
-/// The ping-pong payload: serialised as one byte string (a length and a copy). A `Vec<u8>`
-/// goes through serde one element at a time, which at 64 KiB costs more than the network
-/// (hundreds of microseconds per round trip in encode and decode) and is no part of reflection.
-#[derive(Clone, Debug, PartialEq)]
-struct Bytes(Vec<u8>);
-
-impl Serialize for Bytes {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Bytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = Bytes;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
-                Ok(Bytes(v.to_vec()))
-            }
-            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Bytes, E> {
-                Ok(Bytes(v))
-            }
-        }
-        d.deserialize_byte_buf(Visitor)
-    }
-}
 
 #[derive(Parser)]
 #[command(
