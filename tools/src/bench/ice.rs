@@ -5,7 +5,8 @@
 //! (history 0, buffer 1, safe overflow: the closest iceoryx2 setting to a latest-value slot).
 //! The sender loans a sample and copies its payload in (`write_from_slice`, the safe API; a
 //! producer has to put its data somewhere); the receiver reads it in place (zero-copy); the echo
-//! copies the received payload into a new loan. Busy mode polls `receive()`. Wait mode adds one
+//! copies the received payload into a new loan, and the leader copies the echoed payload out
+//! (the bus subscription and the raw baseline hand the leader the whole value too). Busy mode polls `receive()`. Wait mode adds one
 //! event service per direction: the sender calls `notify()` after `send()`, the receiver sleeps
 //! in `Listener::timed_wait_one` (iceoryx2's recommended IPC event, a Unix datagram socket).
 
@@ -177,6 +178,10 @@ pub fn roundtrip(
         'echo: loop {
             while let Some(sample) = ends.subscriber.receive().map_err(|e| err("receive")(&e))? {
                 if seq_of(&sample) == i {
+                    // Take the echoed value into the leader's hands, as the bus subscription
+                    // and the raw baseline do (and as the echo does with the ping): a round
+                    // trip delivers the value to both ends, not just its sequence number.
+                    payload.copy_from_slice(&sample);
                     break 'echo;
                 }
             }
