@@ -233,6 +233,16 @@ impl Net {
         if !gso {
             tracing::info!("UDP segmentation offload unavailable: one system call per datagram");
         }
+        // Batched receives, the other half: with UDP_GRO a batch that arrives whole (as one
+        // sent over a veth pair or by a NIC that coalesces) is read in one system call and cut
+        // apart here (`receive`). Without it every datagram is read on its own, as before.
+        for (s, what) in [(&data, "data"), (&disco, "discovery")] {
+            if nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::UdpGroSegment, &true)
+                .is_err()
+            {
+                tracing::debug!("UDP receive coalescing unavailable on the {what} socket");
+            }
+        }
         let data: UdpSocket = data.into();
         let discovery: UdpSocket = disco.into();
         let data_port = data

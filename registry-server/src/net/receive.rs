@@ -1,8 +1,11 @@
 //! Receiving: the two receiver threads' loop, and what one datagram does: checks (domain, own,
 //! loopback, MAC, replay window), reassembly, then an announcement updates the peers and a value
-//! is written into its mirror slot if it is newer than what the mirror holds.
+//! is written into its mirror slot if it is newer than what the mirror holds. A batch of
+//! datagrams that the kernel coalesced (`UDP_GRO`, set at start-up) comes in one read and is cut
+//! apart here: a 64 KiB value sent in one `UDP_SEGMENT` call is then also received in one.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::reassembly::Outcome;
@@ -12,9 +15,11 @@ use super::{lock, Net, NetState};
 
 impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
+        // The largest datagram, and the most the kernel coalesces into one read (UDP_GRO).
         let mut buf = vec![0u8; 65536];
+        let mut control = nix::cmsg_space!(i32);
         loop {
-            let (n, from) = match socket.recv_from(&mut buf) {
+            let (n, from, read) = match receive_batch(socket, &mut buf, &mut control) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!("receiving: {e}");
@@ -22,10 +27,21 @@ impl Net {
                     continue;
                 }
             };
-            Counters::add(&self.counters.received_datagrams, 1);
             Counters::add(&self.counters.received_bytes, n as u64);
-            if let Err(why) = self.on_datagram(&buf[..n], from) {
-                self.counters.drop(why);
+            let each = match read {
+                Read::One => n,
+                Read::Batch(size) => size,
+                Read::CutShort => {
+                    Counters::add(&self.counters.received_datagrams, 1);
+                    self.counters.drop(Drop::Oversized);
+                    continue;
+                }
+            };
+            for datagram in buf[..n].chunks(each.max(1)) {
+                Counters::add(&self.counters.received_datagrams, 1);
+                if let Err(why) = self.on_datagram(datagram, from) {
+                    self.counters.drop(why);
+                }
             }
         }
     }
@@ -119,4 +135,46 @@ impl Net {
         Counters::add(&self.counters.values_mirrored, 1);
         Ok(())
     }
+}
+
+/// What one read from a socket holds.
+enum Read {
+    /// One datagram.
+    One,
+    /// Several datagrams from one sender laid end to end (UDP_GRO), each of this many bytes
+    /// but the last.
+    Batch(usize),
+    /// A datagram larger than the buffer, cut short by the kernel (nothing valid is that big).
+    CutShort,
+}
+
+/// Reads one datagram or one coalesced batch: its length, its source and what it holds. A
+/// source that is not IPv4 is an error.
+fn receive_batch(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    control: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, Read)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrIn};
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrIn>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(control),
+        MsgFlags::empty(),
+    )?;
+    let from = msg
+        .address
+        .map(|a| SocketAddr::V4(a.into()))
+        .ok_or_else(|| std::io::Error::other("a datagram from a non-IPv4 source"))?;
+    if msg.flags.contains(MsgFlags::MSG_TRUNC) {
+        return Ok((msg.bytes, from, Read::CutShort));
+    }
+    let mut read = Read::One;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::UdpGroSegments(size) = c {
+            read = usize::try_from(size).map_or(Read::One, Read::Batch);
+        }
+    }
+    Ok((msg.bytes, from, read))
 }
