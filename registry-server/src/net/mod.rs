@@ -127,8 +127,8 @@ struct NetState {
     reassembly: Reassembler,
     mirrors: HashMap<String, Mirror>,
     reflected: BTreeMap<String, Reflected>,
-    /// Values owed now to new targets: (name, host).
-    owed: Vec<(String, String)>,
+    /// Values owed now to new targets (and to every target on a refresh): name -> hosts.
+    owed: BTreeMap<String, BTreeSet<String>>,
     last_announce: Option<Announce>,
     next_announce: Instant,
     next_refresh: Instant,
@@ -283,7 +283,7 @@ impl Net {
                 reassembly: Reassembler::new(cfg.reassembly_limit),
                 mirrors: HashMap::new(),
                 reflected: BTreeMap::new(),
-                owed: Vec::new(),
+                owed: BTreeMap::new(),
                 last_announce: None,
                 next_announce: now,
                 next_refresh: now + cfg.refresh_every,

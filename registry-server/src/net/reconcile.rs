@@ -174,7 +174,7 @@ impl Net {
                 if !known {
                     // A new (or restarted) subscriber host gets the current value at once.
                     r.targets.insert(host.clone(), (addr, session));
-                    owed.push((name.clone(), host));
+                    owed.entry(name.clone()).or_default().insert(host);
                 }
             }
         }

@@ -81,29 +81,37 @@ impl Net {
         }
     }
 
-    /// Sends every reflected slot's value that changed since last sent, and values owed to
-    /// new targets.
+    /// Sends every reflected slot's value that changed since last sent to all its targets, and
+    /// the current value of the others to the hosts it is owed to: each value read and encoded
+    /// once, however many hosts it goes to.
     fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>) {
         let mut st = lock(&self.state);
-        let owed = std::mem::take(&mut st.owed);
-        for (name, host) in owed {
-            if let Some(r) = st.reflected.get(&name) {
-                if let Some(&(addr, _)) = r.targets.get(&host) {
-                    if let Some(seq) = read_value(&r.slot, value) {
-                        self.send_value(&name, r, seq, value, message, &[addr]);
-                    }
-                }
-            }
-        }
-        for (name, r) in st.reflected.iter_mut() {
-            if r.slot.latest_sequence() == r.last_sent || r.targets.is_empty() {
+        let NetState {
+            reflected, owed, ..
+        } = &mut *st;
+        let mut owed = std::mem::take(owed);
+        for (name, r) in reflected.iter_mut() {
+            let owed_hosts = owed.remove(name);
+            let changed = r.slot.latest_sequence() != r.last_sent;
+            let to: Vec<SocketAddr> = if changed {
+                r.targets.values().map(|(a, _)| *a).collect()
+            } else if let Some(hosts) = owed_hosts {
+                hosts
+                    .iter()
+                    .filter_map(|h| r.targets.get(h).map(|(a, _)| *a))
+                    .collect()
+            } else {
+                continue;
+            };
+            if to.is_empty() {
                 continue;
             }
             let Some(seq) = read_value(&r.slot, value) else {
                 continue;
             };
-            r.last_sent = seq;
-            let to: Vec<SocketAddr> = r.targets.values().map(|(a, _)| *a).collect();
+            if changed {
+                r.last_sent = seq;
+            }
             self.send_value(name, r, seq, value, message, &to);
         }
     }
@@ -177,9 +185,9 @@ impl Net {
                 reflected, owed, ..
             } = &mut *st;
             for (name, r) in reflected.iter() {
-                for host in r.targets.keys() {
-                    owed.push((name.clone(), host.clone()));
-                }
+                owed.entry(name.clone())
+                    .or_default()
+                    .extend(r.targets.keys().cloned());
             }
         }
         if stats {
