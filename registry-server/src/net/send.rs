@@ -56,15 +56,19 @@ impl Net {
                     chunk: self.chunk as u32,
                     body_len: part.len() as u32,
                 };
+                // A batched datagram is built in place at the end of the batch, any other
+                // in the datagram buffer.
                 let mut d = std::mem::take(&mut s.datagram);
-                wire::encode_header(&header, &mut d);
-                d.extend_from_slice(part);
+                d.clear();
+                let out = if batch { &mut gso } else { &mut d };
+                let start = out.len();
+                wire::encode_header(&header, out);
+                out.extend_from_slice(part);
                 if let Some(key) = &self.key {
-                    let mac = key.mac(&d);
-                    d.extend_from_slice(&mac);
+                    let mac = key.mac(&out[start..]);
+                    out.extend_from_slice(&mac);
                 }
                 if batch {
-                    gso.extend_from_slice(&d);
                     in_batch += 1;
                     if in_batch == self.gso_batch {
                         self.send_batch(&mut s, &gso, in_batch, *dest);

@@ -215,9 +215,8 @@ pub fn decode_datagram(bytes: &[u8], max_message: u32) -> Result<Datagram<'_>, D
     })
 }
 
-/// Writes a datagram's header into `out[..HEADER_LEN]`.
+/// Appends a datagram's header (`HEADER_LEN` bytes) to `out`.
 pub fn encode_header(h: &Header, out: &mut Vec<u8>) {
-    out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
     out.push(h.flags);
