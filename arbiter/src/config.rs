@@ -17,7 +17,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::algorithm::{Kind, ResourceSpec, SafeCommand};
-use crate::protocol::Limits;
+use crate::protocol::{is_valid_name, Limits, NAME_RULE};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -62,13 +62,6 @@ pub struct ArbiterConfig {
     pub resources: Vec<ResourceSpec>,
 }
 
-fn valid_part(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
 impl ArbiterConfig {
     pub fn load(path: &Path) -> Result<ArbiterConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -83,22 +76,16 @@ impl ArbiterConfig {
 
     pub fn parse(text: &str) -> Result<ArbiterConfig, String> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        if !valid_part(&raw.name) {
-            return Err(format!(
-                "arbiter name {:?}: use 1 to 64 letters, digits, _ - .",
-                raw.name
-            ));
+        if !is_valid_name(&raw.name) {
+            return Err(format!("arbiter name {:?}: {NAME_RULE}", raw.name));
         }
         if raw.resources.is_empty() {
             return Err("an arbiter needs at least one [[resources]] entry".into());
         }
         let mut resources: Vec<ResourceSpec> = Vec::new();
         for r in raw.resources {
-            if !valid_part(&r.name) {
-                return Err(format!(
-                    "resource name {:?}: use 1 to 64 letters, digits, _ - .",
-                    r.name
-                ));
+            if !is_valid_name(&r.name) {
+                return Err(format!("resource name {:?}: {NAME_RULE}", r.name));
             }
             if resources.iter().any(|x| x.name == r.name) {
                 return Err(format!("resource {:?} is listed twice", r.name));

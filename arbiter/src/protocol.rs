@@ -9,6 +9,19 @@ use serde::{Deserialize, Serialize};
 /// Slot of the robot manager's configuration.
 pub const MANAGER_SLOT: &str = "/robot/manager";
 
+/// What a controller, arbiter or resource name may be: it becomes one segment of a slot name
+/// (`/robot/controller/<name>`) or of a command key (`<arbiter>/<resource>`).
+pub const NAME_RULE: &str = "use 1 to 64 letters, digits, _ - .";
+
+/// Whether `name` follows [`NAME_RULE`].
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 /// Slot of a robot controller's memory block.
 pub fn controller_slot(controller: &str) -> String {
     format!("/robot/controller/{controller}")

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arbiter::protocol::{
-    arbiter_slot, controller_slot, now_ns, ArbiterBlock, ControllerBlock, ManagerConfig, Outcome,
-    Status, MANAGER_SLOT,
+    arbiter_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock, ControllerBlock,
+    ManagerConfig, Outcome, Status, MANAGER_SLOT,
 };
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup};
 use crossbeam_channel::{bounded, Sender};
@@ -25,7 +25,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_millis(200);
 pub enum ControllerError {
     #[error(transparent)]
     Bus(#[from] BusError),
-    #[error("invalid controller name {0:?}: use 1 to 64 letters, digits, _ - .")]
+    #[error("invalid controller name {0:?}: {rule}", rule = arbiter::protocol::NAME_RULE)]
     Name(String),
     #[error("invalid resource {0:?}: resources are named <arbiter>/<resource>, e.g. arm/shoulder")]
     ResourceName(String),
@@ -79,13 +79,6 @@ pub struct RobotController {
     watched: Watched,
 }
 
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
 impl RobotController {
     /// A controller named `name` with the default time to live.
     pub fn new(bus: &Bus, name: &str, status: Status) -> Result<RobotController, ControllerError> {
@@ -98,7 +91,7 @@ impl RobotController {
         status: Status,
         ttl: Duration,
     ) -> Result<RobotController, ControllerError> {
-        if !valid_name(name) {
+        if !is_valid_name(name) {
             return Err(ControllerError::Name(name.to_owned()));
         }
         if ttl < Duration::from_millis(10) {
@@ -234,7 +227,7 @@ impl RobotController {
         let Some((arbiter, name)) = resource.split_once('/') else {
             return Err(ControllerError::ResourceName(resource.to_owned()));
         };
-        if !valid_name(arbiter) || !valid_name(name) {
+        if !is_valid_name(arbiter) || !is_valid_name(name) {
             return Err(ControllerError::ResourceName(resource.to_owned()));
         }
         let known = self.arbiters();

@@ -16,33 +16,23 @@ use std::path::Path;
 use arbiter::protocol::{ManagerConfig, Unlisted};
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
+/// The manager's file, validated by [`ManagerFile::parse`].
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
-    controllers: Vec<String>,
-    arbiters: Vec<String>,
-    #[serde(default)]
-    unlisted: Unlisted,
-}
-
-/// The manager's file, validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManagerFile {
     pub controllers: Vec<String>,
     pub arbiters: Vec<String>,
+    #[serde(default)]
     pub unlisted: Unlisted,
 }
 
 fn check_names(what: &str, names: &[String]) -> Result<(), String> {
     let mut seen = std::collections::BTreeSet::new();
     for n in names {
-        let ok = !n.is_empty()
-            && n.len() <= 64
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !ok {
+        if !arbiter::protocol::is_valid_name(n) {
             return Err(format!(
-                "{what} name {n:?}: use 1 to 64 letters, digits, _ - ."
+                "{what} name {n:?}: {}",
+                arbiter::protocol::NAME_RULE
             ));
         }
         if !seen.insert(n) {
@@ -54,14 +44,10 @@ fn check_names(what: &str, names: &[String]) -> Result<(), String> {
 
 impl ManagerFile {
     pub fn parse(text: &str) -> Result<ManagerFile, String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        check_names("controller", &raw.controllers)?;
-        check_names("arbiter", &raw.arbiters)?;
-        Ok(ManagerFile {
-            controllers: raw.controllers,
-            arbiters: raw.arbiters,
-            unlisted: raw.unlisted,
-        })
+        let file: ManagerFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        check_names("controller", &file.controllers)?;
+        check_names("arbiter", &file.arbiters)?;
+        Ok(file)
     }
 
     pub fn load(path: &Path) -> Result<ManagerFile, String> {
