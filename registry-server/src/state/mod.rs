@@ -459,7 +459,8 @@ impl Registry {
         }
     }
 
-    /// Creates (or adopts) a slot the registry itself writes. Returns its segment.
+    /// Creates (or adopts) a slot the registry itself writes. Returns its segment. Called at
+    /// start-up before connections are accepted, so no subscription waits for it yet.
     pub fn create_own_slot(
         &mut self,
         name: &SlotName,
@@ -467,39 +468,31 @@ impl Registry {
         capacity: u64,
     ) -> Result<String, String> {
         let segment = self.domain.segment_name(name);
+        // A slot of another type left from an earlier version is replaced if nobody maps it.
         if let Some(e) = self.slots.get(name) {
-            let fits = e.schema.hash == schema.hash()
-                && e.slot
-                    .as_ref()
-                    .is_some_and(|s| s.capacity() as u64 >= capacity);
-            if !fits {
+            if e.schema.hash != schema.hash() {
                 if e.endpoints.iter().any(|r| r.bound) {
-                    return Err(format!(
-                        "{name} exists with another type or size and is in use"
-                    ));
+                    return Err(format!("{name} exists with another type and is in use"));
                 }
                 self.slots.remove(name);
                 let _ = bus::shm::unlink(&segment);
             }
         }
-        if !self.slots.contains_key(name) {
-            let slot = create_slot(&segment, name, schema, capacity, self.group)
-                .map_err(|e| format!("cannot create {segment}: {e}"))?;
-            self.slots.insert(
-                name.clone(),
-                SlotEntry {
-                    schema: StoredSchema::new(schema),
-                    slot: Some(slot),
-                    endpoints: Vec::new(),
-                    origin: None,
-                    own: true,
-                },
-            );
-        }
-        let entry = self
-            .slots
-            .get_mut(name)
-            .ok_or_else(|| format!("{name}: slot vanished"))?;
+        let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
+            slot: None,
+            schema: StoredSchema::new(schema),
+            endpoints: Vec::new(),
+            origin: None,
+            own: true,
+        });
+        entry
+            .ensure_slot(&segment, name, schema, capacity, self.group)
+            .map_err(|e| match e {
+                NoSlot::TooSmallInUse { capacity: has } => {
+                    format!("{name} has room for {has} bytes, needs {capacity}, and is in use")
+                }
+                NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
+            })?;
         entry.own = true;
         if let Some(slot) = &entry.slot {
             slot.set_origin("");
