@@ -52,6 +52,18 @@ struct Json {
     json: bool,
 }
 
+/// What `hz` and `bw` measure, and for how long.
+#[derive(ClapArgs)]
+struct Rates {
+    /// Slot names (a slot that does not exist yet is watched for its appearance).
+    #[arg(required = true)]
+    names: Vec<String>,
+    #[command(flatten)]
+    window: Window,
+    #[command(flatten)]
+    json: Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Every slot: type, size, sequence, rate, age, writer and whether it runs, origin host.
@@ -106,27 +118,11 @@ enum Command {
     /// sampled every --sample-ms, without subscribing. A writer faster than about three writes
     /// per sample outruns the sampling: the rate then comes from sequence numbers and the
     /// output says how many writes were seen.
-    Hz {
-        /// Slot names (a slot that does not exist yet is watched for its appearance).
-        #[arg(required = true)]
-        names: Vec<String>,
-        #[command(flatten)]
-        window: Window,
-        #[command(flatten)]
-        json: Json,
-    },
+    Hz(Rates),
     /// Bandwidth of slots over a window: bytes per second, and value size min / p50 / p99 / max.
     ///
     /// Measured like `hz`, from the slots' buffers, without subscribing.
-    Bw {
-        /// Slot names (a slot that does not exist yet is watched for its appearance).
-        #[arg(required = true)]
-        names: Vec<String>,
-        #[command(flatten)]
-        window: Window,
-        #[command(flatten)]
-        json: Json,
-    },
+    Bw(Rates),
     /// Encode a JSON value through the slot's stored schema and write it.
     ///
     /// The JSON has the shape `get --json` prints. A value that does not match the schema is
@@ -312,16 +308,8 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
                 0
             })
         }
-        Command::Hz {
-            names: n,
-            window,
-            json,
-        } => rates(domain, &n, window, json.json, false),
-        Command::Bw {
-            names: n,
-            window,
-            json,
-        } => rates(domain, &n, window, json.json, true),
+        Command::Hz(r) => rates(domain, &r.names, r.window, r.json.json, false),
+        Command::Bw(r) => rates(domain, &r.names, r.window, r.json.json, true),
         Command::Put {
             name,
             value,
