@@ -28,16 +28,12 @@ impl Net {
                 }
             };
             Counters::add(&self.counters.received_bytes, n as u64);
-            let each = match read {
-                Read::One => n,
-                Read::Batch(size) => size,
-                Read::CutShort => {
-                    Counters::add(&self.counters.received_datagrams, 1);
-                    self.counters.drop(Drop::Oversized);
-                    continue;
-                }
+            let Some(each) = read.datagram_size(n) else {
+                Counters::add(&self.counters.received_datagrams, 1);
+                self.counters.drop(Drop::Oversized);
+                continue;
             };
-            for datagram in buf[..n].chunks(each.max(1)) {
+            for datagram in buf[..n].chunks(each) {
                 Counters::add(&self.counters.received_datagrams, 1);
                 if let Err(why) = self.on_datagram(datagram, from) {
                     self.counters.drop(why);
@@ -148,6 +144,18 @@ enum Read {
     CutShort,
 }
 
+impl Read {
+    /// The size of each datagram in a read of `n` bytes (the last may be shorter); `None` for
+    /// a datagram cut short.
+    fn datagram_size(&self, n: usize) -> Option<usize> {
+        match self {
+            Read::One => Some(n.max(1)),
+            Read::Batch(size) => Some((*size).max(1)),
+            Read::CutShort => None,
+        }
+    }
+}
+
 /// Reads one datagram or one coalesced batch: its length, its source and what it holds. A
 /// source that is not IPv4 is an error.
 fn receive_batch(
@@ -177,4 +185,56 @@ fn receive_batch(
         }
     }
     Ok((msg.bytes, from, read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{setsockopt, sockopt};
+
+    /// Three datagrams sent in one `UDP_SEGMENT` call come back as those three datagrams, in
+    /// one read (loopback hands the batch over whole to a socket with `UDP_GRO`).
+    #[test]
+    fn a_batch_sent_in_one_call_is_read_in_one_call_and_cut_into_its_datagrams() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt(&rx, sockopt::UdpGroSegment, &true).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt(&tx, sockopt::UdpGsoSegment, &100).unwrap();
+        let sent: Vec<Vec<u8>> = [(1u8, 100), (2, 100), (3, 40)]
+            .iter()
+            .map(|&(byte, len)| vec![byte; len])
+            .collect();
+        tx.send_to(&sent.concat(), rx.local_addr().unwrap())
+            .unwrap();
+
+        let mut buf = vec![0u8; 65536];
+        let mut control = nix::cmsg_space!(i32);
+        let (n, from, read) = receive_batch(&rx, &mut buf, &mut control).unwrap();
+        assert_eq!(from, tx.local_addr().unwrap());
+        assert!(
+            matches!(read, Read::Batch(100)),
+            "one read of the whole batch"
+        );
+        let got: Vec<Vec<u8>> = buf[..n]
+            .chunks(read.datagram_size(n).unwrap())
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(got, sent);
+    }
+
+    #[test]
+    fn a_single_datagram_is_one_datagram() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt(&rx, sockopt::UdpGroSegment, &true).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(&[7u8; 300], rx.local_addr().unwrap()).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut control = nix::cmsg_space!(i32);
+        let (n, _, read) = receive_batch(&rx, &mut buf, &mut control).unwrap();
+        assert_eq!(n, 300);
+        assert!(matches!(read, Read::One));
+        assert_eq!(read.datagram_size(n), Some(300));
+    }
 }
