@@ -335,15 +335,16 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
 /// Sleeps on `slot`'s notify word unless its latest sequence already differs from `seen`.
 fn wait_on_slot(slot: &Slot, seen: u64, deadline: Instant) -> futex::Wake {
-    let waiters = slot.waiters_word();
-    // SeqCst, paired with the writer's SeqCst notify store + waiters load (see `Slot::write_at`).
-    waiters.fetch_add(1, Ordering::SeqCst);
-    let expected = slot.notify_word().load(Ordering::SeqCst);
-    let wake = if slot.latest_sequence() != seen {
-        futex::Wake::Maybe(None)
-    } else {
-        futex::wait(slot.notify_word(), expected, true, Some(deadline))
+    // Counted first, then the notify word read, then re-checked (see `slot::waiters`): a
+    // concurrent write either sees the count or changes the word we sleep against, and a
+    // count a writer dropped as stale in between means: do not sleep, count again.
+    let ticket = slot.count_waiter();
+    let wake = match slot.notify_to_sleep_on(ticket) {
+        Some(expected) if slot.latest_sequence() == seen => {
+            futex::wait(slot.notify_word(), expected, true, Some(deadline))
+        }
+        _ => futex::Wake::Maybe(None),
     };
-    waiters.fetch_sub(1, Ordering::SeqCst);
+    slot.uncount_waiter(ticket);
     wake
 }

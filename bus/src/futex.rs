@@ -73,8 +73,8 @@ pub fn wait(word: &AtomicU32, expected: u32, shared: bool, deadline: Option<Inst
     }
 }
 
-/// Wakes every waiter on `word`.
-pub fn wake_all(word: &AtomicU32, shared: bool) {
+/// Wakes every waiter on `word`; returns how many were asleep on it (0 if the call failed).
+pub fn wake_all(word: &AtomicU32, shared: bool) -> usize {
     let op = if shared {
         libc::FUTEX_WAKE
     } else {
@@ -82,9 +82,8 @@ pub fn wake_all(word: &AtomicU32, shared: bool) {
     };
     // SAFETY: `word` is a live aligned atomic; FUTEX_WAKE does not access memory beyond
     // hashing the address.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX);
-    }
+    let woken = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX) };
+    usize::try_from(woken).unwrap_or(0)
 }
 
 #[repr(C)]

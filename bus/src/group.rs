@@ -82,8 +82,8 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 pub struct SubscriptionGroup {
     members: Vec<Box<dyn AnySubscription>>,
     writers: Vec<Option<crate::slot::WriterState>>,
-    /// Per member: whether this group holds a waiter count on its slot.
-    counted: Vec<bool>,
+    /// Per member: the waiter count this group holds on its slot, if any.
+    counted: Vec<Option<crate::slot::WaiterTicket>>,
 }
 
 impl SubscriptionGroup {
@@ -97,7 +97,7 @@ impl SubscriptionGroup {
         subscription: Subscription<T, C>,
     ) -> Member<T, C> {
         self.writers.push(subscription.writer());
-        self.counted.push(false);
+        self.counted.push(None);
         self.members.push(Box::new(subscription));
         Member {
             index: self.members.len() - 1,
@@ -196,10 +196,8 @@ impl SubscriptionGroup {
     /// Drops the waiter counts this group holds.
     fn uncount(&mut self) {
         for (m, counted) in self.members.iter().zip(&mut self.counted) {
-            if std::mem::take(counted) {
-                if let Some(slot) = m.slot() {
-                    slot.waiters_word().fetch_sub(1, Ordering::SeqCst);
-                }
+            if let (Some(ticket), Some(slot)) = (counted.take(), m.slot()) {
+                slot.uncount_waiter(ticket);
             }
         }
     }
@@ -223,18 +221,22 @@ impl SubscriptionGroup {
                 Some(slot) => {
                     // As in `Subscription::wait_update`: be counted, read the notify word, then
                     // re-check, so that a concurrent write either sees us or we see it. A count
-                    // kept from the previous wait serves as well as a fresh one.
-                    if !*counted {
-                        slot.waiters_word().fetch_add(1, Ordering::SeqCst);
-                        *counted = true;
-                    }
+                    // kept from the previous wait serves as well as a fresh one, unless a
+                    // writer dropped it as stale (`slot::waiters`).
+                    let ticket = match *counted {
+                        Some(t) if slot.is_counted(t) => t,
+                        _ => *counted.insert(slot.count_waiter()),
+                    };
+                    let expected = slot.notify_to_sleep_on(ticket);
                     word_members.push(Some(i));
                     words.push(WaitOn {
                         word: slot.notify_word(),
-                        expected: slot.notify_word().load(Ordering::SeqCst),
+                        expected: expected.unwrap_or(0),
                         shared: true,
                     });
-                    ready |= slot.latest_sequence() != m.sequence() || m.writer_state() != *writer;
+                    ready |= expected.is_none()
+                        || slot.latest_sequence() != m.sequence()
+                        || m.writer_state() != *writer;
                 }
                 None => {
                     let client = m.client();

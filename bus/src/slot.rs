@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
-//! 512    latest sequence (u64), notify word (u32), waiter count (u32)       (one cache line)
+//! 512    latest sequence (u64), notify word (u32), waiters (u64: epoch, count) (one cache line)
 //! 576    writer pid, state, start time, origin host, origin sequence        (registry-maintained)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      `buffer_count` buffers, each: seq, len, write time (64 B) + `capacity` payload bytes
@@ -37,7 +37,8 @@ use crate::schema::{Schema, SchemaHash};
 use crate::shm::Mapping;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BATONSLT");
-pub const VERSION: u32 = 1;
+/// Version 2: the waiters word became 64 bits (an epoch and a count, see `waiters`).
+pub const VERSION: u32 = 2;
 /// Buffers per slot; see the module comment for why four.
 pub const BUFFER_COUNT: u32 = 4;
 /// Largest capacity a slot may have (a hostile header cannot make us copy more).
@@ -61,7 +62,7 @@ const OFF_NAME: usize = 72;
 const NAME_AREA: usize = 256;
 const OFF_LATEST: usize = 512;
 const OFF_NOTIFY: usize = 520;
-const OFF_WAITERS: usize = 524;
+const OFF_WAITERS: usize = 528;
 const OFF_WRITER_PID: usize = 576;
 const OFF_WRITER_STATE: usize = 580;
 const OFF_WRITER_START: usize = 584;
@@ -133,6 +134,9 @@ pub struct Slot {
     name: SlotName,
     schema: StoredSchema,
     layout: Layout,
+    /// Consecutive wakes by this handle's writes that found fewer sleepers than counted
+    /// waiters (`waiters`).
+    short_wakes: AtomicU32,
 }
 
 /// The slot's schema as stored: kept as bytes (parsed on demand by tools), with the two
@@ -264,13 +268,12 @@ impl Slot {
         // Release: payload, len and time happen-before a reader's Acquire load that sees 2n.
         seq.store(2 * n, Ordering::Release);
         latest.store(n, Ordering::Release);
-        // SeqCst RMW + SeqCst load against the waiter's SeqCst increment + load: either we see
-        // its increment and wake it, or it sees our new notify value and does not sleep. The
-        // notify word counts events (writes, writer gone), so every event changes it.
+        // SeqCst RMW, then the SeqCst load of the waiters word in `wake_waiters`, against the
+        // waiter's SeqCst count and notify load: either we see its count and wake it, or it
+        // sees our new notify value and does not sleep. The notify word counts events
+        // (writes, writer gone), so every event changes it.
         self.notify_word().fetch_add(1, Ordering::SeqCst);
-        if self.waiters_word().load(Ordering::SeqCst) != 0 {
-            futex::wake_all(self.notify_word(), true);
-        }
+        self.wake_waiters();
         Ok(n)
     }
 
@@ -496,11 +499,6 @@ impl Slot {
         self.word32(OFF_NOTIFY)
     }
 
-    /// Count of processes sleeping on `notify_word`; writers wake only when it is non-zero.
-    pub fn waiters_word(&self) -> &AtomicU32 {
-        self.word32(OFF_WAITERS)
-    }
-
     fn inconsistent(&self, reason: String) -> BusError {
         BusError::Inconsistent {
             name: self.name.to_string(),
@@ -548,3 +546,6 @@ impl Slot {
 mod segment;
 #[cfg(test)]
 mod tests;
+mod waiters;
+
+pub use waiters::{WaiterTicket, STALE_AFTER};

@@ -184,10 +184,7 @@ fn a_group_keeps_its_waiter_count_until_update_all_or_drop() {
     let mut publication = bus.publish::<u64>("/counted").unwrap();
     publication.wait_bound(WATCHDOG).unwrap();
     let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), false).unwrap();
-    let waiters = || {
-        slot.waiters_word()
-            .load(std::sync::atomic::Ordering::SeqCst)
-    };
+    let waiters = || slot.waiter_count();
     let mut group = bus::SubscriptionGroup::new();
     let member = group.add(bus.subscribe::<u64>("/counted").unwrap());
     group.get(member).wait_bound(WATCHDOG).unwrap();
@@ -261,4 +258,103 @@ fn members_written_together_are_all_reported() {
         assert_eq!(group.get(a).value(), Some(&round));
         assert_eq!(group.get(b).value(), Some(&round));
     }
+}
+
+/// A subscriber process killed with SIGKILL while waiting (in a group's `wait_any`) never takes
+/// back its waiter count. Writes keep waking (finding nobody) for `STALE_AFTER` writes, then the
+/// count is dropped and writes stop making wake calls; a live subscriber still wakes afterwards.
+#[test]
+fn a_waiter_killed_in_its_sleep_stops_costing_writers_wake_calls() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<Checked>("/sleepy").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), false).unwrap();
+    let reader = t.spawn_stress(&["read", "--name", "/sleepy", "--seconds", "60", "--wait"]);
+    common::eventually("the reader waiting", || slot.waiter_count() == 1);
+    t.kill(reader);
+    assert_eq!(
+        slot.waiter_count(),
+        1,
+        "a killed waiter's count stays behind"
+    );
+
+    for i in 1..bus::slot::STALE_AFTER {
+        publication.write(&Checked::new(u64::from(i), 16)).unwrap();
+    }
+    assert_eq!(
+        slot.waiter_count(),
+        1,
+        "kept until STALE_AFTER wakes found fewer sleepers than counted"
+    );
+    publication
+        .write(&Checked::new(u64::from(bus::slot::STALE_AFTER), 16))
+        .unwrap();
+    assert_eq!(slot.waiter_count(), 0, "dropped as stale");
+
+    let mut sub = bus.subscribe::<Checked>("/sleepy").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    sub.update().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            common::eventually("the live subscriber asleep", || slot.waiter_count() == 1);
+            publication.write(&Checked::new(1000, 16)).unwrap();
+        });
+        assert!(
+            sub.wait_update(WATCHDOG).unwrap(),
+            "a live waiter still wakes"
+        );
+    });
+    assert_eq!(sub.value().unwrap().sequence, 1000);
+    assert_eq!(slot.waiter_count(), 0);
+}
+
+/// The repair of stale waiter counts never loses a live waiter's wake-up: a writer thread
+/// writes 1..=N while leaking a count every few writes (so that repairs keep happening; none in
+/// the last writes, so that they wake the waiters through their own counts), and a
+/// `wait_update` loop and a group's `wait_any` loop each follow it to N. A wait that times out
+/// while a newer value exists would be a lost wake-up.
+#[test]
+fn live_waiters_are_never_lost_when_stale_counts_are_dropped() {
+    const N: u64 = 20_000;
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/repairs").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    let mut sub = bus.subscribe::<u64>("/repairs").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<u64>("/repairs").unwrap());
+    group.get(member).wait_bound(WATCHDOG).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=N {
+                if i % 8 == 0 && i < N - 200 {
+                    let _leaked = slot.count_waiter();
+                }
+                publication.write(&i).unwrap();
+                if i % 3 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        s.spawn(move || {
+            while sub.value() != Some(&N) {
+                let woke = sub.wait_update(Duration::from_secs(5)).unwrap();
+                assert!(woke, "wait_update timed out at {:?}", sub.value());
+            }
+        });
+        while group.get(member).value() != Some(&N) {
+            let changed = group.wait_any(Duration::from_secs(5)).unwrap();
+            assert!(
+                !changed.is_empty(),
+                "wait_any timed out at {:?}",
+                group.get(member).value()
+            );
+        }
+    });
+    assert!(slot.waiter_repairs() > 0, "the run made repairs");
 }

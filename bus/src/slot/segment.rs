@@ -43,6 +43,7 @@ impl Slot {
             name: name.clone(),
             schema: StoredSchema::new(schema),
             layout,
+            short_wakes: AtomicU32::new(0),
         };
         let name_bytes = name.as_str().as_bytes();
         slot.store32(OFF_VERSION, VERSION);
@@ -172,6 +173,7 @@ impl Slot {
             name,
             schema,
             layout,
+            short_wakes: AtomicU32::new(0),
         })
     }
 }

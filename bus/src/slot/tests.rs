@@ -84,3 +84,76 @@ fn readers_are_lapped_only_by_progress() {
         assert!(reader.read(i + 1, &mut out).unwrap().is_none());
     }
 }
+
+#[test]
+fn waiter_counts_left_by_the_dead_are_dropped_after_stale_wakes() {
+    let (_s, slot) = new_slot("stale");
+    let dead = slot.count_waiter(); // never taken back: its process "died"
+    let live = slot.count_waiter();
+    assert_eq!(slot.waiter_count(), 2);
+    for _ in 1..STALE_AFTER {
+        slot.write(b"v").unwrap();
+    }
+    assert_eq!(
+        slot.waiter_count(),
+        2,
+        "kept until STALE_AFTER wakes found fewer sleepers than counted"
+    );
+    let notify = slot.notify_word().load(Ordering::SeqCst);
+    slot.write(b"v").unwrap();
+    assert_eq!(slot.waiter_count(), 0);
+    assert!(!slot.is_counted(live), "a live waiter sees its count gone");
+    // The write's bump and the repair's: a waiter that read the word before sleeps not.
+    assert_eq!(
+        slot.notify_word().load(Ordering::SeqCst),
+        notify.wrapping_add(2)
+    );
+    // Taking back a dropped count changes nothing; a fresh count is counted.
+    slot.uncount_waiter(dead);
+    slot.uncount_waiter(live);
+    assert_eq!(slot.waiter_count(), 0);
+    let again = slot.count_waiter();
+    assert!(slot.is_counted(again));
+    assert_eq!(slot.waiter_count(), 1);
+    slot.uncount_waiter(again);
+    assert_eq!(slot.waiter_count(), 0);
+}
+
+/// The two orders in which a repair can meet a waiter that has counted itself and is about to
+/// sleep (see `waiters`): before the waiter's check, the check fails; after it, the waiter's
+/// notify value is out of date and its sleep returns at once.
+#[test]
+fn a_repair_never_leaves_a_waiter_asleep_uncounted() {
+    let (_s, slot) = new_slot("repair-race");
+    let repair = |slot: &Slot| {
+        slot.short_wakes.store(STALE_AFTER - 1, Ordering::Relaxed);
+        slot.wake_waiters();
+    };
+    let _dead = slot.count_waiter();
+    let ticket = slot.count_waiter();
+    repair(&slot);
+    let _ = slot.notify_word().load(Ordering::SeqCst);
+    assert!(
+        !slot.is_counted(ticket),
+        "repaired before the check: do not sleep"
+    );
+
+    let _dead = slot.count_waiter();
+    let ticket = slot.count_waiter();
+    let expected = slot.notify_word().load(Ordering::SeqCst);
+    assert!(slot.is_counted(ticket));
+    repair(&slot);
+    assert_eq!(slot.waiter_repairs(), 2);
+    let started = std::time::Instant::now();
+    let wake = futex::wait(
+        slot.notify_word(),
+        expected,
+        true,
+        Some(started + Duration::from_secs(2)),
+    );
+    assert_eq!(wake, futex::Wake::Maybe(None));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the sleep did not stick"
+    );
+}

@@ -44,21 +44,22 @@ impl Net {
             deadline
         };
         let watched = &watched[..watched.len().min(WATCH_MAX)];
-        // Register as a waiter first (SeqCst, paired with the writer's notify store and waiter
-        // load), then read the notify words: a write after this point either sees us counted
-        // and wakes us, or changed the word we compare against.
-        for s in watched {
-            s.waiters_word().fetch_add(1, Ordering::SeqCst);
-        }
+        // Counted as a waiter first, then the notify words read (see `bus::slot::waiters`): a
+        // write after this point either sees us counted and wakes us, or changed the word we
+        // compare against. A count dropped as stale meanwhile means: do not sleep.
+        let tickets: Vec<_> = watched.iter().map(|s| s.count_waiter()).collect();
         let mut words = vec![futex::WaitOn {
             word: &self.change,
             expected: change_seen,
             shared: false,
         }];
-        for s in watched {
+        let mut recounted = false;
+        for (s, t) in watched.iter().zip(&tickets) {
+            let expected = s.notify_to_sleep_on(*t);
+            recounted |= expected.is_none();
             words.push(futex::WaitOn {
                 word: s.notify_word(),
-                expected: s.notify_word().load(Ordering::SeqCst),
+                expected: expected.unwrap_or(0),
                 shared: true,
             });
         }
@@ -72,12 +73,12 @@ impl Net {
                     .reflected
                     .values()
                     .any(|r| r.slot.latest_sequence() != r.last_sent)
-        };
+        } || recounted;
         if !pending {
             futex::wait_any(&words, Some(deadline));
         }
-        for s in watched {
-            s.waiters_word().fetch_sub(1, Ordering::SeqCst);
+        for (s, t) in watched.iter().zip(tickets) {
+            s.uncount_waiter(t);
         }
     }
 

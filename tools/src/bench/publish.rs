@@ -4,7 +4,6 @@
 //! while 10, 1,000 or 10,000 slots exist on the bus. Also the peer roles that hold those
 //! subscriptions.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -333,7 +332,7 @@ fn blocked_writes(
     for i in 1..=(warmup + count) as u64 {
         let deadline = Deadline::after(Duration::from_secs(10), "waiting for subscribers to sleep");
         // SeqCst, as the waiters' increments: the count read here is at least as new as theirs.
-        while slot.waiters_word().load(Ordering::SeqCst) < waiters as u32 {
+        while slot.waiter_count() < waiters as u32 {
             deadline.check()?;
             std::thread::sleep(Duration::from_micros(20));
         }

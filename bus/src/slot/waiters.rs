@@ -1,0 +1,125 @@
+//! Who may be asleep on a slot, so that a writer makes the futex wake system call only when
+//! someone may be.
+//!
+//! The waiters word (64 bits in the slot's hot cache line) holds a count (low 32 bits) and an
+//! epoch (high 32 bits). A waiter adds one to the count before it reads the notify word and
+//! sleeps, and takes its one back afterwards; a writer bumps the notify word and then wakes it
+//! if the count is not zero. Both sides use SeqCst, so either the writer sees the count or the
+//! waiter sees the new notify value and does not sleep.
+//!
+//! A waiter killed while counted (SIGKILL during `wait_update`, or a process holding a group)
+//! never takes its one back, and without repair every later write would pay a wake system call
+//! that finds nobody. So a writer whose wakes found fewer sleepers than counted waiters
+//! [`STALE_AFTER`] times in a row drops every count: it moves the word to the next epoch with a count of zero (a
+//! compare-and-swap against the value it saw, so that a waiter coming or going meanwhile
+//! cancels the repair), then bumps the notify word and wakes it. A live waiter whose count was
+//! dropped finds out:
+//! - asleep: that wake wakes it; it re-checks, sees its ticket's epoch gone and counts again;
+//! - between counting and sleeping: it checks its ticket after reading the notify word. If the
+//!   epoch moved before that check it does not sleep. If it moved after, the repair's notify
+//!   bump came after the waiter's read, so the futex wait returns at once or the repair's wake
+//!   reaches it.
+//!
+//! A waiter takes its one back only while the epoch is still its ticket's, so a repair never
+//! leaves the count too small (a 32-bit epoch does not come round again: each repair takes
+//! dozens of writes).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Slot, OFF_WAITERS};
+use crate::futex;
+
+/// Consecutive wakes that found fewer sleepers than counted waiters, after which a writer drops
+/// the counts as stale. Live waiters are counted but awake only for moments (between counting
+/// and sleeping, or a group handling a change), so they cost at most a spurious wake-up per this
+/// many writes; a dead one costs writers this many wake calls, once.
+pub const STALE_AFTER: u32 = 64;
+
+const COUNT_MASK: u64 = 0xffff_ffff;
+const EPOCH_ONE: u64 = 1 << 32;
+
+/// A waiter's count on a slot (`Slot::count_waiter`): the epoch of the waiters word it was
+/// added to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaiterTicket {
+    epoch: u64,
+}
+
+impl Slot {
+    fn waiters_word(&self) -> &AtomicU64 {
+        self.word64(OFF_WAITERS)
+    }
+
+    /// Counts the caller as a waiter, before it reads the notify word to sleep on it
+    /// ([`Slot::notify_to_sleep_on`]).
+    pub fn count_waiter(&self) -> WaiterTicket {
+        let before = self.waiters_word().fetch_add(1, Ordering::SeqCst);
+        WaiterTicket {
+            epoch: before & !COUNT_MASK,
+        }
+    }
+
+    /// Whether `ticket`'s count still stands (no writer has dropped the counts since).
+    pub fn is_counted(&self, ticket: WaiterTicket) -> bool {
+        self.waiters_word().load(Ordering::SeqCst) & !COUNT_MASK == ticket.epoch
+    }
+
+    /// The notify word's value to sleep against, read after counting `ticket`; `None` when a
+    /// writer dropped the count meanwhile (do not sleep: check again, and count again).
+    pub fn notify_to_sleep_on(&self, ticket: WaiterTicket) -> Option<u32> {
+        let expected = self.notify_word().load(Ordering::SeqCst);
+        self.is_counted(ticket).then_some(expected)
+    }
+
+    /// Takes back the count `ticket` added, unless a writer has dropped it already.
+    pub fn uncount_waiter(&self, ticket: WaiterTicket) {
+        let _ = self
+            .waiters_word()
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w & !COUNT_MASK == ticket.epoch && w & COUNT_MASK != 0).then(|| w - 1)
+            });
+    }
+
+    /// How many waiters are counted now (those asleep, about to sleep, or groups between
+    /// waits; until repaired, also waiters that died).
+    pub fn waiter_count(&self) -> u32 {
+        (self.waiters_word().load(Ordering::SeqCst) & COUNT_MASK) as u32
+    }
+
+    /// How many times writers dropped this slot's waiter counts as stale since it was created.
+    pub fn waiter_repairs(&self) -> u32 {
+        (self.waiters_word().load(Ordering::SeqCst) >> 32) as u32
+    }
+
+    /// The writer's side, after it bumped the notify word (SeqCst): wakes the word if anyone is
+    /// counted, and drops the counts once `STALE_AFTER` wakes in a row found fewer sleepers
+    /// than counted waiters.
+    pub(super) fn wake_waiters(&self) {
+        let seen = self.waiters_word().load(Ordering::SeqCst);
+        let counted = seen & COUNT_MASK;
+        if counted == 0 {
+            return;
+        }
+        let woken = futex::wake_all(self.notify_word(), true) as u64;
+        // Process-local and written by the slot's one writer: Relaxed is enough.
+        if woken >= counted {
+            self.short_wakes.store(0, Ordering::Relaxed);
+            return;
+        }
+        let short = self.short_wakes.load(Ordering::Relaxed) + 1;
+        if short < STALE_AFTER {
+            self.short_wakes.store(short, Ordering::Relaxed);
+            return;
+        }
+        self.short_wakes.store(0, Ordering::Relaxed);
+        let next_epoch = (seen & !COUNT_MASK).wrapping_add(EPOCH_ONE);
+        if self
+            .waiters_word()
+            .compare_exchange(seen, next_epoch, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.notify_word().fetch_add(1, Ordering::SeqCst);
+            futex::wake_all(self.notify_word(), true);
+        }
+    }
+}
