@@ -339,7 +339,7 @@ fn wait_on_slot(slot: &Slot, seen: u64, deadline: Instant) -> futex::Wake {
     // concurrent write either sees the count or changes the word we sleep against, and a
     // count a writer dropped as stale in between means: do not sleep, count again.
     let ticket = slot.count_waiter();
-    let wake = match slot.notify_to_sleep_on(ticket) {
+    let wake = match slot.notify_to_sleep_on(&ticket) {
         Some(expected) if slot.latest_sequence() == seen => {
             futex::wait(slot.notify_word(), expected, true, Some(deadline))
         }

@@ -73,7 +73,8 @@ pub fn wait(word: &AtomicU32, expected: u32, shared: bool, deadline: Option<Inst
     }
 }
 
-/// Wakes every waiter on `word`; returns how many were asleep on it (0 if the call failed).
+/// Wakes every waiter on `word`; returns how many the kernel woke (futex queue entries: one per
+/// sleeping thread and word; 0 if the call failed).
 pub fn wake_all(word: &AtomicU32, shared: bool) -> usize {
     let op = if shared {
         libc::FUTEX_WAKE

@@ -78,6 +78,8 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// futex wake system call that may find nobody asleep (about a microsecond of the writer's
 /// time). A count kept from before needs no fresh read-modify-write: a writer that sees it
 /// always bumps the notify word and wakes, and the waiter re-checks after reading that word.
+/// A writer may drop such a count as stale (`slot::waiters`) after many wakes that found the
+/// group awake; the group then sees its ticket gone at its next wait and counts again.
 #[derive(Default)]
 pub struct SubscriptionGroup {
     members: Vec<Box<dyn AnySubscription>>,
@@ -223,9 +225,9 @@ impl SubscriptionGroup {
                     // re-check, so that a concurrent write either sees us or we see it. A count
                     // kept from the previous wait serves as well as a fresh one, unless a
                     // writer dropped it as stale (`slot::waiters`).
-                    let ticket = match *counted {
-                        Some(t) if slot.is_counted(t) => t,
-                        _ => *counted.insert(slot.count_waiter()),
+                    let ticket = match counted.take() {
+                        Some(t) if slot.is_counted(&t) => counted.insert(t),
+                        _ => counted.insert(slot.count_waiter()),
                     };
                     let expected = slot.notify_to_sleep_on(ticket);
                     word_members.push(Some(i));

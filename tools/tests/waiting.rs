@@ -310,14 +310,68 @@ fn a_waiter_killed_in_its_sleep_stops_costing_writers_wake_calls() {
     assert_eq!(slot.waiter_count(), 0);
 }
 
-/// The repair of stale waiter counts never loses a live waiter's wake-up: a writer thread
-/// writes 1..=N while leaking a count every few writes (so that repairs keep happening; none in
-/// the last writes, so that they wake the waiters through their own counts), and a
-/// `wait_update` loop and a group's `wait_any` loop each follow it to N. A wait that times out
-/// while a newer value exists would be a lost wake-up.
+/// A group's kept count dropped as stale (a dead waiter's count on the same slot made the
+/// writer's wakes come up short) is taken again at the group's next wait: the group keeps
+/// waking for every write, and the slot ends with the group's count alone.
+#[test]
+fn a_group_counts_again_after_its_kept_count_is_dropped() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/regroup").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<u64>("/regroup").unwrap());
+    group.get(member).wait_bound(WATCHDOG).unwrap();
+    let _dead = slot.count_waiter();
+    let n = u64::from(bus::slot::STALE_AFTER) * 2;
+    let seen = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=n {
+                // Each write finds the group asleep: one sleeper of two counted.
+                std::thread::sleep(Duration::from_millis(1));
+                publication.write(&i).unwrap();
+                common::eventually("the group saw the write", || {
+                    seen.load(std::sync::atomic::Ordering::SeqCst) == i
+                });
+            }
+        });
+        while seen.load(std::sync::atomic::Ordering::SeqCst) < n {
+            let changed = group.wait_any(WATCHDOG).unwrap();
+            assert!(!changed.is_empty(), "wait_any timed out");
+            let value = *group.get(member).value().unwrap();
+            seen.store(value, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    assert_eq!(
+        slot.waiter_repairs(),
+        1,
+        "one repair dropped the dead count"
+    );
+    assert!(group
+        .wait_any(Duration::from_millis(10))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        slot.waiter_count(),
+        1,
+        "the group counted again, the dead one gone"
+    );
+    group.update_all().unwrap();
+    assert_eq!(slot.waiter_count(), 0);
+}
+
+/// The repair of stale waiter counts never loses a live waiter's wake-up. A writer thread
+/// writes 1..=N in blocks of 256: the first writes of a block leak counts (so that repairs keep
+/// happening), and at the end of each block the writer stops until a `wait_update` loop and a
+/// group's `wait_any` loop have both seen its last value. A waiter left asleep without a count
+/// would not be woken then (nobody counted, no more writes): the block's deadline fails.
 #[test]
 fn live_waiters_are_never_lost_when_stale_counts_are_dropped() {
-    const N: u64 = 20_000;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    const N: u64 = 256 * 60;
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
@@ -329,31 +383,38 @@ fn live_waiters_are_never_lost_when_stale_counts_are_dropped() {
     let mut group = bus::SubscriptionGroup::new();
     let member = group.add(bus.subscribe::<u64>("/repairs").unwrap());
     group.get(member).wait_bound(WATCHDOG).unwrap();
+    let (sub_seen, group_seen) = (AtomicU64::new(0), AtomicU64::new(0));
     std::thread::scope(|s| {
         s.spawn(|| {
             for i in 1..=N {
-                if i % 8 == 0 && i < N - 200 {
+                if i % 256 < 8 {
                     let _leaked = slot.count_waiter();
                 }
                 publication.write(&i).unwrap();
                 if i % 3 == 0 {
                     std::thread::yield_now();
                 }
+                if i % 256 == 0 {
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while sub_seen.load(SeqCst) < i || group_seen.load(SeqCst) < i {
+                        assert!(Instant::now() < deadline, "a waiter missed write {i}");
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
             }
         });
-        s.spawn(move || {
+        s.spawn(|| {
             while sub.value() != Some(&N) {
                 let woke = sub.wait_update(Duration::from_secs(5)).unwrap();
                 assert!(woke, "wait_update timed out at {:?}", sub.value());
+                sub_seen.store(*sub.value().unwrap(), SeqCst);
             }
         });
         while group.get(member).value() != Some(&N) {
             let changed = group.wait_any(Duration::from_secs(5)).unwrap();
-            assert!(
-                !changed.is_empty(),
-                "wait_any timed out at {:?}",
-                group.get(member).value()
-            );
+            let value = group.get(member).value();
+            assert!(!changed.is_empty(), "wait_any timed out at {value:?}");
+            group_seen.store(*value.unwrap(), SeqCst);
         }
     });
     assert!(slot.waiter_repairs() > 0, "the run made repairs");

@@ -102,7 +102,8 @@ fn waiter_counts_left_by_the_dead_are_dropped_after_stale_wakes() {
     let notify = slot.notify_word().load(Ordering::SeqCst);
     slot.write(b"v").unwrap();
     assert_eq!(slot.waiter_count(), 0);
-    assert!(!slot.is_counted(live), "a live waiter sees its count gone");
+    assert_eq!(slot.waiter_repairs(), 1);
+    assert!(!slot.is_counted(&live), "a live waiter sees its count gone");
     // The write's bump and the repair's: a waiter that read the word before sleeps not.
     assert_eq!(
         slot.notify_word().load(Ordering::SeqCst),
@@ -113,47 +114,90 @@ fn waiter_counts_left_by_the_dead_are_dropped_after_stale_wakes() {
     slot.uncount_waiter(live);
     assert_eq!(slot.waiter_count(), 0);
     let again = slot.count_waiter();
-    assert!(slot.is_counted(again));
+    assert!(slot.is_counted(&again));
     assert_eq!(slot.waiter_count(), 1);
     slot.uncount_waiter(again);
     assert_eq!(slot.waiter_count(), 0);
 }
 
-/// The two orders in which a repair can meet a waiter that has counted itself and is about to
-/// sleep (see `waiters`): before the waiter's check, the check fails; after it, the waiter's
-/// notify value is out of date and its sleep returns at once.
 #[test]
-fn a_repair_never_leaves_a_waiter_asleep_uncounted() {
-    let (_s, slot) = new_slot("repair-race");
-    let repair = |slot: &Slot| {
-        slot.short_wakes.store(STALE_AFTER - 1, Ordering::Relaxed);
-        slot.wake_waiters();
-    };
+fn a_write_that_finds_nobody_counted_ends_the_streak() {
+    let (_s, slot) = new_slot("streak");
+    let dead = slot.count_waiter();
+    for _ in 1..STALE_AFTER {
+        slot.write(b"v").unwrap();
+    }
+    slot.uncount_waiter(dead);
+    slot.write(b"v").unwrap(); // nobody counted
     let _dead = slot.count_waiter();
+    for _ in 1..STALE_AFTER {
+        slot.write(b"v").unwrap();
+    }
+    assert_eq!(
+        slot.waiter_repairs(),
+        0,
+        "a fresh streak of STALE_AFTER - 1"
+    );
+    slot.write(b"v").unwrap();
+    assert_eq!(slot.waiter_repairs(), 1);
+}
+
+/// Forces the writer's next wake to repair (as after STALE_AFTER - 1 short wakes).
+fn repair(slot: &Slot) {
+    slot.short_wakes.store(STALE_AFTER - 1, Ordering::Relaxed);
+    slot.wake_waiters();
+}
+
+/// The moments at which a repair can meet a live waiter (see `waiters`): before its check (it
+/// does not sleep), after its check (its sleep returns at once), and asleep (woken: by the
+/// writer's wake, which always comes first, and by the repair's).
+#[test]
+fn a_repair_never_leaves_a_live_waiter_asleep_uncounted() {
+    let (_s, slot) = new_slot("repair-race");
+    let _dead = slot.count_waiter();
+
     let ticket = slot.count_waiter();
     repair(&slot);
-    let _ = slot.notify_word().load(Ordering::SeqCst);
-    assert!(
-        !slot.is_counted(ticket),
-        "repaired before the check: do not sleep"
+    assert_eq!(
+        slot.notify_to_sleep_on(&ticket),
+        None,
+        "before the check: no sleep"
     );
+    slot.uncount_waiter(ticket);
 
     let _dead = slot.count_waiter();
     let ticket = slot.count_waiter();
-    let expected = slot.notify_word().load(Ordering::SeqCst);
-    assert!(slot.is_counted(ticket));
+    let expected = slot.notify_to_sleep_on(&ticket).expect("still counted");
     repair(&slot);
-    assert_eq!(slot.waiter_repairs(), 2);
     let started = std::time::Instant::now();
-    let wake = futex::wait(
-        slot.notify_word(),
-        expected,
-        true,
-        Some(started + Duration::from_secs(2)),
-    );
+    let deadline = Some(started + Duration::from_secs(5));
+    let wake = futex::wait(slot.notify_word(), expected, true, deadline);
     assert_eq!(wake, futex::Wake::Maybe(None));
     assert!(
         started.elapsed() < Duration::from_secs(1),
-        "the sleep did not stick"
+        "after the check: no sleep"
     );
+    assert!(!slot.is_counted(&ticket));
+    slot.uncount_waiter(ticket);
+
+    let _dead = slot.count_waiter();
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            let ticket = slot.count_waiter();
+            let expected = slot.notify_to_sleep_on(&ticket).expect("counted");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let wake = futex::wait(slot.notify_word(), expected, true, Some(deadline));
+            slot.uncount_waiter(ticket);
+            wake
+        });
+        // Asleep: counted (with the dead one), and given time to get into the kernel.
+        while slot.waiter_count() < 2 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let started = std::time::Instant::now();
+        repair(&slot);
+        assert_eq!(sleeper.join().unwrap(), futex::Wake::Maybe(None));
+        assert!(started.elapsed() < Duration::from_secs(1), "asleep: woken");
+    });
 }

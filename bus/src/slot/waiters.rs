@@ -9,38 +9,44 @@
 //!
 //! A waiter killed while counted (SIGKILL during `wait_update`, or a process holding a group)
 //! never takes its one back, and without repair every later write would pay a wake system call
-//! that finds nobody. So a writer whose wakes found fewer sleepers than counted waiters
-//! [`STALE_AFTER`] times in a row drops every count: it moves the word to the next epoch with a count of zero (a
-//! compare-and-swap against the value it saw, so that a waiter coming or going meanwhile
-//! cancels the repair), then bumps the notify word and wakes it. A live waiter whose count was
+//! that finds nobody. So once a writer's wakes have found fewer sleepers than counted waiters
+//! [`STALE_AFTER`] times in a row, it drops every count: it moves the word to the next epoch
+//! with a count of zero, then bumps the notify word and wakes it. A live waiter whose count was
 //! dropped finds out:
 //! - asleep: that wake wakes it; it re-checks, sees its ticket's epoch gone and counts again;
-//! - between counting and sleeping: it checks its ticket after reading the notify word. If the
-//!   epoch moved before that check it does not sleep. If it moved after, the repair's notify
-//!   bump came after the waiter's read, so the futex wait returns at once or the repair's wake
-//!   reaches it.
+//! - between counting and sleeping: it checks its ticket after reading the notify word
+//!   ([`Slot::notify_to_sleep_on`]). If the epoch moved before that check it does not sleep. If
+//!   it moved after, the repair's notify bump came after the waiter's read, so the futex wait
+//!   returns at once or the repair's wake reaches it.
 //!
-//! A waiter takes its one back only while the epoch is still its ticket's, so a repair never
-//! leaves the count too small (a 32-bit epoch does not come round again: each repair takes
-//! dozens of writes).
+//! So a repair is safe whenever it happens, and dropping a live waiter's count costs it one
+//! spurious wake-up. (The repair is a compare-and-swap against the value the writer saw only to
+//! skip it when waiters came or went meanwhile.) A writer that dies between the repair's swap
+//! and its notify bump leaves dropped sleepers asleep until the next event that wakes the word
+//! whatever the count: its writer marked gone (the registry does that for a dead writer).
+//!
+//! A waiter takes its one back only while the epoch is still its ticket's, and a ticket is
+//! taken back at most once (it is consumed), so a repair never leaves the count too small. A
+//! stale ticket could match again only after 2^32 repairs (each needs 64 writes) while it is
+//! held without a wait.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Slot, OFF_WAITERS};
 use crate::futex;
 
-/// Consecutive wakes that found fewer sleepers than counted waiters, after which a writer drops
-/// the counts as stale. Live waiters are counted but awake only for moments (between counting
-/// and sleeping, or a group handling a change), so they cost at most a spurious wake-up per this
-/// many writes; a dead one costs writers this many wake calls, once.
+/// Wakes in a row that found fewer sleepers than counted waiters, after which a writer drops the
+/// counts as stale. Live waiters are counted while not asleep only for moments (between counting
+/// and sleeping) or while a group handles a change, so they cost at most a spurious wake-up per
+/// this many writes; a dead one costs writers this many wake calls, once.
 pub const STALE_AFTER: u32 = 64;
 
 const COUNT_MASK: u64 = 0xffff_ffff;
 const EPOCH_ONE: u64 = 1 << 32;
 
-/// A waiter's count on a slot (`Slot::count_waiter`): the epoch of the waiters word it was
-/// added to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A waiter's count on one slot (`Slot::count_waiter`): the epoch of the waiters word it was
+/// added to. Not `Copy`: `Slot::uncount_waiter` consumes it, so a count is taken back once.
+#[derive(Debug, PartialEq, Eq)]
 pub struct WaiterTicket {
     epoch: u64,
 }
@@ -60,13 +66,13 @@ impl Slot {
     }
 
     /// Whether `ticket`'s count still stands (no writer has dropped the counts since).
-    pub fn is_counted(&self, ticket: WaiterTicket) -> bool {
+    pub fn is_counted(&self, ticket: &WaiterTicket) -> bool {
         self.waiters_word().load(Ordering::SeqCst) & !COUNT_MASK == ticket.epoch
     }
 
     /// The notify word's value to sleep against, read after counting `ticket`; `None` when a
     /// writer dropped the count meanwhile (do not sleep: check again, and count again).
-    pub fn notify_to_sleep_on(&self, ticket: WaiterTicket) -> Option<u32> {
+    pub fn notify_to_sleep_on(&self, ticket: &WaiterTicket) -> Option<u32> {
         let expected = self.notify_word().load(Ordering::SeqCst);
         self.is_counted(ticket).then_some(expected)
     }
@@ -93,15 +99,21 @@ impl Slot {
 
     /// The writer's side, after it bumped the notify word (SeqCst): wakes the word if anyone is
     /// counted, and drops the counts once `STALE_AFTER` wakes in a row found fewer sleepers
-    /// than counted waiters.
+    /// than counted waiters. The streak is this handle's (the slot's one writer); a write that
+    /// finds nobody counted ends it.
     pub(super) fn wake_waiters(&self) {
+        // `short_wakes` is process-local and written only by this handle's writes: Relaxed.
         let seen = self.waiters_word().load(Ordering::SeqCst);
         let counted = seen & COUNT_MASK;
         if counted == 0 {
+            if self.short_wakes.load(Ordering::Relaxed) != 0 {
+                self.short_wakes.store(0, Ordering::Relaxed);
+            }
             return;
         }
+        // Futex queue entries woken: a group waiting on two members of this slot counts twice,
+        // which only delays a repair.
         let woken = futex::wake_all(self.notify_word(), true) as u64;
-        // Process-local and written by the slot's one writer: Relaxed is enough.
         if woken >= counted {
             self.short_wakes.store(0, Ordering::Relaxed);
             return;

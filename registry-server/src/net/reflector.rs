@@ -55,7 +55,7 @@ impl Net {
         }];
         let mut recounted = false;
         for (s, t) in watched.iter().zip(&tickets) {
-            let expected = s.notify_to_sleep_on(*t);
+            let expected = s.notify_to_sleep_on(t);
             recounted |= expected.is_none();
             words.push(futex::WaitOn {
                 word: s.notify_word(),
