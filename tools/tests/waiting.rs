@@ -8,6 +8,21 @@ use std::time::{Duration, Instant};
 use common::{summary, TestBus, WATCHDOG};
 use tools::stress::Checked;
 
+/// A bound publication of `name`, and a handle on its slot for looking at the waiters word.
+fn bound_with_slot<T>(
+    t: &TestBus,
+    bus: &bus::Bus,
+    name: &str,
+) -> (bus::Publication<T>, bus::slot::Slot)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    let publication = bus.publish::<T>(name).unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    (publication, slot)
+}
+
 #[test]
 fn wait_update_wakes_with_the_new_value_and_times_out_without_one() {
     let mut t = TestBus::new();
@@ -181,9 +196,7 @@ fn a_group_keeps_its_waiter_count_until_update_all_or_drop() {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/counted").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), false).unwrap();
+    let (mut publication, slot) = bound_with_slot::<u64>(&t, &bus, "/counted");
     let waiters = || slot.waiter_count();
     let mut group = bus::SubscriptionGroup::new();
     let member = group.add(bus.subscribe::<u64>("/counted").unwrap());
@@ -268,9 +281,7 @@ fn a_waiter_killed_in_its_sleep_stops_costing_writers_wake_calls() {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
-    let mut publication = bus.publish::<Checked>("/sleepy").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), false).unwrap();
+    let (mut publication, slot) = bound_with_slot::<Checked>(&t, &bus, "/sleepy");
     let reader = t.spawn_stress(&["read", "--name", "/sleepy", "--seconds", "60", "--wait"]);
     common::eventually("the reader waiting", || slot.waiter_count() == 1);
     t.kill(reader);
@@ -318,9 +329,7 @@ fn a_group_counts_again_after_its_kept_count_is_dropped() {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/regroup").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    let (mut publication, slot) = bound_with_slot::<u64>(&t, &bus, "/regroup");
     let mut group = bus::SubscriptionGroup::new();
     let member = group.add(bus.subscribe::<u64>("/regroup").unwrap());
     group.get(member).wait_bound(WATCHDOG).unwrap();
@@ -375,9 +384,7 @@ fn live_waiters_are_never_lost_when_stale_counts_are_dropped() {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/repairs").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    let (mut publication, slot) = bound_with_slot::<u64>(&t, &bus, "/repairs");
     let mut sub = bus.subscribe::<u64>("/repairs").unwrap();
     sub.wait_bound(WATCHDOG).unwrap();
     let mut group = bus::SubscriptionGroup::new();

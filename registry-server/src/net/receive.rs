@@ -192,14 +192,28 @@ mod tests {
     use super::*;
     use nix::sys::socket::{setsockopt, sockopt};
 
+    /// A loopback socket that takes coalesced batches (`UDP_GRO`), and a sender.
+    fn sockets() -> (UdpSocket, UdpSocket) {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt(&rx, sockopt::UdpGroSegment, &true).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (rx, UdpSocket::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// One read from `rx`: the bytes, their source and what they hold.
+    fn read_once(rx: &UdpSocket) -> (Vec<u8>, SocketAddr, Read) {
+        let mut buf = vec![0u8; 65536];
+        let mut control = nix::cmsg_space!(i32);
+        let (n, from, read) = receive_batch(rx, &mut buf, &mut control).unwrap();
+        buf.truncate(n);
+        (buf, from, read)
+    }
+
     /// Three datagrams sent in one `UDP_SEGMENT` call come back as those three datagrams, in
     /// one read (loopback hands the batch over whole to a socket with `UDP_GRO`).
     #[test]
     fn a_batch_sent_in_one_call_is_read_in_one_call_and_cut_into_its_datagrams() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        setsockopt(&rx, sockopt::UdpGroSegment, &true).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (rx, tx) = sockets();
         setsockopt(&tx, sockopt::UdpGsoSegment, &100).unwrap();
         let sent: Vec<Vec<u8>> = [(1u8, 100), (2, 100), (3, 40)]
             .iter()
@@ -207,17 +221,14 @@ mod tests {
             .collect();
         tx.send_to(&sent.concat(), rx.local_addr().unwrap())
             .unwrap();
-
-        let mut buf = vec![0u8; 65536];
-        let mut control = nix::cmsg_space!(i32);
-        let (n, from, read) = receive_batch(&rx, &mut buf, &mut control).unwrap();
+        let (bytes, from, read) = read_once(&rx);
         assert_eq!(from, tx.local_addr().unwrap());
         assert!(
             matches!(read, Read::Batch(100)),
             "one read of the whole batch"
         );
-        let got: Vec<Vec<u8>> = buf[..n]
-            .chunks(read.datagram_size(n).unwrap())
+        let got: Vec<Vec<u8>> = bytes
+            .chunks(read.datagram_size(bytes.len()).unwrap())
             .map(<[u8]>::to_vec)
             .collect();
         assert_eq!(got, sent);
@@ -225,16 +236,11 @@ mod tests {
 
     #[test]
     fn a_single_datagram_is_one_datagram() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        setsockopt(&rx, sockopt::UdpGroSegment, &true).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (rx, tx) = sockets();
         tx.send_to(&[7u8; 300], rx.local_addr().unwrap()).unwrap();
-        let mut buf = vec![0u8; 65536];
-        let mut control = nix::cmsg_space!(i32);
-        let (n, _, read) = receive_batch(&rx, &mut buf, &mut control).unwrap();
-        assert_eq!(n, 300);
+        let (bytes, _, read) = read_once(&rx);
+        assert_eq!(bytes.len(), 300);
         assert!(matches!(read, Read::One));
-        assert_eq!(read.datagram_size(n), Some(300));
+        assert_eq!(read.datagram_size(bytes.len()), Some(300));
     }
 }
