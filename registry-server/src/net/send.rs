@@ -58,17 +58,8 @@ impl Net {
                 };
                 // A batched datagram is built in place at the end of the batch, any other
                 // in the datagram buffer.
-                let mut d = std::mem::take(&mut s.datagram);
-                d.clear();
-                let out = if batch { &mut gso } else { &mut d };
-                let start = out.len();
-                wire::encode_header(&header, out);
-                out.extend_from_slice(part);
-                if let Some(key) = &self.key {
-                    let mac = key.mac(&out[start..]);
-                    out.extend_from_slice(&mac);
-                }
                 if batch {
+                    self.append_datagram(&mut gso, &header, part);
                     in_batch += 1;
                     if in_batch == self.gso_batch {
                         self.send_batch(&mut s, &gso, in_batch, *dest);
@@ -76,14 +67,28 @@ impl Net {
                         in_batch = 0;
                     }
                 } else {
+                    let mut d = std::mem::take(&mut s.datagram);
+                    d.clear();
+                    self.append_datagram(&mut d, &header, part);
                     self.transmit(&mut s, &d, *dest);
+                    s.datagram = d;
                 }
-                s.datagram = d;
             }
             if in_batch > 0 {
                 self.send_batch(&mut s, &gso, in_batch, *dest);
             }
             s.gso_buffer = gso;
+        }
+    }
+
+    /// Appends one datagram to `out`: its header, `body`, and the MAC over both when keyed.
+    fn append_datagram(&self, out: &mut Vec<u8>, header: &Header, body: &[u8]) {
+        let start = out.len();
+        wire::encode_header(header, out);
+        out.extend_from_slice(body);
+        if let Some(key) = &self.key {
+            let mac = key.mac(&out[start..]);
+            out.extend_from_slice(&mac);
         }
     }
 
