@@ -16,11 +16,11 @@ const EXAMPLES: &str = "Examples:
   bus-inspect list '/robot/*'             only names matching a glob (or a substring: list arm)
   bus-inspect info /robot/manager         type and schema, publishers, subscribers, origin
   bus-inspect get /robot/manager --json   the value, decoded from the schema stored in the slot
-  bus-inspect watch /robot/arm/state --count 10
-  bus-inspect hz /robot/arm/state /robot/drive/state --window 5
+  bus-inspect watch /robot/resource/arm/state --count 10
+  bus-inspect hz /robot/resource/arm/state /robot/resource/drive/state --window 5
   bus-inspect bw /camera/image
   bus-inspect wait /robot/manager /robot/arbiter/arm --timeout 30
-  bus-inspect put /robot/manager/config '{\"priority\": [\"teleop\"]}'
+  bus-inspect put /robot/resource/arm/state '{\"stamp_ns\": 0, \"values\": {\"turret\": 0.5}}'
   bus-inspect graph | dot -Tsvg > bus.svg
   bus-inspect stats
   bus-inspect doctor
