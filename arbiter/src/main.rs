@@ -47,7 +47,7 @@ fn run(args: &Args) -> Result<(), String> {
     );
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
-    daemon::start_watchdog(move || watched.is_healthy());
+    let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     let mut first = true;
     arbiter::process::run(&bus, &config, &health, |block| {
         if std::mem::take(&mut first) {

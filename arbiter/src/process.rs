@@ -28,21 +28,45 @@ struct Watched {
     group: SubscriptionGroup,
     manager: Member<ManagerConfig, Serde>,
     state: Member<ResourceState, Serde>,
-    controllers: Vec<(String, Member<ControllerBlock, Serde>)>,
+    /// `None`: a listed controller this arbiter cannot follow (its slot holds another type,
+    /// or the list is longer than one group can wait on); it counts as absent.
+    controllers: Vec<(String, Option<Member<ControllerBlock, Serde>>)>,
     requests: Vec<Option<Request>>,
     alive: Vec<bool>,
 }
 
+/// Most controllers one arbiter follows: a group waits on at most `WAITV_MAX - 1` slots, two
+/// of them the manager's and the resource state's.
+const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 3;
+
 impl Watched {
-    /// Watches `controllers` (distinct names) in that order.
+    /// Watches `controllers` (distinct names) in that order. A controller that cannot be
+    /// followed is logged and counts as absent, so that one bad slot never stops the arbiter.
     fn new(bus: &Bus, arbiter: &str, controllers: &[String]) -> Result<Watched, BusError> {
         let mut group = SubscriptionGroup::new();
         let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
         let state = group.add(bus.subscribe::<ResourceState>(&state_slot(arbiter))?);
-        let mut members: Vec<(String, Member<ControllerBlock, Serde>)> = Vec::new();
-        for name in controllers {
-            let sub = bus.subscribe::<ControllerBlock>(&controller_slot(name))?;
-            members.push((name.clone(), group.add(sub)));
+        if controllers.len() > MAX_CONTROLLERS {
+            tracing::warn!(
+                "{arbiter}: the manager lists {} controllers; following the first \
+                 {MAX_CONTROLLERS}, the rest count as absent",
+                controllers.len()
+            );
+        }
+        let mut members = Vec::new();
+        for (i, name) in controllers.iter().enumerate() {
+            let member = if i >= MAX_CONTROLLERS {
+                None
+            } else {
+                match bus.subscribe::<ControllerBlock>(&controller_slot(name)) {
+                    Ok(sub) => Some(group.add(sub)),
+                    Err(e) => {
+                        tracing::warn!("{arbiter}: controller {name} counts as absent: {e}");
+                        None
+                    }
+                }
+            };
+            members.push((name.clone(), member));
         }
         Ok(Watched {
             group,
@@ -64,8 +88,18 @@ impl Watched {
     fn parse(&mut self, config: &ArbiterConfig, changed: &[usize], all: bool) {
         let arbiter = config.name.as_str();
         let cached = self.requests.iter_mut().zip(&mut self.alive);
-        for ((_, member), (request, alive)) in self.controllers.iter().zip(cached) {
+        for ((name, member), (request, alive)) in self.controllers.iter().zip(cached) {
+            let Some(member) = member else {
+                (*request, *alive) = (None, false);
+                continue;
+            };
             if all || changed.contains(&member.index()) {
+                if let Some(e) = self.group.take_error(member.index()) {
+                    // A value that does not decode is passed over (the last good block stays
+                    // and expires with its time to live); a slot that cannot be read at all
+                    // has left the group, and its controller counts as absent.
+                    tracing::warn!("{arbiter}: controller {name}: {e}");
+                }
                 let sub = self.group.get(*member);
                 match (sub.value(), request) {
                     (Some(block), Some(request)) => {
@@ -150,7 +184,15 @@ pub fn run(
             }
         }
         watched.parse(config, &changed, renamed);
-        let state_changed = changed.contains(&watched.state.index());
+        // A rebuilt group has read the state afresh: take it even if the old group's wake-up
+        // did not name it.
+        let state_changed = renamed || changed.contains(&watched.state.index());
+        if let Some(e) = watched.group.take_error(watched.state.index()) {
+            tracing::warn!("{name}: resource state: {e}");
+        }
+        if let Some(e) = watched.group.take_error(watched.manager.index()) {
+            tracing::warn!("{name}: manager config: {e}");
+        }
         if state_changed {
             if let Some(s) = watched.group.get(watched.state).value() {
                 state.clone_from(&s.values);

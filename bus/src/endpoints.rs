@@ -228,6 +228,8 @@ pub struct Subscription<T, C = Serde> {
     scratch: Vec<u8>,
     value: Option<T>,
     last: Option<ReadInfo>,
+    /// Sequence of the newest value that did not decode: reported once, then passed over.
+    undecodable: u64,
     _codec: PhantomData<fn() -> C>,
 }
 
@@ -239,11 +241,16 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             scratch: Vec::new(),
             value: None,
             last: None,
+            undecodable: 0,
             _codec: PhantomData,
         })
     }
 
     /// Pulls the current value. `true` if it is newer than the one held before.
+    ///
+    /// A value that does not decode (a corrupt slot, a hostile writer) is reported once as
+    /// `BusError::Decode` and then passed over: the subscription keeps the last good value and
+    /// its metadata, and the next update or wait looks for a newer value.
     pub fn update(&mut self) -> Result<bool, BusError> {
         let Some(slot) = self.endpoint.slot.get() else {
             return match self.endpoint.error() {
@@ -252,12 +259,18 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             };
         };
         let seen = self.last_sequence();
-        match C::read(slot, seen, &mut self.scratch, &mut self.value)? {
-            Some(info) => {
+        match C::read(slot, seen, &mut self.scratch, &mut self.value) {
+            Ok(Some(info)) => {
                 self.last = Some(info);
                 Ok(true)
             }
-            None => Ok(false),
+            Ok(None) => Ok(false),
+            Err(e) => {
+                if let BusError::Decode { sequence, .. } = e {
+                    self.undecodable = self.undecodable.max(sequence);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -324,8 +337,10 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         self.endpoint.wait_bound(timeout)
     }
 
+    /// The newest sequence this subscription has dealt with: its value's, or a newer one that
+    /// did not decode.
     pub(crate) fn last_sequence(&self) -> u64 {
-        self.last.map_or(0, |i| i.sequence)
+        self.last.map_or(0, |i| i.sequence).max(self.undecodable)
     }
 
     pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {

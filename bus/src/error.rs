@@ -97,6 +97,8 @@ pub enum BusError {
         name: String,
         type_name: String,
         reason: String,
+        /// Sequence number of the value that did not decode (0 when not from a slot read).
+        sequence: u64,
     },
     #[error("{name}: slot memory is inconsistent ({reason}); the segment is corrupt")]
     Inconsistent { name: String, reason: String },

@@ -71,6 +71,12 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// newer value, or when its slot's writer came or went (so that a process waiting on a group
 /// learns at once that a publisher died or was dropped).
 ///
+/// One member's failure does not fail the group: a member whose update fails is reported as
+/// changed, with its error kept for [`SubscriptionGroup::take_error`]. A value that does not
+/// decode is passed over (see `Subscription::update`); any other failure (a slot of another
+/// type found when the member bound, corrupt slot memory) leaves the member out of the group's
+/// pulls and waits from then on.
+///
 /// `wait_any` counts the group as a waiter on every member's slot and keeps it counted until the
 /// next `wait_any`, `update_all` or drop: a loop that handles a change and waits again (an
 /// arbiter) then registers once instead of twice per member per wake-up, and the wake-up goes
@@ -86,6 +92,10 @@ pub struct SubscriptionGroup {
     writers: Vec<Option<crate::slot::WriterState>>,
     /// Per member: the waiter count this group holds on its slot, if any.
     counted: Vec<Option<crate::slot::WaiterTicket>>,
+    /// Per member: the error of a failed update, until taken.
+    errors: Vec<Option<BusError>>,
+    /// Per member: left out after a failure that would repeat at every update.
+    broken: Vec<bool>,
 }
 
 impl SubscriptionGroup {
@@ -100,6 +110,8 @@ impl SubscriptionGroup {
     ) -> Member<T, C> {
         self.writers.push(subscription.writer());
         self.counted.push(None);
+        self.errors.push(None);
+        self.broken.push(false);
         self.members.push(Box::new(subscription));
         Member {
             index: self.members.len() - 1,
@@ -186,9 +198,32 @@ impl SubscriptionGroup {
         }
     }
 
-    /// Pulls one member; whether it changed (new value, or writer came or went).
+    /// The error that made `wait_any` or `update_all` report member `index` as changed, if any
+    /// (see the type).
+    pub fn take_error(&mut self, index: usize) -> Option<BusError> {
+        self.errors.get_mut(index).and_then(Option::take)
+    }
+
+    /// Pulls one member; whether it changed (new value, writer came or went, or it failed).
     fn pull(&mut self, i: usize) -> Result<bool, BusError> {
-        let new_value = self.members[i].update()?;
+        if self.broken[i] {
+            return Ok(false);
+        }
+        let new_value = match self.members[i].update() {
+            Ok(new_value) => new_value,
+            Err(e) => {
+                if !matches!(e, BusError::Decode { .. }) {
+                    self.broken[i] = true;
+                    if let (Some(ticket), Some(slot)) =
+                        (self.counted[i].take(), self.members[i].slot())
+                    {
+                        slot.uncount_waiter(ticket);
+                    }
+                }
+                self.errors[i] = Some(e);
+                return Ok(true);
+            }
+        };
         let now = self.members[i].writer_state();
         let changed = new_value || now != self.writers[i];
         self.writers[i] = now;
@@ -219,6 +254,9 @@ impl SubscriptionGroup {
             .zip(&mut self.counted)
             .enumerate()
         {
+            if self.broken[i] {
+                continue;
+            }
             match m.slot() {
                 Some(slot) => {
                     // As in `Subscription::wait_update`: be counted, read the notify word, then
@@ -258,6 +296,11 @@ impl SubscriptionGroup {
         }
         if ready {
             return futex::Wake::Maybe(None);
+        }
+        if words.is_empty() {
+            // Every member left out after a failure: nothing can wake us.
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            return futex::Wake::TimedOut;
         }
         match futex::wait_any(&words, Some(deadline)) {
             futex::Wake::Maybe(Some(w)) => {

@@ -150,6 +150,7 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
                 name: slot.name().to_string(),
                 type_name: std::any::type_name::<T>().to_owned(),
                 reason: e.to_string(),
+                sequence: info.sequence,
             })?;
         *current = Some(value);
         Ok(Some(info))

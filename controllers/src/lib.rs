@@ -37,7 +37,7 @@ pub enum ControllerError {
     },
     #[error("unknown arbiter in {resource}: the robot manager lists {available}")]
     UnknownArbiter { resource: String, available: String },
-    #[error("time to live must be at least 10 ms, got {0:?}")]
+    #[error("time to live must be from 10 ms to one hour, got {0:?}")]
     Ttl(Duration),
 }
 
@@ -45,12 +45,20 @@ pub enum ControllerError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Feedback {
     pub arbiter: String,
-    /// `None` until the arbiter has seen the block.
+    /// `None` until the arbiter has seen the block (and while it does not run, or the robot
+    /// manager does not list this controller).
     pub outcome: Option<Outcome>,
     /// Resources of this arbiter the controller owns now.
     pub owned: Vec<String>,
+    /// Whether the arbiter's process runs (its feedback block has a live writer).
+    pub arbiter_running: bool,
+    /// Whether the robot manager's order includes this controller (listed in its file, or
+    /// placed last as unlisted); an arbiter ignores a controller it does not include.
+    pub listed: bool,
 }
 
+/// What the refresher shares with the application: the block as last published (the
+/// application edits its own staged copy; only `publish` replaces this one).
 struct Shared {
     publication: Publication<ControllerBlock>,
     block: ControllerBlock,
@@ -73,11 +81,17 @@ struct Watched {
 pub struct RobotController {
     bus: Bus,
     name: String,
+    /// The block the application is editing: commands and status, published by `publish`.
+    staged: ControllerBlock,
     shared: Arc<Mutex<Shared>>,
     stop: Option<Sender<()>>,
     refresher: Option<std::thread::JoinHandle<()>>,
+    _watchdog: daemon::Watchdog,
     watched: Watched,
 }
+
+/// Longest time to live a block may have.
+const MAX_TTL: Duration = Duration::from_secs(3600);
 
 impl RobotController {
     /// A controller named `name` with the default time to live.
@@ -94,7 +108,7 @@ impl RobotController {
         if !is_valid_name(name) {
             return Err(ControllerError::Name(name.to_owned()));
         }
-        if ttl < Duration::from_millis(10) {
+        if ttl < Duration::from_millis(10) || ttl > MAX_TTL {
             return Err(ControllerError::Ttl(ttl));
         }
         let publication = bus
@@ -110,7 +124,7 @@ impl RobotController {
         };
         let shared = Arc::new(Mutex::new(Shared {
             publication,
-            block,
+            block: block.clone(),
             published: false,
         }));
         let (stop, stopped) = bounded::<()>(1);
@@ -147,18 +161,21 @@ impl RobotController {
                 })?
         };
         // Under systemd: ready once the block is out, and the watchdog fed for as long as the
-        // refresher keeps the block fresh.
+        // refresher keeps the block fresh (until the controller is dropped).
         let refreshed = Arc::clone(&last_refresh);
-        daemon::start_watchdog(move || {
-            now_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < 3 * ttl.as_nanos() as u64
+        let stale_after = 3 * ttl.as_nanos() as u64; // at most an hour: fits
+        let watchdog = daemon::start_watchdog(move || {
+            now_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < stale_after
         });
         let watched = watch(bus, &[])?;
         let controller = RobotController {
             bus: bus.clone(),
             name: name.to_owned(),
+            staged: block,
             shared,
             stop: Some(stop),
             refresher: Some(refresher),
+            _watchdog: watchdog,
             watched,
         };
         Ok(controller)
@@ -173,34 +190,35 @@ impl RobotController {
     /// (start-up in any order) the command is accepted.
     pub fn set(&mut self, resource: &str, value: f64) -> Result<(), ControllerError> {
         self.check(resource)?;
-        lock(&self.shared)
-            .block
-            .commands
-            .insert(resource.to_owned(), value);
+        self.staged.commands.insert(resource.to_owned(), value);
         Ok(())
     }
 
     /// Stops commanding `resource` (releases it at the next publish).
     pub fn clear(&mut self, resource: &str) {
-        lock(&self.shared).block.commands.remove(resource);
+        self.staged.commands.remove(resource);
     }
 
     /// Stops commanding everything (releases all at the next publish).
     pub fn clear_all(&mut self) {
-        lock(&self.shared).block.commands.clear();
+        self.staged.commands.clear();
     }
 
+    /// Compromising or not, from the next publish on.
     pub fn set_status(&mut self, status: Status) {
-        lock(&self.shared).block.status = status;
+        self.staged.status = status;
     }
 
-    /// Publishes the block now, freshly stamped. Until the first call nothing is on the bus;
-    /// from then on a background thread keeps the block fresh.
+    /// Publishes the commands and status set so far, freshly stamped: the arbiters see every
+    /// change made since the last publish at once, never part of them. Until the first call
+    /// nothing is on the bus; from then on a background thread keeps the published block
+    /// fresh (re-stamped, unchanged).
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         let mut s = lock(&self.shared);
         let Shared {
             publication, block, ..
         } = &mut *s;
+        block.clone_from(&self.staged);
         block.stamp_ns = now_ns();
         publication.write(block)?;
         if !std::mem::replace(&mut s.published, true) {
@@ -209,9 +227,9 @@ impl RobotController {
         Ok(())
     }
 
-    /// The commands currently set.
+    /// The commands currently set (published or not).
     pub fn commands(&self) -> BTreeMap<String, f64> {
-        lock(&self.shared).block.commands.clone()
+        self.staged.commands.clone()
     }
 
     /// Checks every command against the arbiters known now.
@@ -243,7 +261,11 @@ impl RobotController {
             if !manager.arbiters.iter().any(|a| a == arbiter) {
                 return Err(ControllerError::UnknownArbiter {
                     resource: resource.to_owned(),
-                    available: manager.arbiters.join(", "),
+                    available: if manager.arbiters.is_empty() {
+                        "no arbiters".to_owned()
+                    } else {
+                        manager.arbiters.join(", ")
+                    },
                 });
             }
         }
@@ -265,6 +287,7 @@ impl RobotController {
     /// Pulls the manager config and the arbiters' blocks. `true` if anything changed.
     pub fn refresh(&mut self) -> Result<bool, ControllerError> {
         let changed = self.watched.group.update_all()?;
+        self.take_errors(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
     }
@@ -274,32 +297,53 @@ impl RobotController {
     /// moment come with the next call, which then returns at once (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         let changed = self.watched.group.wait_any(timeout)?;
+        self.take_errors(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
+    }
+
+    /// Logs the failures the group reported (a slot of another type under an arbiter's name,
+    /// a value that does not decode); that arbiter then gives no feedback.
+    fn take_errors(&mut self, changed: &[usize]) {
+        for &i in changed {
+            if let Some(e) = self.watched.group.take_error(i) {
+                tracing::warn!("controller {}: arbiter feedback: {e}", self.name);
+            }
+        }
     }
 
     fn follow_manager(&mut self, changed: &[usize]) -> Result<(), ControllerError> {
         if !changed.contains(&self.watched.manager.index()) {
             return Ok(());
         }
-        let listed = self
-            .watched
+        // The rebuilt group reads the manager's slot afresh: a list written meanwhile is
+        // consumed there and no later wake-up reports it, so follow until the list read is the
+        // list watched.
+        loop {
+            let listed = self
+                .watched
+                .group
+                .get(self.watched.manager)
+                .value()
+                .map(|m| m.arbiters.clone())
+                .unwrap_or_default();
+            let current: Vec<&String> = self.watched.arbiters.iter().map(|(n, _)| n).collect();
+            if listed.iter().collect::<Vec<_>>() == current {
+                return Ok(());
+            }
+            self.watched = watch(&self.bus, &listed)?;
+            let changed = self.watched.group.update_all()?;
+            self.take_errors(&changed);
+        }
+    }
+
+    /// Whether the robot manager's order includes this controller now.
+    fn listed(&self) -> bool {
+        self.watched
             .group
             .get(self.watched.manager)
             .value()
-            .map(|m| m.arbiters.clone())
-            .unwrap_or_default();
-        let current: Vec<String> = self
-            .watched
-            .arbiters
-            .iter()
-            .map(|(n, _)| n.clone())
-            .collect();
-        if listed != current {
-            self.watched = watch(&self.bus, &listed)?;
-            self.watched.group.update_all()?;
-        }
-        Ok(())
+            .is_some_and(|m| m.controllers.iter().any(|c| c == &self.name))
     }
 
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.
@@ -308,9 +352,15 @@ impl RobotController {
             .arbiters
             .iter()
             .map(|(arbiter, m)| {
-                let block = self.watched.group.get(*m).value();
+                let sub = self.watched.group.get(*m);
+                let arbiter_running = sub.writer() == Some(bus::WriterState::Alive);
+                let listed = self.listed();
+                // A block left by an arbiter that is gone says nothing about now.
+                let block = sub.value().filter(|_| arbiter_running && listed);
                 Feedback {
                     arbiter: arbiter.clone(),
+                    arbiter_running,
+                    listed,
                     outcome: block.and_then(|b| b.outcomes.get(&self.name).copied()),
                     owned: block
                         .map(|b| {

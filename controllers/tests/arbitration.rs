@@ -250,6 +250,95 @@ fn unlisted_controllers_join_last_when_the_manager_says_so() {
     );
 }
 
+/// A slot under `/robot/controller/` that holds another type (a stray process, an older build)
+/// never stops the arbiter: listed by name, that controller counts as absent; unlisted, the
+/// manager does not list it. The others keep their resources, and the arbiter keeps deciding.
+#[test]
+fn a_controller_slot_of_another_type_is_absent_and_stops_nothing() {
+    let mut r = Robot::new(&["a"]);
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"a\", \"listed-odd\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
+    )
+    .unwrap();
+    r.t.start_registry();
+    let bus = r.t.bus();
+    let mut listed_odd = bus.publish::<u64>("/robot/controller/listed-odd").unwrap();
+    let mut stray = bus.publish::<u64>("/robot/controller/stray").unwrap();
+    listed_odd.write(&1).unwrap();
+    stray.write(&2).unwrap();
+    let manager = r.manager();
+    let arbiter = r.arbiter();
+    r.controller("a", "non_compromising", &["arm/shoulder=0.3"], 500);
+    r.expect(
+        "a owns the shoulder despite the odd slots",
+        json!({"turret": null, "shoulder": "a", "elbow1": null, "elbow2": null}),
+        json!({"a": "full"}),
+    );
+    let out = r.t.inspect(&["get", "/robot/manager", "--json"]);
+    let config: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        config["controllers"],
+        json!(["a", "listed-odd"]),
+        "no stray"
+    );
+    // The arbiter still decides: a new controller gets a free resource.
+    r.controller("b", "compromising", &["arm/turret=1.0"], 500);
+    r.expect(
+        "b joins last and gets the turret",
+        json!({"turret": "b", "shoulder": "a", "elbow1": null, "elbow2": null}),
+        json!({"a": "full", "b": "full"}),
+    );
+    for (child, what) in [(manager, "manager"), (arbiter, "arbiter")] {
+        assert!(r.t.is_running(child), "the {what} is still running");
+    }
+}
+
+/// The background refresh keeps the block as last published: commands changed without
+/// `publish` are not on the bus, however many refreshes pass; `publish` puts them all out.
+#[test]
+fn only_publish_puts_changes_on_the_bus() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut c = controllers::RobotController::with_ttl(
+        &bus,
+        "staged",
+        arbiter::protocol::Status::Compromising,
+        std::time::Duration::from_millis(30),
+    )
+    .unwrap();
+    c.set("arm/shoulder", 0.3).unwrap();
+    c.publish().unwrap();
+    let mut block = bus
+        .subscribe::<arbiter::protocol::ControllerBlock>("/robot/controller/staged")
+        .unwrap();
+    let commands = |b: &mut bus::Subscription<arbiter::protocol::ControllerBlock>| {
+        b.update().unwrap();
+        b.value().map(|v| v.commands.clone())
+    };
+    common::eventually("the first publish", || commands(&mut block).is_some());
+    c.clear_all();
+    c.set("arm/turret", 1.0).unwrap();
+    c.set_status(arbiter::protocol::Status::NonCompromising);
+    let stamp = block.value().unwrap().stamp_ns;
+    common::eventually("two refreshes", || {
+        commands(&mut block);
+        block.value().unwrap().stamp_ns > stamp + 20_000_000
+    });
+    let seen = block.value().unwrap();
+    assert_eq!(seen.commands, [("arm/shoulder".to_owned(), 0.3)].into());
+    assert_eq!(seen.status, arbiter::protocol::Status::Compromising);
+    c.publish().unwrap();
+    common::eventually("the second publish", || {
+        commands(&mut block) == Some([("arm/turret".to_owned(), 1.0)].into())
+    });
+    assert_eq!(
+        block.value().unwrap().status,
+        arbiter::protocol::Status::NonCompromising
+    );
+}
+
 #[test]
 fn an_unknown_resource_is_a_clear_error() {
     let mut r = Robot::new(&["x"]);

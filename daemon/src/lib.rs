@@ -4,7 +4,7 @@
 //! started by systemd (no `NOTIFY_SOCKET`), so the same binaries run by hand, in tests and
 //! under systemd.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,23 +99,42 @@ impl Health {
 
 /// If the unit sets `WatchdogSec=`, pings systemd at half that interval for as long as
 /// `healthy()` holds; when it stops holding, the pings stop and systemd restarts the service.
-pub fn start_watchdog(healthy: impl Fn() -> bool + Send + 'static) {
+/// The pings go on until the returned guard is dropped (a process that drops it must feed the
+/// watchdog some other way, or systemd restarts it).
+pub fn start_watchdog(healthy: impl Fn() -> bool + Send + 'static) -> Watchdog {
+    let stop = Arc::new(AtomicBool::new(false));
     let Some(interval) = sd_notify::watchdog_enabled() else {
-        return;
+        return Watchdog { stop };
     };
     let period = interval / 2;
+    let stopped = Arc::clone(&stop);
     let spawned = std::thread::Builder::new()
         .name("watchdog".into())
-        .spawn(move || loop {
-            if healthy() {
-                notify(&[NotifyState::Watchdog]);
-            } else {
-                tracing::error!("main loop stuck: no longer answering the systemd watchdog");
+        .spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                if healthy() {
+                    notify(&[NotifyState::Watchdog]);
+                } else {
+                    tracing::error!("main loop stuck: no longer answering the systemd watchdog");
+                }
+                std::thread::sleep(period);
             }
-            std::thread::sleep(period);
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot start the watchdog thread: {e}");
+    }
+    Watchdog { stop }
+}
+
+/// Keeps the watchdog thread of [`start_watchdog`] pinging; dropping it ends the thread.
+#[must_use = "dropping the guard stops the watchdog pings"]
+pub struct Watchdog {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

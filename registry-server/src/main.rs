@@ -102,9 +102,10 @@ fn run(args: Args) -> Result<(), String> {
         daemon::ready(&format!("serving domain '{domain}'"));
         // Healthy while the registry answers a listing end to end (accept loop and state).
         let watched = domain.clone();
-        daemon::start_watchdog(move || {
+        // Pings for the process's life.
+        std::mem::forget(daemon::start_watchdog(move || {
             bus::protocol::ask(&watched, &bus::protocol::Request::List).is_ok()
-        });
+        }));
     })
     .map_err(|e| e.to_string())
 }

@@ -79,16 +79,26 @@ impl ManagerFile {
 /// Slot names of robot controllers' memory blocks start with this.
 pub const CONTROLLER_PREFIX: &str = "/robot/controller/";
 
-/// Names of the robot controllers the registry's directory lists (on this computer or any
-/// other), in the directory's order.
-pub fn controllers_in(directory: &bus::directory::Directory) -> Vec<String> {
+/// Names of the running robot controllers the registry's directory lists (on this computer or
+/// any other), in the directory's order. A slot under the prefix whose type is not a
+/// `ControllerBlock` (`block_hash`, see [`controller_block_hash`]) is no controller, and one
+/// whose publisher is gone is left out: an unlisted controller that ended leaves the order.
+pub fn controllers_in(directory: &bus::directory::Directory, block_hash: u64) -> Vec<String> {
     directory
         .with_prefix(CONTROLLER_PREFIX)
+        .filter(|e| e.schema_hash == block_hash && e.publisher_alive)
         .filter_map(|e| {
             let name = &e.name[CONTROLLER_PREFIX.len()..];
             (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
         })
         .collect()
+}
+
+/// The schema hash a controller's memory block has on the bus.
+pub fn controller_block_hash() -> Result<u64, String> {
+    bus::schema::Schema::of_serde::<arbiter::protocol::ControllerBlock>()
+        .map(|s| s.hash().0)
+        .map_err(|e| format!("the controller block's schema: {e}"))
 }
 
 /// Brings `discovered` (in order of appearance) up to date with the controllers listed now:
@@ -144,10 +154,11 @@ mod tests {
     #[test]
     fn controllers_are_found_in_the_directory_and_kept_in_order_of_appearance() {
         use bus::directory::{Directory, DirectoryEntry};
+        let block = controller_block_hash().unwrap();
         let entry = |name: &str, origin: Option<&str>| DirectoryEntry {
             name: name.into(),
             type_name: "T".into(),
-            schema_hash: 1,
+            schema_hash: block,
             origin_host: origin.map(Into::into),
             publisher_alive: true,
         };
@@ -158,11 +169,19 @@ mod tests {
                 entry("/robot/controller/b", Some("hB")),
                 entry("/robot/controller/teleop", None),
                 entry("/robot/controller/x/y", None),
+                DirectoryEntry {
+                    schema_hash: block ^ 1,
+                    ..entry("/robot/controller/other-type", None)
+                },
+                DirectoryEntry {
+                    publisher_alive: false,
+                    ..entry("/robot/controller/ended", None)
+                },
             ],
         };
-        assert_eq!(controllers_in(&d), ["b", "teleop"]);
+        assert_eq!(controllers_in(&d, block), ["b", "teleop"]);
         let mut discovered = vec!["teleop".to_owned(), "gone".to_owned()];
-        let appeared = merge_discovered(&mut discovered, &controllers_in(&d));
+        let appeared = merge_discovered(&mut discovered, &controllers_in(&d, block));
         assert_eq!(discovered, ["teleop", "b"]);
         assert_eq!(appeared, ["b"]);
     }

@@ -13,7 +13,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use robot_manager::{controllers_in, merge_discovered, ManagerFile};
+use robot_manager::{controller_block_hash, controllers_in, merge_discovered, ManagerFile};
 
 #[derive(Parser)]
 #[command(
@@ -55,6 +55,7 @@ fn main() {
 fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let mut file = ManagerFile::load(&args.config)?;
+    let block_hash = controller_block_hash()?;
     let signals =
         SignalFd::with_flags(hup, SfdFlags::SFD_NONBLOCK).map_err(|e| format!("signalfd: {e}"))?;
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
@@ -67,7 +68,8 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         .unwrap_or(Path::new("."));
     let config_name = args.config.file_name().map(|n| n.to_owned());
     let changes =
-        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CREATE;
+        // Not IN_CREATE: a file just created is usually still empty; its close comes next.
+        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO;
     let config_watch = inotify
         .add_watch(config_dir, changes)
         .map_err(|e| format!("watching {}: {e}", config_dir.display()))?;
@@ -88,7 +90,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     daemon::ready("publishing /robot/manager");
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
-    daemon::start_watchdog(move || watched.is_healthy());
+    let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -105,8 +107,21 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             tracing::info!("SIGHUP: reloading {}", args.config.display());
             reload = true;
         }
-        for event in inotify.read_events().unwrap_or_default() {
-            if event.wd == config_watch && event.name.as_deref() == config_name.as_deref() {
+        match inotify.read_events() {
+            Ok(events) => {
+                for event in events {
+                    // A lost event (queue overflow) may have been the config's: reload.
+                    if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
+                        || (event.wd == config_watch
+                            && event.name.as_deref() == config_name.as_deref())
+                    {
+                        reload = true;
+                    }
+                }
+            }
+            Err(nix::errno::Errno::EAGAIN) => {}
+            Err(e) => {
+                tracing::warn!("watching the config: {e}; reloading it to be safe");
                 reload = true;
             }
         }
@@ -117,7 +132,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(controllers_in);
+            .map(|d| controllers_in(d, block_hash));
         if let Some(listed) = listed {
             for c in merge_discovered(&mut discovered, &listed) {
                 tracing::info!("controller {c} appeared on the bus");
@@ -126,7 +141,11 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         if reload {
             match ManagerFile::load(&args.config) {
                 Ok(new) => file = new,
-                Err(e) => tracing::error!("keeping the previous config: {e}"),
+                // One log line per event: a TOML error's excerpt spans several.
+                Err(e) => tracing::error!(
+                    "keeping the previous config: {}",
+                    e.split_whitespace().collect::<Vec<_>>().join(" ")
+                ),
             }
         }
         let next = file.effective(&discovered, revision + 1);

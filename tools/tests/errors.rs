@@ -241,6 +241,52 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     assert_eq!(sub.value(), Some(&7));
 }
 
+/// A value that does not decode (garbage written into the slot) is reported once and passed
+/// over: the subscription keeps its last good value and waits for a newer one instead of
+/// failing again, and a group reports the member once with its error and keeps working.
+#[test]
+fn an_undecodable_value_is_reported_once_and_passed_over() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<String>("/text").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&"good".to_owned()).unwrap();
+    let mut sub = bus.subscribe::<String>("/text").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    assert!(sub.update().unwrap());
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<String>("/text").unwrap());
+    group.get(member).wait_bound(WATCHDOG).unwrap();
+    group.update_all().unwrap();
+
+    // A length prefix far beyond the value's bytes: not a String.
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(publication.name()), true).unwrap();
+    slot.write(&[0xff; 12]).unwrap();
+    let e = sub.update().unwrap_err();
+    assert!(matches!(e, BusError::Decode { .. }), "{e}");
+    assert!(!sub.update().unwrap(), "reported once");
+    assert_eq!(sub.value().map(String::as_str), Some("good"));
+    assert!(
+        !sub.wait_update(Duration::from_millis(50)).unwrap(),
+        "waits for a newer value"
+    );
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+    let e = group.take_error(member.index());
+    assert!(matches!(e, Some(BusError::Decode { .. })), "{e:?}");
+    assert!(group
+        .wait_any(Duration::from_millis(50))
+        .unwrap()
+        .is_empty());
+
+    publication.write(&"next".to_owned()).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value().map(String::as_str), Some("next"));
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+    assert!(group.take_error(member.index()).is_none());
+    assert_eq!(group.get(member).value().map(String::as_str), Some("next"));
+}
+
 #[test]
 fn segments_belong_to_owner_and_group_never_to_others() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};

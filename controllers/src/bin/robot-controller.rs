@@ -40,8 +40,8 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     ttl_ms: u64,
     /// Run this many seconds, then release and exit (default: until interrupted).
-    #[arg(long)]
-    duration_s: Option<f64>,
+    #[arg(long, value_parser = seconds)]
+    duration_s: Option<Duration>,
     /// Print each change as one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -94,9 +94,7 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     controller.publish().map_err(|e| e.to_string())?;
-    let end = args
-        .duration_s
-        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let end = args.duration_s.map(|d| Instant::now() + d);
     let mut printed = Vec::new();
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller
@@ -119,23 +117,42 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `--duration-s`: a finite, non-negative number of seconds (at most a year).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let s: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(0.0..=365.0 * 86400.0).contains(&s) {
+        return Err(format!("{text} s: give 0 to 31536000 seconds"));
+    }
+    Duration::try_from_secs_f64(s).map_err(|e| e.to_string())
+}
+
 fn print_feedback(args: &Args, f: &controllers::Feedback) {
     let outcome = f.outcome.map(|o| {
         serde_json::to_value(o)
             .map(|v| v.as_str().unwrap_or("?").to_owned())
             .unwrap_or_default()
     });
+    let state = if !f.listed {
+        "not in the robot manager's order"
+    } else if !f.arbiter_running {
+        "arbiter not running"
+    } else {
+        outcome.as_deref().unwrap_or("not seen yet")
+    };
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome, "owned": f.owned})
+            serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome,
+                "owned": f.owned, "listed": f.listed, "arbiter_running": f.arbiter_running})
         );
     } else {
         println!(
             "{} {}: {} (owns: {})",
             args.name,
             f.arbiter,
-            outcome.as_deref().unwrap_or("not seen yet"),
+            state,
             if f.owned.is_empty() {
                 "nothing".to_owned()
             } else {

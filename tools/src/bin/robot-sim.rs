@@ -70,7 +70,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mut first = true;
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
-    daemon::start_watchdog(move || watched.is_healthy());
+    let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     loop {
         health.begin();
         arm_cmd.update().map_err(e)?;

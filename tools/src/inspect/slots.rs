@@ -156,6 +156,7 @@ pub fn decode(slot: &Slot, bytes: &[u8]) -> Result<serde_json::Value> {
         name: slot.name().to_string(),
         type_name: slot.schema().type_name.clone(),
         reason,
+        sequence: 0,
     };
     let schema = slot
         .schema()

@@ -145,6 +145,13 @@ impl TestBus {
         std::fs::read_to_string(self.output_files(child).0).unwrap_or_default()
     }
 
+    /// Whether a child is still running (not exited, not reaped).
+    pub fn is_running(&mut self, child: usize) -> bool {
+        self.children[child]
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     pub fn pid(&self, child: usize) -> i32 {
         self.children[child].as_ref().expect("child running").id() as i32
     }
