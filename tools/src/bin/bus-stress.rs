@@ -123,7 +123,9 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 } else {
                     group.update_all()
                 };
-                if let Err(e) = changed {
+                // A group keeps a member's failure (a value that did not decode, say) for
+                // take_error rather than failing the call: both count as bad reads.
+                if let Some(e) = changed.err().or_else(|| group.take_error(member.index())) {
                     eprintln!("bus-stress: read error: {e}");
                     bad += 1;
                     continue;
