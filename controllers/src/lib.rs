@@ -137,6 +137,9 @@ impl RobotController {
             std::thread::Builder::new()
                 .name("baton-controller-refresh".into())
                 .spawn(move || {
+                    // Logged when refreshing starts failing and when it works again, not at
+                    // every attempt.
+                    let mut failing = false;
                     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                         stopped.recv_timeout(period)
                     {
@@ -150,8 +153,16 @@ impl RobotController {
                         } = &mut *s;
                         block.stamp_ns = now_ns();
                         match publication.write(block) {
-                            Ok(()) => last_refresh.store(block.stamp_ns, Ordering::Relaxed),
-                            Err(e) => tracing::warn!("refreshing controller block: {e}"),
+                            Ok(()) => {
+                                last_refresh.store(block.stamp_ns, Ordering::Relaxed);
+                                if std::mem::take(&mut failing) {
+                                    tracing::info!("refreshing the controller block works again");
+                                }
+                            }
+                            Err(e) if !std::mem::replace(&mut failing, true) => {
+                                tracing::warn!("refreshing the controller block: {e}");
+                            }
+                            Err(_) => {}
                         }
                     }
                 })
