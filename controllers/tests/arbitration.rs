@@ -34,6 +34,11 @@ fn manager_toml(order: &[&str]) -> String {
     format!("controllers = {order:?}\narbiters = [\"arm\"]\nunlisted = \"ignore\"\n")
 }
 
+/// The same with unlisted controllers placed last.
+fn manager_toml_unlisted_last(order: &[&str]) -> String {
+    manager_toml(order).replace("\"ignore\"", "\"last\"")
+}
+
 struct Robot {
     t: TestBus,
     manager_file: std::path::PathBuf,
@@ -228,11 +233,7 @@ fn changing_the_priority_file_changes_owners() {
 #[test]
 fn unlisted_controllers_join_last_when_the_manager_says_so() {
     let mut r = Robot::new(&["a"]);
-    std::fs::write(
-        &r.manager_file,
-        "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
-    )
-    .unwrap();
+    std::fs::write(&r.manager_file, manager_toml_unlisted_last(&["a"])).unwrap();
     r.t.start_registry();
     r.manager();
     r.arbiter();
@@ -258,7 +259,7 @@ fn a_controller_slot_of_another_type_is_absent_and_stops_nothing() {
     let mut r = Robot::new(&["a"]);
     std::fs::write(
         &r.manager_file,
-        "controllers = [\"a\", \"listed-odd\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
+        manager_toml_unlisted_last(&["a", "listed-odd"]),
     )
     .unwrap();
     r.t.start_registry();
