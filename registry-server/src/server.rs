@@ -94,24 +94,14 @@ pub fn serve(
     listener: UnixListener,
     ready: impl FnOnce(usize),
 ) -> std::io::Result<()> {
-    let mut registry = Registry::new(config.domain.clone(), config.group);
-    let (adopted, skipped) = registry.adopt_existing();
-    if skipped > 0 {
-        tracing::warn!(
-            "{skipped} segment(s) of domain '{}' are unreadable and were not adopted",
-            config.domain
-        );
-    }
-    // The directory names this computer as the network does, or by its host name.
+    // The network first: a configuration that cannot work stops the registry before it has
+    // created anything in /dev/shm.
     let host = match &config.net {
         Some(cfg) => cfg.host.clone(),
         None => nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    registry
-        .create_directory_slot(&host)
-        .map_err(std::io::Error::other)?;
     let net = match config.net {
         Some(cfg) => {
             let net = crate::net::Net::open(cfg, &config.domain).map_err(std::io::Error::other)?;
@@ -127,6 +117,18 @@ pub fn serve(
         }
         None => None,
     };
+    let mut registry = Registry::new(config.domain.clone(), config.group);
+    let (adopted, skipped) = registry.adopt_existing();
+    if skipped > 0 {
+        tracing::warn!(
+            "{skipped} segment(s) of domain '{}' are unreadable and were not adopted",
+            config.domain
+        );
+    }
+    // The directory names this computer as the network does, or by its host name.
+    registry
+        .create_directory_slot(&host)
+        .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         state: Mutex::new(registry),
         writers: Mutex::new(Default::default()),

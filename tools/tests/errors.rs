@@ -321,6 +321,25 @@ fn an_unknown_group_is_refused_at_start() {
     assert!(stderr.contains("no group named"), "{stderr}");
 }
 
+/// A network configuration that cannot work stops the registry with one clear line before it
+/// has created anything in /dev/shm.
+#[test]
+fn a_bad_network_configuration_is_refused_before_anything_is_created() {
+    let t = TestBus::new();
+    let out = std::process::Command::new(common::bin("registry-server"))
+        .args(["--domain", t.domain.as_str(), "--net", "--mtu", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("MTU 10 leaves no room"), "{stderr}");
+    assert_eq!(
+        t.domain.segment_files().unwrap().len(),
+        0,
+        "nothing created"
+    );
+}
+
 #[test]
 fn a_second_registry_for_the_same_domain_says_so() {
     let mut t = TestBus::new();
