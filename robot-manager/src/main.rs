@@ -61,18 +61,29 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(|e| format!("inotify: {e}"))?;
     // Watch the config's directory: editors replace files rather than write them in place.
-    let config_dir = args
-        .config
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let config_name = args.config.file_name().map(|n| n.to_owned());
-    let changes =
-        // Not IN_CREATE: a file just created is usually still empty; its close comes next.
-        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO;
-    let config_watch = inotify
-        .add_watch(config_dir, changes)
-        .map_err(|e| format!("watching {}: {e}", config_dir.display()))?;
+    // A config that is a symlink is watched where it points too (a deployment tool may edit
+    // the target).
+    // Not IN_CREATE: a file just created is usually still empty; its close comes next.
+    let changes = AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO;
+    let mut watches = Vec::new();
+    let target = std::fs::canonicalize(&args.config).ok();
+    for path in std::iter::once(args.config.as_path()).chain(target.as_deref()) {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_owned());
+        if watches
+            .iter()
+            .any(|(_, d, n): &(_, &Path, _)| *d == dir && *n == name)
+        {
+            continue;
+        }
+        let wd = inotify
+            .add_watch(dir, changes)
+            .map_err(|e| format!("watching {}: {e}", dir.display()))?;
+        watches.push((wd, dir, name));
+    }
 
     let bus = bus::Bus::open(domain.clone()).map_err(|e| e.to_string())?;
     let mut publication = bus
@@ -112,8 +123,9 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
                 for event in events {
                     // A lost event (queue overflow) may have been the config's: reload.
                     if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
-                        || (event.wd == config_watch
-                            && event.name.as_deref() == config_name.as_deref())
+                        || watches
+                            .iter()
+                            .any(|(wd, _, name)| event.wd == *wd && event.name == *name)
                     {
                         reload = true;
                     }

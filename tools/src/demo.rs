@@ -303,6 +303,9 @@ pub fn narrate(domain: &Domain, t0_ns: u64) -> Result<(), String> {
             .wait_any(Duration::from_secs(3600))
             .map_err(|e| e.to_string())?;
         for (name, member) in arbiters.iter().zip(&members) {
+            if let Some(e) = group.take_error(member.index()) {
+                tracing::warn!("narrator: the {name} arbiter's block: {e}");
+            }
             let Some(block) = group.get(*member).value() else {
                 continue;
             };
