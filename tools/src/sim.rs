@@ -80,7 +80,13 @@ impl Robot {
         let w = (self.wheels[1] - self.wheels[0]) / self.wheel_base;
         self.pose[0] += v * self.pose[2].cos() * dt;
         self.pose[1] += v * self.pose[2].sin() * dt;
-        self.pose[2] += w * dt;
+        // Heading kept in (-pi, pi].
+        let theta = (self.pose[2] + w * dt).rem_euclid(std::f64::consts::TAU);
+        self.pose[2] = if theta > std::f64::consts::PI {
+            theta - std::f64::consts::TAU
+        } else {
+            theta
+        };
     }
 
     pub fn arm_state(&self) -> BTreeMap<String, f64> {

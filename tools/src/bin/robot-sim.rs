@@ -15,7 +15,8 @@ use tools::sim::Robot;
 first-order response within limits) and a differential drive base (left, right wheel velocity \
 setpoints; pose integrated).\n\nReads /robot/arbiter/<arm>/command and \
 /robot/arbiter/<drive>/command, publishes /robot/resource/<arm>/state and \
-/robot/resource/<drive>/state whenever the state moves."
+/robot/resource/<drive>/state whenever the state moves. A command whose arbiter is gone is not \
+executed: the joints hold and the wheels stop until an arbiter writes again."
 )]
 struct Args {
     /// Name of the arm's arbiter.
@@ -73,11 +74,25 @@ fn run(args: &Args) -> Result<(), String> {
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     loop {
         health.begin();
-        arm_cmd.update().map_err(e)?;
-        drive_cmd.update().map_err(e)?;
+        for (command, which) in [(&mut arm_cmd, &args.arm), (&mut drive_cmd, &args.drive)] {
+            // A command that does not decode is passed over (the last good one stays); the
+            // subscription reports it once.
+            if let Err(err) = command.update() {
+                tracing::warn!("{which} command: {err}");
+            }
+        }
+        // Hardware fails safe: a command whose arbiter is gone (killed, stopped) is not
+        // executed any more; joints hold where they are and the wheels stop.
         let empty = Default::default();
-        let arm = arm_cmd.value().map_or(&empty, |c| &c.setpoints);
-        let drive = drive_cmd.value().map_or(&empty, |c| &c.setpoints);
+        fn live(
+            c: &bus::Subscription<ResourceCommand>,
+        ) -> Option<&std::collections::BTreeMap<String, f64>> {
+            c.value()
+                .filter(|_| c.writer() == Some(bus::WriterState::Alive))
+                .map(|c| &c.setpoints)
+        }
+        let arm = live(&arm_cmd).unwrap_or(&empty);
+        let drive = live(&drive_cmd).unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
         let publish = |values: std::collections::BTreeMap<String, f64>,
@@ -107,6 +122,12 @@ fn run(args: &Args) -> Result<(), String> {
         }
         health.end();
         next += period;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        // After a stall (the process stopped, the machine busy) carry on from now rather than
+        // replay the missed steps in a burst.
+        let now = Instant::now();
+        if next + period < now {
+            next = now;
+        }
+        std::thread::sleep(next.saturating_duration_since(now));
     }
 }

@@ -1,0 +1,56 @@
+//! The resource simulator, as a driver: it executes the arbiters' commands, and fails safe when
+//! the arbiter writing a command is gone (the wheels stop), and a command that does not decode
+//! never stops it.
+
+mod common;
+
+use arbiter::protocol::{ResourceCommand, ResourceState};
+use common::{eventually, TestBus, WATCHDOG};
+
+fn drive_command(left: f64, right: f64) -> ResourceCommand {
+    ResourceCommand {
+        arbiter: "drive".into(),
+        cycle: 1,
+        stamp_ns: 0,
+        setpoints: [("left".to_owned(), left), ("right".to_owned(), right)].into(),
+    }
+}
+
+#[test]
+fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut command = bus
+        .publish::<ResourceCommand>("/robot/arbiter/drive/command")
+        .unwrap();
+    command.wait_bound(WATCHDOG).unwrap();
+    command.write(&drive_command(0.5, 0.5)).unwrap();
+    let mut state = bus
+        .subscribe::<ResourceState>("/robot/resource/drive/state")
+        .unwrap();
+    let sim = t.spawn_bin("robot-sim", &[]);
+    let wheel = |state: &mut bus::Subscription<ResourceState>, name: &str| {
+        state.update().unwrap();
+        state.value().and_then(|s| s.values.get(name).copied())
+    };
+    eventually("the wheels turn at the command", || {
+        wheel(&mut state, "left").is_some_and(|v| (v - 0.5).abs() < 0.01)
+    });
+
+    // A value that does not decode is reported and passed over; the simulator keeps going.
+    let slot = bus::slot::Slot::open(&t.domain.segment_name(command.name()), true).unwrap();
+    slot.write(&[0xff; 12]).unwrap();
+    command.write(&drive_command(0.3, 0.3)).unwrap();
+    eventually("the next command is executed", || {
+        wheel(&mut state, "left").is_some_and(|v| (v - 0.3).abs() < 0.01)
+    });
+    assert!(t.is_running(sim), "an undecodable command did not stop it");
+
+    // The arbiter goes away: its last command is no longer executed.
+    drop(command);
+    eventually("the wheels stop", || {
+        wheel(&mut state, "left").is_some_and(|v| v.abs() < 0.01)
+            && wheel(&mut state, "right").is_some_and(|v| v.abs() < 0.01)
+    });
+}
