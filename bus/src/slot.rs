@@ -76,6 +76,12 @@ const BUF_LEN: usize = 8;
 const BUF_TIME: usize = 16;
 const BUF_HEADER: usize = 64;
 
+/// The buffer seq word of complete value `n` (`2n`; odd while it is being written). Wrapping:
+/// a corrupt `latest` must give a mismatch, and so an error, not an overflow panic.
+fn complete(n: u64) -> u64 {
+    n.wrapping_mul(2)
+}
+
 /// Whether the slot's writer lives. Maintained by the publication and the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WriterState {
@@ -246,7 +252,7 @@ impl Slot {
         let n = latest.load(Ordering::Relaxed).wrapping_add(1);
         let buf = self.buffer_offset(n);
         let seq = self.word64(buf + BUF_SEQ);
-        seq.store(2 * n + 1, Ordering::Relaxed);
+        seq.store(complete(n) | 1, Ordering::Relaxed);
         // Orders the odd marker before the payload stores: a reader that sees any new payload
         // byte and then re-reads seq (after its Acquire fence) sees the marker or later.
         fence(Ordering::Release);
@@ -266,7 +272,7 @@ impl Slot {
         self.word64(buf + BUF_TIME)
             .store(stamp(), Ordering::Relaxed);
         // Release: payload, len and time happen-before a reader's Acquire load that sees 2n.
-        seq.store(2 * n, Ordering::Release);
+        seq.store(complete(n), Ordering::Release);
         latest.store(n, Ordering::Release);
         // SeqCst RMW, then the SeqCst load of the waiters word in `wake_waiters`, against the
         // waiter's SeqCst count and notify load: either we see its count and wake it, or it
@@ -328,7 +334,7 @@ impl Slot {
             let buf = self.buffer_offset(n);
             let seq = self.word64(buf + BUF_SEQ);
             let s1 = seq.load(Ordering::Acquire);
-            if s1 == 2 * n {
+            if s1 == complete(n) {
                 let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
                 if len > self.layout.capacity as u64 {
                     return Err(self.inconsistent(format!(
@@ -381,10 +387,10 @@ impl Slot {
             }
             let buf = self.buffer_offset(n);
             let seq = self.word64(buf + BUF_SEQ);
-            if seq.load(Ordering::Acquire) == 2 * n {
+            if seq.load(Ordering::Acquire) == complete(n) {
                 let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
                 fence(Ordering::Acquire);
-                if seq.load(Ordering::Relaxed) == 2 * n {
+                if seq.load(Ordering::Relaxed) == complete(n) {
                     return Some(ReadInfo {
                         sequence: n,
                         write_time_ns: time_ns,

@@ -53,6 +53,11 @@ fn corrupt_lengths_and_sequences_are_errors_not_hangs() {
     slot.word64(OFF_LATEST).store(99, Ordering::Release);
     let err = slot.read(0, &mut out).unwrap_err();
     assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
+    // A sequence beyond any real one: an error too, never an arithmetic overflow.
+    slot.word64(OFF_LATEST).store(u64::MAX, Ordering::Release);
+    let err = slot.read(0, &mut out).unwrap_err();
+    assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
+    assert_eq!(slot.last_write(), None);
 }
 
 #[test]
