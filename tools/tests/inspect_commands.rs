@@ -301,9 +301,46 @@ fn wait_prints_which_slot_changed() {
     ]);
     let text = ok(&t.inspect(&["wait", "/w/a", "/w/c"]));
     assert!(text.starts_with("/w/c changed (sequence "), "{text}");
-    // Nothing changes: exit status 2 after the timeout.
-    let out = t.inspect(&["wait", "/w/b", "--timeout", "0.2"]);
+    // Nothing changes: exit status 2 after the timeout, even with a poll interval longer than
+    // the timeout; a command line that does not parse is 64, never the timeout's 2.
+    let started = std::time::Instant::now();
+    let out = t.inspect(&["wait", "/w/b", "--timeout", "0.2", "--poll-ms", "10000"]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let out = t.inspect(&["wait", "/w/b", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(64));
+    // A timeout too far away to represent means no timeout, not a crash.
+    let out = t.inspect(&["watch", "/w/b", "--count", "1", "--timeout", "1e19"]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// `wait` follows a slot the registry re-creates (larger, once nobody maps it) instead of
+/// watching the old file nobody writes any more.
+#[test]
+fn wait_follows_a_slot_the_registry_recreates() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut small = bus.publish::<String>("/w/grow").unwrap();
+    small.wait_bound(WATCHDOG).unwrap();
+    small.write(&"first".to_owned()).unwrap();
+    let waiter = t.spawn_bin("bus-inspect", &["wait", "/w/grow", "--timeout", "20"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(small);
+    let mut large = bus
+        .publication("/w/grow")
+        .unwrap()
+        .capacity(64 * 1024)
+        .create::<String, bus::Serde>()
+        .unwrap();
+    large.wait_bound(WATCHDOG).unwrap();
+    large.write(&"second".to_owned()).unwrap();
+    let out = t.finish(waiter);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("/w/grow changed (sequence 1)"),
+        "{out:?}"
+    );
 }
 
 #[test]

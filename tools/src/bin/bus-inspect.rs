@@ -206,9 +206,17 @@ struct Window {
 
 /// Exit status of a command that ran but did not get what it waited for.
 const TIMED_OUT: i32 = 2;
+/// Exit status of a command line that does not parse (clap's own 2 would read as a timeout).
+const USAGE: i32 = 64;
 
 fn main() {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { USAGE } else { 0 });
+        }
+    };
     let result = Domain::new(&args.domain)
         .map_err(|e| e.to_string())
         .and_then(|domain| run(&domain, args.command));
@@ -253,6 +261,13 @@ fn seconds(what: &str, s: f64) -> Result<Duration, String> {
         .ok()
         .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("{what} must be a positive number of seconds, not {s}"))
+}
+
+fn milliseconds(what: &str, ms: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(ms / 1000.0)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{what} must be a positive number of milliseconds, not {ms}"))
 }
 
 fn names(names: &[String]) -> Result<Vec<bus::SlotName>, String> {
@@ -394,7 +409,7 @@ fn rates(
     let n = names(n)?;
     let options = rate::Options {
         window: seconds("--window", window.window)?,
-        sample_every: seconds("--sample-ms", window.sample_ms / 1000.0)?,
+        sample_every: milliseconds("--sample-ms", window.sample_ms)?,
     };
     let reports = rate::measure(domain, &n, options).map_err(|e| e.to_string())?;
     if json {

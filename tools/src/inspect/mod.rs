@@ -12,6 +12,7 @@
 //! `table` and `render` (the aligned text forms).
 
 pub mod doctor;
+pub mod followed;
 pub mod graph;
 pub mod net;
 pub mod put;

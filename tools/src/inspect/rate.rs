@@ -17,6 +17,7 @@ use bus::slot::Slot;
 use bus::{Domain, SlotName};
 use serde::Serialize;
 
+use super::followed::Followed;
 use super::Result;
 
 /// How to measure.
@@ -78,27 +79,27 @@ pub struct Report {
 }
 
 struct Tracked {
-    name: SlotName,
-    slot: Option<Slot>,
-    /// Sequence of the newest value when sampling began (or when the slot appeared).
+    slot: Followed,
+    /// Sequence of the newest value when sampling began (0 when the slot appeared or was
+    /// re-created during the window).
     start: u64,
+    /// The slot was re-created during the window: measured from then on.
+    recreated: bool,
     /// Every value seen: sequence → (write time, length).
     seen: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Tracked {
     fn sample(&mut self, domain: &Domain) -> Result<()> {
-        if self.slot.is_none() {
-            match super::open(domain, &self.name) {
-                Ok(slot) => {
-                    // A slot that appears during the window: all its values are new.
-                    self.slot = Some(slot);
-                }
-                Err(super::Error::NoSlot { .. }) => return Ok(()),
-                Err(e) => return Err(e),
-            }
+        let had_slot = self.slot.slot().is_some();
+        if self.slot.refresh(domain)? {
+            // Appeared or re-created during the window: all its values are new, and a
+            // re-created slot's sequence numbers start again.
+            self.recreated |= had_slot;
+            self.start = 0;
+            self.seen.clear();
         }
-        let Some(slot) = &self.slot else {
+        let Some(slot) = self.slot.slot() else {
             return Ok(());
         };
         for stamp in slot.buffer_stamps() {
@@ -110,9 +111,10 @@ impl Tracked {
         Ok(())
     }
 
-    fn report(&self, window: Duration, sample_every: Duration) -> Report {
+    /// `began_ns`: the wall-clock time sampling began.
+    fn report(&self, window: Duration, began_ns: u64, sample_every: Duration) -> Report {
         let mut report = Report {
-            name: self.name.to_string(),
+            name: self.slot.name().to_string(),
             window_s: window.as_secs_f64(),
             writes: 0,
             seen: 0,
@@ -123,23 +125,25 @@ impl Tracked {
             bandwidth_bps: None,
             note: None,
         };
-        if self.slot.is_none() {
+        if self.slot.slot().is_none() {
             report.note = Some("the slot does not exist".into());
             return report;
         }
-        // The value current at the start is an anchor for the first interval, not a write of
-        // the window.
+        // The value current at the start is not a write of the window; it anchors the first
+        // interval only if it was itself written during the window (else the interval would
+        // span the writer's idle time before the window).
         let new: Vec<(u64, u64, u64)> = self
             .seen
             .iter()
             .filter(|(seq, _)| **seq > self.start)
             .map(|(seq, (t, len))| (*seq, *t, *len))
             .collect();
-        let (Some(first), Some(last)) = (self.seen.iter().next(), self.seen.iter().next_back())
-        else {
-            report.note = Some("no value was written during the window".into());
-            return report;
-        };
+        let timed: Vec<(u64, u64)> = self
+            .seen
+            .iter()
+            .filter(|(seq, (t, _))| **seq > self.start || *t >= began_ns)
+            .map(|(seq, (t, _))| (*seq, *t))
+            .collect();
         let Some(&(last_new, _, _)) = new.last() else {
             report.note = Some("no value was written during the window".into());
             return report;
@@ -147,23 +151,26 @@ impl Tracked {
         report.writes = last_new - self.start.min(last_new);
         report.seen = new.len() as u64;
         report.complete = report.seen == report.writes;
-        let (seq0, (t0, _)) = first;
-        let (seq1, (t1, _)) = last;
-        if seq1 > seq0 && t1 > t0 {
-            report.rate_hz = Some((seq1 - seq0) as f64 * 1e9 / (t1 - t0) as f64);
+        if let (Some(&(seq0, t0)), Some(&(seq1, t1))) = (timed.first(), timed.last()) {
+            if seq1 > seq0 && t1 > t0 {
+                report.rate_hz = Some((seq1 - seq0) as f64 * 1e9 / (t1 - t0) as f64);
+            }
         }
-        let periods: Vec<f64> = self
-            .seen
+        let periods: Vec<f64> = timed
             .iter()
-            .zip(self.seen.iter().skip(1))
-            .filter(|((a, _), (b, _))| **b == **a + 1)
-            .map(|((_, (ta, _)), (_, (tb, _)))| tb.saturating_sub(*ta) as f64 / 1e6)
+            .zip(timed.iter().skip(1))
+            .filter(|((a, _), (b, _))| *b == *a + 1)
+            .map(|((_, ta), (_, tb))| tb.saturating_sub(*ta) as f64 / 1e6)
             .collect();
         report.period_ms = Spread::of(periods);
         let sizes: Vec<f64> = new.iter().map(|(_, _, len)| *len as f64).collect();
         let mean = sizes.iter().sum::<f64>() / sizes.len() as f64;
         report.size_bytes = Spread::of(sizes);
         report.bandwidth_bps = report.rate_hz.map(|r| r * mean);
+        if self.recreated {
+            report.note =
+                Some("the slot was re-created during the window: measured from then on".into());
+        }
         if !report.complete {
             report.note = Some(format!(
                 "saw {} of {} writes (sampling every {:?} is slower than the writer): the rate \
@@ -181,21 +188,20 @@ impl Tracked {
 pub fn measure(domain: &Domain, names: &[SlotName], options: Options) -> Result<Vec<Report>> {
     let mut tracked = Vec::new();
     for name in names {
-        let slot = match super::open(domain, name) {
-            Ok(slot) => Some(slot),
-            Err(super::Error::NoSlot { .. }) => None,
-            Err(e) => return Err(e),
-        };
-        let start = slot.as_ref().map_or(0, Slot::latest_sequence);
+        let slot = Followed::new(domain, name)?;
+        let start = slot.slot().map_or(0, Slot::latest_sequence);
         tracked.push(Tracked {
-            name: name.clone(),
             slot,
             start,
+            recreated: false,
             seen: BTreeMap::new(),
         });
     }
     let began = Instant::now();
-    let end = began + options.window;
+    let began_ns = bus::slot::now_ns();
+    let end = began
+        .checked_add(options.window)
+        .ok_or_else(|| super::Error::Refused("the window is too long".into()))?;
     loop {
         for t in &mut tracked {
             t.sample(domain)?;
@@ -209,7 +215,7 @@ pub fn measure(domain: &Domain, names: &[SlotName], options: Options) -> Result<
     let window = began.elapsed();
     Ok(tracked
         .iter()
-        .map(|t| t.report(window, options.sample_every))
+        .map(|t| t.report(window, began_ns, options.sample_every))
         .collect())
 }
 

@@ -144,10 +144,22 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         type_name: slot.schema().type_name.clone(),
         sequence: info.sequence,
         time_ns: info.write_time_ns,
-        writer: slot.writer_state(),
+        writer: writer_now(slot),
         origin: (!origin.is_empty()).then_some(origin),
         value,
     }))
+}
+
+/// The writer's state, with a writer marked alive whose process has died (while no registry
+/// ran to notice) reported as gone, as `list` does.
+fn writer_now(slot: &Slot) -> WriterState {
+    let writer = slot.writer();
+    if writer.state == WriterState::Alive && !bus::process::is_alive(writer.pid, writer.start_time)
+    {
+        WriterState::Gone
+    } else {
+        writer.state
+    }
 }
 
 /// Decodes value bytes of `slot` with the schema stored in it.

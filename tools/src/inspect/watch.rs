@@ -16,8 +16,9 @@ use bus::slot::Slot;
 use bus::{Domain, SlotName};
 use serde::Serialize;
 
+use super::followed::Followed;
 use super::slots::{read_newer, Reading};
-use super::{Error, Result};
+use super::Result;
 
 /// How `watch` ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,18 +42,24 @@ pub fn watch(
     timeout: Option<Duration>,
     mut each: impl FnMut(&Reading, u64) -> bool,
 ) -> Result<End> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let mut slot = open_if_there(domain, name)?;
+    let deadline = deadline_after(timeout);
+    let mut slot = Followed::new(domain, name)?;
     let mut last = 0u64;
     let mut shown = 0u64;
     loop {
         if count.is_some_and(|c| shown >= c) {
             return Ok(End::Count);
         }
-        if slot.is_none() {
-            slot = open_if_there(domain, name)?;
+        // Checked before reading: a writer faster than the reader must not keep it past its
+        // timeout.
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(End::TimedOut);
         }
-        if let Some(s) = &slot {
+        if slot.refresh(domain)? {
+            // Appeared, or re-created by the registry: a new series of sequence numbers.
+            last = 0;
+        }
+        if let Some(s) = slot.slot() {
             if let Some(reading) = read_newer(s, last)? {
                 let skipped = if last == 0 {
                     0
@@ -67,11 +74,19 @@ pub fn watch(
                 continue;
             }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(End::TimedOut);
-        }
-        std::thread::sleep(poll);
+        sleep_until_next_poll(poll, deadline);
     }
+}
+
+/// `timeout` from now; `None` for no timeout, and for one too far away to represent.
+fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
+}
+
+/// Sleeps one poll interval, or until `deadline` if that comes first.
+fn sleep_until_next_poll(poll: Duration, deadline: Option<Instant>) {
+    let left = deadline.map_or(poll, |d| d.saturating_duration_since(Instant::now()));
+    std::thread::sleep(poll.min(left));
 }
 
 /// A slot that changed during `wait`.
@@ -91,23 +106,24 @@ pub fn wait(
     poll: Duration,
     timeout: Option<Duration>,
 ) -> Result<Vec<Change>> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let mut watched: Vec<(SlotName, Option<Slot>, u64)> = Vec::new();
+    let deadline = deadline_after(timeout);
+    let mut watched: Vec<(Followed, u64)> = Vec::new();
     for name in names {
-        let slot = open_if_there(domain, name)?;
-        let start = slot.as_ref().map_or(0, Slot::latest_sequence);
-        watched.push((name.clone(), slot, start));
+        let slot = Followed::new(domain, name)?;
+        let start = slot.slot().map_or(0, Slot::latest_sequence);
+        watched.push((slot, start));
     }
     loop {
         let mut changed = Vec::new();
-        for (name, slot, start) in &mut watched {
-            if slot.is_none() {
-                *slot = open_if_there(domain, name)?;
+        for (slot, start) in &mut watched {
+            if slot.refresh(domain)? {
+                // Appeared, or re-created: it changes when it holds a value.
+                *start = 0;
             }
-            let now = slot.as_ref().map_or(0, Slot::latest_sequence);
+            let now = slot.slot().map_or(0, Slot::latest_sequence);
             if now != *start {
                 changed.push(Change {
-                    name: name.to_string(),
+                    name: slot.name().to_string(),
                     sequence: now,
                 });
             }
@@ -118,14 +134,6 @@ pub fn wait(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Vec::new());
         }
-        std::thread::sleep(poll);
-    }
-}
-
-fn open_if_there(domain: &Domain, name: &SlotName) -> Result<Option<Slot>> {
-    match super::open(domain, name) {
-        Ok(slot) => Ok(Some(slot)),
-        Err(Error::NoSlot { .. }) => Ok(None),
-        Err(e) => Err(e),
+        sleep_until_next_poll(poll, deadline);
     }
 }

@@ -1,0 +1,65 @@
+//! A slot followed by name across its re-creation: the registry re-creates a slot (larger) when
+//! a publication needs more room and nobody maps it, and a tool that kept the old mapping would
+//! read a file nobody writes any more. `Followed` re-opens the name when it comes to mean
+//! another segment file.
+
+use std::os::unix::fs::MetadataExt;
+
+use bus::slot::Slot;
+use bus::{Domain, SlotName};
+
+use super::{Error, Result};
+
+pub struct Followed {
+    name: SlotName,
+    slot: Option<Slot>,
+    /// Device and inode of the file `slot` maps.
+    identity: Option<(u64, u64)>,
+}
+
+impl Followed {
+    /// Opens `name` if its slot exists (and follows it from then on either way).
+    pub fn new(domain: &Domain, name: &SlotName) -> Result<Followed> {
+        let mut followed = Followed {
+            name: name.clone(),
+            slot: None,
+            identity: None,
+        };
+        followed.refresh(domain)?;
+        Ok(followed)
+    }
+
+    pub fn name(&self) -> &SlotName {
+        &self.name
+    }
+
+    pub fn slot(&self) -> Option<&Slot> {
+        self.slot.as_ref()
+    }
+
+    /// Re-checks what the name means; `true` when a slot other than the one held is there now
+    /// (it appeared, or was re-created). A slot whose file vanished stays mapped until another
+    /// takes its name.
+    pub fn refresh(&mut self, domain: &Domain) -> Result<bool> {
+        let identity = identity(domain, &self.name);
+        if identity.is_none() || identity == self.identity {
+            return Ok(false);
+        }
+        match super::open(domain, &self.name) {
+            Ok(slot) => {
+                self.slot = Some(slot);
+                self.identity = identity;
+                Ok(true)
+            }
+            Err(Error::NoSlot { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Device and inode of the segment file that `name` names now, if it exists.
+fn identity(domain: &Domain, name: &SlotName) -> Option<(u64, u64)> {
+    let segment = domain.segment_name(name);
+    let file = std::path::Path::new(bus::names::SHM_DIR).join(&segment[1..]);
+    std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino()))
+}
