@@ -10,13 +10,20 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Whether the process `pid` that started at `start` still runs (and is not a zombie).
+/// Whether the process `pid` that started at `start` still runs (and is not a zombie). Only a
+/// process that is not there counts as dead: when `/proc` cannot be read for another reason (out
+/// of file descriptors, say) the answer is "alive", so that a registry under pressure never
+/// removes the endpoints of running processes.
 pub fn is_alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) => {
+            return e.kind() != std::io::ErrorKind::NotFound
+                && e.raw_os_error() != Some(libc::ESRCH)
+        }
     };
     let Some(close) = stat.rfind(')') else {
         return false;

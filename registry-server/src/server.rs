@@ -28,10 +28,22 @@ pub struct ServerConfig {
     pub net: Option<crate::net::NetConfig>,
 }
 
+/// A connection's way out. Replies and pushes are queued and written by the connection's own
+/// writer thread, so the thread that reads a process's requests never waits for that process
+/// to read: a client re-registering hundreds of endpoints in one burst after a registry restart
+/// (without reading the answers until it has sent them all) used to fill both socket buffers
+/// and stall both sides. A client that does not read for `WRITE_TIMEOUT` is disconnected.
+struct Outgoing {
+    queue: std::sync::mpsc::Sender<(u64, Reply)>,
+    /// A handle for shutting the connection down (the sweeper).
+    stream: UnixStream,
+}
+
 /// What the connection threads, the sweeper and the network threads share.
 pub struct Shared {
     state: Mutex<Registry>,
-    writers: Mutex<std::collections::HashMap<u64, Arc<Mutex<UnixStream>>>>,
+    /// Per connection, its way out (see `Outgoing`).
+    writers: Mutex<std::collections::HashMap<u64, Arc<Outgoing>>>,
     net: Option<Arc<crate::net::Net>>,
     /// Set when endpoints changed; the directory thread then rewrites the directory once for a
     /// whole burst of registrations (rewriting it per registration made n registrations cost
@@ -158,16 +170,23 @@ pub fn serve(
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
+                // Out of file descriptors or memory: wait for some to come back rather than
+                // spin on the pending connection.
                 tracing::warn!("accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
         next_conn += 1;
         let conn = next_conn;
         let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn}"))
-            .spawn(move || handle(&shared, conn, stream))?;
+            .spawn(move || handle(&shared, conn, stream));
+        if let Err(e) = spawned {
+            // The stream went with the closure: the connection is closed; others carry on.
+            tracing::warn!("connection {conn} refused: cannot start its thread: {e}");
+        }
     }
     Ok(())
 }
@@ -180,14 +199,28 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
         program: String::new(),
     };
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let (writer, mut reader) = match stream.try_clone() {
-        Ok(r) => (Arc::new(Mutex::new(stream)), r),
-        Err(e) => {
+    let (mut reader, handle_for_shutdown) = match (stream.try_clone(), stream.try_clone()) {
+        (Ok(reader), Ok(other)) => (reader, other),
+        (Err(e), _) | (_, Err(e)) => {
             tracing::warn!("connection from pid {pid}: {e}");
             return;
         }
     };
-    lock(&shared.writers).insert(conn, writer);
+    let (queue, queued) = std::sync::mpsc::channel::<(u64, Reply)>();
+    let spawned = std::thread::Builder::new()
+        .name(format!("conn-{conn}-out"))
+        .spawn(move || write_replies(conn, stream, queued));
+    if let Err(e) = spawned {
+        tracing::warn!("connection from pid {pid}: cannot start its writer: {e}");
+        return;
+    }
+    lock(&shared.writers).insert(
+        conn,
+        Arc::new(Outgoing {
+            queue,
+            stream: handle_for_shutdown,
+        }),
+    );
     lock(&shared.state).connect(conn, peer);
     loop {
         let frame = match read_frame::<Request>(&mut reader) {
@@ -237,18 +270,34 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
     close(shared, conn);
 }
 
+/// Queues replies and pushes for their connections' writer threads; never blocks.
 fn send(shared: &Shared, out: Outbox) {
+    let writers = lock(&shared.writers);
     for (conn, id, reply) in out {
-        let writer = lock(&shared.writers).get(&conn).cloned();
-        let Some(writer) = writer else { continue };
-        let mut stream = lock(&writer);
-        if let Err(e) = write_frame(&mut *stream, id, &reply).and_then(|()| stream.flush()) {
+        if let Some(w) = writers.get(&conn) {
+            // Fails only when the writer thread has ended: the connection is closing anyway.
+            let _ = w.queue.send((id, reply));
+        }
+    }
+}
+
+/// A connection's writer thread: writes its queued replies in order until the queue closes
+/// (the connection was closed) or the client stops taking them.
+fn write_replies(
+    conn: u64,
+    mut stream: UnixStream,
+    queued: std::sync::mpsc::Receiver<(u64, Reply)>,
+) {
+    for (id, reply) in queued {
+        if let Err(e) = write_frame(&mut stream, id, &reply).and_then(|()| stream.flush()) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 tracing::debug!("connection {conn} closed before its answer");
             } else {
                 tracing::warn!("connection {conn} does not take messages ({e}); closing it");
             }
+            // The reading thread then sees the end of the stream and closes the connection.
             let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
         }
     }
 }
@@ -294,9 +343,10 @@ fn sweep(shared: &Shared) {
             state.dead_connections()
         };
         for conn in dead {
-            if let Some(w) = lock(&shared.writers).get(&conn) {
+            let writer = lock(&shared.writers).get(&conn).cloned();
+            if let Some(w) = writer {
                 // Its thread sees the end of stream and removes the endpoints.
-                let _ = lock(w).shutdown(std::net::Shutdown::Both);
+                let _ = w.stream.shutdown(std::net::Shutdown::Both);
             }
             tracing::info!("connection {conn}: its process died; removing its endpoints");
             close(shared, conn);

@@ -157,3 +157,85 @@ fn registry_killed_and_restarted_loses_nothing() {
     );
     t.signal(outside, Signal::SIGKILL);
 }
+
+/// A process with many endpoints re-registers them all in one burst when the registry comes
+/// back, without reading the answers until it has sent them: the registry must keep reading
+/// (its answers queue) so that neither side stalls, and every endpoint ends up registered with
+/// its writer alive.
+#[test]
+fn a_thousand_endpoints_register_again_after_a_registry_restart() {
+    const N: usize = 1000;
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publications: Vec<_> = (0..N)
+        .map(|i| bus.publish::<u64>(&format!("/many/p{i}")).unwrap())
+        .collect();
+    for p in &mut publications {
+        p.wait_bound(WATCHDOG).unwrap();
+        p.write(&1).unwrap();
+    }
+    t.kill_registry();
+    t.start_registry();
+    common::eventually("every endpoint registered again, writer alive", || {
+        let Ok(bus::protocol::Reply::Listing { slots }) =
+            bus::protocol::ask(&t.domain, &bus::protocol::Request::List)
+        else {
+            return false;
+        };
+        slots
+            .iter()
+            .filter(|s| {
+                s.name.as_str().starts_with("/many/")
+                    && s.endpoints.len() == 1
+                    && s.writer == bus::slot::WriterState::Alive
+            })
+            .count()
+            == N
+    });
+    let mut sub = bus.subscribe::<u64>(&format!("/many/p{}", N - 1)).unwrap();
+    publications[N - 1].write(&2).unwrap();
+    common::eventually("the last publication still reaches subscribers", || {
+        sub.update().unwrap();
+        sub.value() == Some(&2)
+    });
+}
+
+/// After a registry restart a second process cannot take a name whose publisher lives but has
+/// not registered again yet (here: stopped while the registry was down); the first keeps it.
+#[test]
+fn a_living_publisher_keeps_its_name_across_a_registry_restart() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let first = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/kept",
+        "--interval-ms",
+        "5",
+        "--max-size",
+        "64",
+    ]);
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<Checked>("/kept").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    t.signal(first, Signal::SIGSTOP);
+    t.kill_registry();
+    t.start_registry();
+    let err = t
+        .bus()
+        .publish::<Checked>("/kept")
+        .err()
+        .expect("a second publisher is refused while the first lives");
+    assert!(
+        matches!(err, bus::BusError::AlreadyPublished { .. }),
+        "{err}"
+    );
+    t.signal(first, Signal::SIGCONT);
+    let before = sub.meta().unwrap().sequence;
+    common::eventually("the first publisher writes on", || {
+        sub.update().unwrap();
+        sub.meta().unwrap().sequence > before + 10
+    });
+    t.signal(first, Signal::SIGKILL);
+}

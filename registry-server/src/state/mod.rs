@@ -320,13 +320,34 @@ impl Registry {
                 });
             }
             EndpointKind::Publication => {
-                if let Some(other) = entry
+                let me = self.peers.get(&conn).map(|p| (p.pid, p.start_time));
+                if let Some(i) = entry
                     .endpoints
                     .iter()
-                    .find(|e| e.kind == EndpointKind::Publication)
+                    .position(|e| e.kind == EndpointKind::Publication)
                 {
-                    let pid = self.peers.get(&other.conn).map_or(0, |p| p.pid);
-                    return Err(Refusal::AlreadyPublished { pid });
+                    let other = &entry.endpoints[i];
+                    let theirs = self.peers.get(&other.conn).map(|p| (p.pid, p.start_time));
+                    if theirs == me && other.endpoint == reg.endpoint {
+                        // The same publication of the same process, re-registered on a new
+                        // connection before its old one was closed: the new one takes over.
+                        entry.endpoints.remove(i);
+                    } else {
+                        return Err(Refusal::AlreadyPublished {
+                            pid: theirs.map_or(0, |t| t.0),
+                        });
+                    }
+                }
+                // After a registry restart the slot remembers its writer: while that process
+                // lives and has not registered again, the name is still its.
+                if let Some(slot) = &entry.slot {
+                    let writer = slot.writer();
+                    if writer.state == WriterState::Alive
+                        && me != Some((writer.pid, writer.start_time))
+                        && bus::process::is_alive(writer.pid, writer.start_time)
+                    {
+                        return Err(Refusal::AlreadyPublished { pid: writer.pid });
+                    }
                 }
                 let segment = self.domain.segment_name(&reg.name);
                 let entry = self
