@@ -203,10 +203,11 @@ impl ClientShared {
                 *lock(&ep.error) = Some(err.clone());
                 (endpoint, Err(err))
             }
-            Reply::Welcome { .. }
-            | Reply::Unregistered { .. }
-            | Reply::Listing { .. }
-            | Reply::Error { .. } => return,
+            Reply::Error { message } => {
+                tracing::warn!("registry: {message}");
+                return;
+            }
+            Reply::Welcome { .. } | Reply::Unregistered { .. } | Reply::Listing { .. } => return,
         };
         if let Some(tx) = lock(&self.state).waiting.remove(&id) {
             let _ = tx.send(outcome);

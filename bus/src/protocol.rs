@@ -225,6 +225,16 @@ pub fn ask(domain: &crate::names::Domain, request: &Request) -> Result<Reply, Bu
     loop {
         match read_frame::<Reply>(&mut stream) {
             Ok(Some(frame)) if frame.id == 2 => return Ok(frame.body),
+            // A connection the registry refused (frame 0: before any request was read).
+            Ok(Some(Frame {
+                body: Reply::Error { message },
+                ..
+            })) => {
+                return Err(BusError::Refused {
+                    name: "this connection".into(),
+                    reason: message,
+                })
+            }
             Ok(Some(_)) => continue,
             Ok(None) => return Err(unreachable("connection closed".into())),
             Err(e) => return Err(unreachable(e.to_string())),

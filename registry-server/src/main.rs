@@ -11,7 +11,8 @@ subscriptions for one bus domain on this computer.\n\n\
 Run one per domain and computer. Processes may start before or after it: their endpoints bind \
 when it comes up. Restarting it (even after SIGKILL) loses nothing: it adopts the slots that \
 exist in /dev/shm, and running processes register again. Segments are created mode 0660, \
-readable and writable by the owner and --group, never by others."
+readable and writable by the owner and --group, never by others; likewise only root, the \
+registry's user and members of --group may connect to it."
 )]
 struct Args {
     /// Bus domain to serve.

@@ -42,6 +42,8 @@ struct Outgoing {
 /// What the connection threads, the sweeper and the network threads share.
 pub struct Shared {
     state: Mutex<Registry>,
+    /// The group the segments belong to; its members may use the bus (see `may_connect`).
+    access_group: Gid,
     /// Per connection, its way out (see `Outgoing`).
     writers: Mutex<std::collections::HashMap<u64, Arc<Outgoing>>>,
     net: Option<Arc<crate::net::Net>>,
@@ -143,6 +145,7 @@ pub fn serve(
         .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         state: Mutex::new(registry),
+        access_group: config.group.unwrap_or_else(nix::unistd::getegid),
         writers: Mutex::new(Default::default()),
         net,
         directory_dirty: Mutex::new(false),
@@ -191,8 +194,34 @@ pub fn serve(
     Ok(())
 }
 
-fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
-    let pid = getsockopt(&stream, PeerCredentials).map_or(0, |c| c.pid() as u32);
+fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
+    let credentials = getsockopt(&stream, PeerCredentials).ok();
+    let pid = credentials.map_or(0, |c| c.pid() as u32);
+    // The socket is abstract (no file permissions): who may use the bus is checked here, with
+    // the same rule as the segments' mode, owner and group.
+    if let Some(c) = credentials {
+        if !may_connect(c.uid(), c.gid(), pid, shared.access_group) {
+            let message = format!(
+                "uid {} may not use this bus: only root, the registry's user (uid {}) and \
+                 members of group {} may",
+                c.uid(),
+                nix::unistd::geteuid(),
+                shared.access_group
+            );
+            tracing::warn!("refusing a connection of pid {pid}: {message}");
+            let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+            let _ = write_frame(&mut stream, 0, &Reply::Error { message });
+            // Let the client read the answer: closing with its requests unread would reset
+            // the connection under it. Bounded: a second at most.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+            let _ = std::io::copy(
+                &mut std::io::Read::take(stream, 1 << 20),
+                &mut std::io::sink(),
+            );
+            return;
+        }
+    }
     let peer = Peer {
         pid,
         start_time: bus::process::start_time(pid).unwrap_or(0),
@@ -268,6 +297,24 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream) {
         send(shared, out);
     }
     close(shared, conn);
+}
+
+/// Whether a process of user `uid` and group `gid` may register and list: root, the registry's
+/// own user, or a member (primary or supplementary) of the group the segments belong to.
+fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> bool {
+    if uid == 0 || uid == nix::unistd::geteuid().as_raw() || gid == group.as_raw() {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|groups| {
+                groups
+                    .split_whitespace()
+                    .any(|g| g.parse() == Ok(group.as_raw()))
+            })
+    })
 }
 
 /// Queues replies and pushes for their connections' writer threads; never blocks.

@@ -310,6 +310,39 @@ fn segments_belong_to_owner_and_group_never_to_others() {
     }
 }
 
+/// The registry's socket has no file permissions (it is abstract), so the registry checks who
+/// connects: a process of another user, outside the segments' group, is refused with a message
+/// saying who may, and nothing it asks for is created.
+#[test]
+fn a_user_outside_the_group_may_not_use_the_bus() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test runs a process as another user: run the tests as root");
+    }
+    let mut t = TestBus::new();
+    t.start_registry();
+    // A copy of bus-inspect that user 65534 may execute.
+    let dir = std::env::temp_dir().join(format!("baton-{}-other-user", t.domain));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inspect = dir.join("bus-inspect");
+    std::fs::copy(common::bin("bus-inspect"), &inspect).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&inspect, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&inspect)
+        .args(["--domain", t.domain.as_str(), "stats"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("uid 65534 may not use this bus"), "{text}");
+    // The registry's own user still may.
+    let ok = t.inspect(&["stats"]);
+    assert!(ok.status.success(), "{ok:?}");
+}
+
 #[test]
 fn an_unknown_group_is_refused_at_start() {
     let out = std::process::Command::new(common::bin("registry-server"))
