@@ -239,3 +239,50 @@ fn a_living_publisher_keeps_its_name_across_a_registry_restart() {
     });
     t.signal(first, Signal::SIGKILL);
 }
+
+/// Right after a restart, an adopted slot is not re-created larger for a new publisher while
+/// the processes that map it may still be reconnecting (here a subscriber stopped while the
+/// registry was down): the new publisher is told the slot is too small and in use, instead of
+/// the subscriber being left on a file nobody writes.
+#[test]
+fn an_adopted_slot_is_not_recreated_under_processes_still_reconnecting() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut small = bus
+        .publication("/grow")
+        .unwrap()
+        .capacity(64)
+        .create::<Checked, bus::Serde>()
+        .unwrap();
+    small.wait_bound(WATCHDOG).unwrap();
+    small.write(&Checked::new(1, 8)).unwrap();
+    let reader = t.spawn_stress(&["read", "--name", "/grow", "--seconds", "60", "--wait"]);
+    common::eventually("the reader bound", || {
+        let Ok(bus::protocol::Reply::Listing { slots }) =
+            bus::protocol::ask(&t.domain, &bus::protocol::Request::List)
+        else {
+            return false;
+        };
+        slots
+            .iter()
+            .any(|s| s.name.as_str() == "/grow" && s.endpoints.len() == 2)
+    });
+    t.signal(reader, Signal::SIGSTOP);
+    t.kill_registry();
+    drop(small);
+    t.start_registry();
+    let err = bus
+        .publication("/grow")
+        .unwrap()
+        .capacity(64 * 1024)
+        .create::<Checked, bus::Serde>()
+        .err()
+        .expect("refused while the reader may still come back");
+    assert!(
+        matches!(err, bus::BusError::CapacityTooSmall { .. }),
+        "{err}"
+    );
+    t.signal(reader, Signal::SIGCONT);
+    t.signal(reader, Signal::SIGKILL);
+}

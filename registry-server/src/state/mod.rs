@@ -3,6 +3,7 @@
 //! asks of it (remote claims, mirrors); `directory` publishes the list of known publications.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use bus::protocol::{EndpointInfo, EndpointKind, Refusal, Registration, Reply, SlotListing};
 use bus::schema::{Schema, SchemaHash};
@@ -34,7 +35,15 @@ struct SlotEntry {
     origin: Option<String>,
     /// A slot the registry itself publishes (its network statistics).
     own: bool,
+    /// For a slot adopted at start-up: until when it counts as mapped although no endpoint has
+    /// registered yet (its processes are reconnecting; see `ADOPTION_GRACE`).
+    adopted_until: Option<Instant>,
 }
+
+/// How long after a restart an adopted slot is not re-created: processes that map it may not
+/// have registered again yet, and re-creating the slot under them would leave them on a file
+/// nobody writes.
+const ADOPTION_GRACE: Duration = Duration::from_secs(3);
 
 /// Why `SlotEntry::ensure_slot` gave no slot.
 enum NoSlot {
@@ -59,7 +68,8 @@ impl SlotEntry {
     ) -> Result<bool, NoSlot> {
         if let Some(slot) = &self.slot {
             if (slot.capacity() as u64) < capacity {
-                if self.endpoints.iter().any(|e| e.bound) {
+                let reconnecting = self.adopted_until.is_some_and(|t| Instant::now() < t);
+                if reconnecting || self.endpoints.iter().any(|e| e.bound) {
                     return Err(NoSlot::TooSmallInUse {
                         capacity: slot.capacity() as u64,
                     });
@@ -181,6 +191,7 @@ impl Registry {
                             endpoints: Vec::new(),
                             origin: (!origin.is_empty()).then_some(origin),
                             own: false,
+                            adopted_until: Some(Instant::now() + ADOPTION_GRACE),
                         },
                     );
                     adopted += 1;
@@ -297,6 +308,7 @@ impl Registry {
                 endpoints: Vec::new(),
                 origin: None,
                 own: false,
+                adopted_until: None,
             });
         if entry.schema.hash.0 != reg.schema_hash {
             return Err(Refusal::TypeMismatch {
@@ -505,7 +517,10 @@ impl Registry {
             endpoints: Vec::new(),
             origin: None,
             own: true,
+            adopted_until: None,
         });
+        // The registry writes it itself: no grace for reconnecting writers to wait for.
+        entry.adopted_until = None;
         entry
             .ensure_slot(&segment, name, schema, capacity, self.group)
             .map_err(|e| match e {

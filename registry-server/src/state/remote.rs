@@ -80,6 +80,7 @@ impl Registry {
             endpoints: Vec::new(),
             origin: None,
             own: false,
+            adopted_until: None,
         });
         if entry.published_here() {
             return Err(format!("{name} is published on this host too"));
