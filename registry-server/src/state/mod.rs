@@ -476,7 +476,7 @@ impl Registry {
     /// Marks gone the writers of adopted slots whose recorded process died while no registry
     /// ran (nobody re-registered them).
     pub fn sweep_adopted_writers(&self) {
-        for entry in self.slots.values() {
+        for entry in self.slots.values().filter(|e| !e.own) {
             let Some(slot) = &entry.slot else { continue };
             let writer = slot.writer();
             let registered = entry
