@@ -9,6 +9,14 @@ use common::{summary, TestBus, WATCHDOG};
 use nix::sys::signal::Signal;
 use tools::stress::Checked;
 
+/// What the registry lists now (nothing while it does not answer).
+fn registry_listing(t: &TestBus) -> Vec<bus::protocol::SlotListing> {
+    match bus::protocol::ask(&t.domain, &bus::protocol::Request::List) {
+        Ok(bus::protocol::Reply::Listing { slots }) => slots,
+        _ => Vec::new(),
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Start {
     Registry,
@@ -124,10 +132,7 @@ fn registry_killed_and_restarted_loses_nothing() {
 
     t.start_registry();
     common::eventually("endpoints registered again", || {
-        let reply = bus::protocol::ask(&t.domain, &bus::protocol::Request::List).unwrap();
-        let bus::protocol::Reply::Listing { slots } = reply else {
-            return false;
-        };
+        let slots = registry_listing(&t);
         slots
             .iter()
             .any(|s| s.name.as_str() == "/counter" && s.endpoints.len() == 2)
@@ -178,12 +183,7 @@ fn a_thousand_endpoints_register_again_after_a_registry_restart() {
     t.kill_registry();
     t.start_registry();
     common::eventually("every endpoint registered again, writer alive", || {
-        let Ok(bus::protocol::Reply::Listing { slots }) =
-            bus::protocol::ask(&t.domain, &bus::protocol::Request::List)
-        else {
-            return false;
-        };
-        slots
+        registry_listing(&t)
             .iter()
             .filter(|s| {
                 s.name.as_str().starts_with("/many/")
@@ -259,12 +259,7 @@ fn an_adopted_slot_is_not_recreated_under_processes_still_reconnecting() {
     small.write(&Checked::new(1, 8)).unwrap();
     let reader = t.spawn_stress(&["read", "--name", "/grow", "--seconds", "60", "--wait"]);
     common::eventually("the reader bound", || {
-        let Ok(bus::protocol::Reply::Listing { slots }) =
-            bus::protocol::ask(&t.domain, &bus::protocol::Request::List)
-        else {
-            return false;
-        };
-        slots
+        registry_listing(&t)
             .iter()
             .any(|s| s.name.as_str() == "/grow" && s.endpoints.len() == 2)
     });
@@ -272,7 +267,10 @@ fn an_adopted_slot_is_not_recreated_under_processes_still_reconnecting() {
     t.kill_registry();
     drop(small);
     t.start_registry();
-    let err = bus
+    // A fresh client: connected at once, so the registry's answer comes with `create` (the old
+    // client may still be reconnecting, and would hear the refusal later).
+    let err = t
+        .bus()
         .publication("/grow")
         .unwrap()
         .capacity(64 * 1024)
