@@ -468,6 +468,10 @@ impl Registry {
     pub fn dead_connections(&self) -> Vec<u64> {
         self.peers
             .iter()
+            // A peer whose pid this registry cannot see (another pid namespace: the kernel
+            // reports pid 0, or a pid without a /proc entry here) is left to the end of its
+            // stream, which its death brings as surely.
+            .filter(|(_, p)| p.pid != 0 && p.start_time != 0)
             .filter(|(_, p)| !bus::process::is_alive(p.pid, p.start_time))
             .map(|(c, _)| *c)
             .collect()
