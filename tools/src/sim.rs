@@ -89,6 +89,25 @@ impl Robot {
         };
     }
 
+    /// Whether stepping towards these setpoints would change nothing any more: every joint
+    /// within a micro-unit of its target, the wheels stopped and told to stay stopped.
+    pub fn at_rest(&self, arm: &BTreeMap<String, f64>, drive: &BTreeMap<String, f64>) -> bool {
+        let joints = self.joints.iter().all(|(name, joint)| {
+            let target = arm
+                .get(name)
+                .copied()
+                .filter(|t| t.is_finite())
+                .unwrap_or(joint.position)
+                .clamp(joint.min, joint.max);
+            (target - joint.position).abs() < 1e-6
+        });
+        let wheels = ["left", "right"].iter().enumerate().all(|(i, name)| {
+            let target = drive.get(*name).copied().filter(|t| t.is_finite());
+            self.wheels[i].abs() < 1e-9 && target.is_none_or(|t| t == 0.0)
+        });
+        joints && wheels
+    }
+
     pub fn arm_state(&self) -> BTreeMap<String, f64> {
         self.joints
             .iter()

@@ -51,12 +51,17 @@ fn run(args: &Args) -> Result<(), String> {
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let e = |e: bus::BusError| e.to_string();
-    let mut arm_cmd = bus
-        .subscribe::<ResourceCommand>(&command_slot(&args.arm))
-        .map_err(e)?;
-    let mut drive_cmd = bus
-        .subscribe::<ResourceCommand>(&command_slot(&args.drive))
-        .map_err(e)?;
+    // One group over both commands: at rest the simulator sleeps until one of them (or its
+    // arbiter) changes, instead of stepping a robot that does not move.
+    let mut commands = bus::SubscriptionGroup::new();
+    let arm_cmd = commands.add(
+        bus.subscribe::<ResourceCommand>(&command_slot(&args.arm))
+            .map_err(e)?,
+    );
+    let drive_cmd = commands.add(
+        bus.subscribe::<ResourceCommand>(&command_slot(&args.drive))
+            .map_err(e)?,
+    );
     let mut arm_state = bus
         .publish::<ResourceState>(&state_slot(&args.arm))
         .map_err(e)?;
@@ -74,10 +79,14 @@ fn run(args: &Args) -> Result<(), String> {
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     loop {
         health.begin();
-        for (command, which) in [(&mut arm_cmd, &args.arm), (&mut drive_cmd, &args.drive)] {
+        commands.update_all().map_err(e)?;
+        for (member, which) in [
+            (arm_cmd.index(), &args.arm),
+            (drive_cmd.index(), &args.drive),
+        ] {
             // A command that does not decode is passed over (the last good one stays); the
-            // subscription reports it once.
-            if let Err(err) = command.update() {
+            // group keeps its error for us once.
+            if let Some(err) = commands.take_error(member) {
                 tracing::warn!("{which} command: {err}");
             }
         }
@@ -91,9 +100,10 @@ fn run(args: &Args) -> Result<(), String> {
                 .filter(|_| c.writer() == Some(bus::WriterState::Alive))
                 .map(|c| &c.setpoints)
         }
-        let arm = live(&arm_cmd).unwrap_or(&empty);
-        let drive = live(&drive_cmd).unwrap_or(&empty);
+        let arm = live(commands.get(arm_cmd)).unwrap_or(&empty);
+        let drive = live(commands.get(drive_cmd)).unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
+        let at_rest = robot.at_rest(arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
         let publish = |values: std::collections::BTreeMap<String, f64>,
                        last: &mut Option<std::collections::BTreeMap<String, f64>>,
@@ -121,6 +131,12 @@ fn run(args: &Args) -> Result<(), String> {
             daemon::ready("simulating arm and drive");
         }
         health.end();
+        if at_rest {
+            // Nothing moves until a command, or the arbiter behind it, changes.
+            commands.wait_any(Duration::from_secs(3600)).map_err(e)?;
+            next = Instant::now();
+            continue;
+        }
         next += period;
         // After a stall (the process stopped, the machine busy) carry on from now rather than
         // replay the missed steps in a burst.
