@@ -75,6 +75,9 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 struct Watched {
     group: SubscriptionGroup,
     manager: Member<ManagerConfig, Serde>,
+    /// The manager's arbiter list this was built for.
+    listed: Vec<String>,
+    /// The arbiters followed (those of `listed` whose slot could be subscribed to).
     arbiters: Vec<(String, Member<ArbiterBlock, Serde>)>,
 }
 
@@ -338,8 +341,7 @@ impl RobotController {
                 .value()
                 .map(|m| m.arbiters.clone())
                 .unwrap_or_default();
-            let current: Vec<&String> = self.watched.arbiters.iter().map(|(n, _)| n).collect();
-            if listed.iter().collect::<Vec<_>>() == current {
+            if listed == self.watched.listed {
                 return Ok(());
             }
             self.watched = watch(&self.bus, &listed)?;
@@ -399,14 +401,17 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
     let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
     let mut members = Vec::new();
     for a in arbiters {
-        members.push((
-            a.clone(),
-            group.add(bus.subscribe::<ArbiterBlock>(&arbiter_slot(a))?),
-        ));
+        // A slot of another type under an arbiter's name (a stray process, an older build)
+        // gives no feedback rather than stopping the application.
+        match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
+            Ok(sub) => members.push((a.clone(), group.add(sub))),
+            Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
+        }
     }
     Ok(Watched {
         group,
         manager,
+        listed: arbiters.to_vec(),
         arbiters: members,
     })
 }

@@ -340,6 +340,33 @@ fn only_publish_puts_changes_on_the_bus() {
     );
 }
 
+/// An arbiter's feedback slot holding another type gives no feedback; the application keeps
+/// running (it used to exit on the type mismatch).
+#[test]
+fn an_arbiter_slot_of_another_type_does_not_stop_a_controller() {
+    let mut r = Robot::new(&["a"]);
+    r.t.start_registry();
+    let bus = r.t.bus();
+    let mut odd = bus.publish::<u64>("/robot/arbiter/arm").unwrap();
+    odd.write(&1).unwrap();
+    r.manager();
+    let c = r.t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "a",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/shoulder=0.3",
+            "--duration-s",
+            "1",
+        ],
+    );
+    let out = r.t.finish(c);
+    assert!(out.status.success(), "{out:?}");
+}
+
 #[test]
 fn an_unknown_resource_is_a_clear_error() {
     let mut r = Robot::new(&["x"]);
