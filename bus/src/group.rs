@@ -88,14 +88,51 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// group awake; the group then sees its ticket gone at its next wait and counts again.
 #[derive(Default)]
 pub struct SubscriptionGroup {
-    members: Vec<Box<dyn AnySubscription>>,
-    writers: Vec<Option<crate::slot::WriterState>>,
-    /// Per member: the waiter count this group holds on its slot, if any.
-    counted: Vec<Option<crate::slot::WaiterTicket>>,
-    /// Per member: the error of a failed update, until taken.
-    errors: Vec<Option<BusError>>,
-    /// Per member: left out after a failure that would repeat at every update.
-    broken: Vec<bool>,
+    members: Vec<MemberState>,
+}
+
+/// One member and what the group keeps about it between calls.
+struct MemberState {
+    subscription: Box<dyn AnySubscription>,
+    /// Its writer's state when last pulled (a change counts as a change of the member).
+    writer: Option<crate::slot::WriterState>,
+    /// The waiter count this group holds on its slot, if any.
+    counted: Option<crate::slot::WaiterTicket>,
+    /// The error of a failed update, until taken.
+    error: Option<BusError>,
+    /// Left out after a failure that would repeat at every update.
+    broken: bool,
+}
+
+impl MemberState {
+    /// Takes back this member's waiter count, if the group holds one.
+    fn uncount(&mut self) {
+        if let (Some(ticket), Some(slot)) = (self.counted.take(), self.subscription.slot()) {
+            slot.uncount_waiter(ticket);
+        }
+    }
+
+    /// Pulls the member; whether it changed (new value, writer came or went, or it failed).
+    fn pull(&mut self) -> bool {
+        if self.broken {
+            return false;
+        }
+        let new_value = match self.subscription.update() {
+            Ok(new_value) => new_value,
+            Err(e) => {
+                if !matches!(e, BusError::Decode { .. }) {
+                    self.broken = true;
+                    self.uncount();
+                }
+                self.error = Some(e);
+                return true;
+            }
+        };
+        let now = self.subscription.writer_state();
+        let changed = new_value || now != self.writer;
+        self.writer = now;
+        changed
+    }
 }
 
 impl SubscriptionGroup {
@@ -108,11 +145,13 @@ impl SubscriptionGroup {
         &mut self,
         subscription: Subscription<T, C>,
     ) -> Member<T, C> {
-        self.writers.push(subscription.writer());
-        self.counted.push(None);
-        self.errors.push(None);
-        self.broken.push(false);
-        self.members.push(Box::new(subscription));
+        self.members.push(MemberState {
+            writer: subscription.writer(),
+            subscription: Box::new(subscription),
+            counted: None,
+            error: None,
+            broken: false,
+        });
         Member {
             index: self.members.len() - 1,
             _type: PhantomData,
@@ -121,6 +160,7 @@ impl SubscriptionGroup {
 
     pub fn get<T: 'static, C: Codec<T>>(&self, member: Member<T, C>) -> &Subscription<T, C> {
         self.members[member.index]
+            .subscription
             .as_any()
             .downcast_ref()
             .expect("a Member handle always names a subscription of its own type")
@@ -131,6 +171,7 @@ impl SubscriptionGroup {
         member: Member<T, C>,
     ) -> &mut Subscription<T, C> {
         self.members[member.index]
+            .subscription
             .as_any_mut()
             .downcast_mut()
             .expect("a Member handle always names a subscription of its own type")
@@ -148,17 +189,13 @@ impl SubscriptionGroup {
     /// came or went). Ends the waiter registration `wait_any` keeps (see the type).
     pub fn update_all(&mut self) -> Result<Vec<usize>, BusError> {
         self.uncount();
-        self.pull_all()
+        Ok(self.pull_all())
     }
 
-    fn pull_all(&mut self) -> Result<Vec<usize>, BusError> {
-        let mut changed = Vec::new();
-        for i in 0..self.members.len() {
-            if self.pull(i)? {
-                changed.push(i);
-            }
-        }
-        Ok(changed)
+    fn pull_all(&mut self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.members[i].pull())
+            .collect()
     }
 
     /// Blocks until at least one member has a newer value, pulls the members that changed and
@@ -178,7 +215,7 @@ impl SubscriptionGroup {
             });
         }
         loop {
-            let changed = self.pull_all()?;
+            let changed = self.pull_all();
             if !changed.is_empty() {
                 return Ok(changed);
             }
@@ -187,9 +224,9 @@ impl SubscriptionGroup {
                 return Ok(Vec::new());
             }
             match self.sleep(deadline) {
-                futex::Wake::TimedOut => return self.pull_all(),
+                futex::Wake::TimedOut => return Ok(self.pull_all()),
                 futex::Wake::Maybe(Some(member)) => {
-                    if self.pull(member)? {
+                    if self.members[member].pull() {
                         return Ok(vec![member]);
                     }
                 }
@@ -201,42 +238,12 @@ impl SubscriptionGroup {
     /// The error that made `wait_any` or `update_all` report member `index` as changed, if any
     /// (see the type).
     pub fn take_error(&mut self, index: usize) -> Option<BusError> {
-        self.errors.get_mut(index).and_then(Option::take)
-    }
-
-    /// Pulls one member; whether it changed (new value, writer came or went, or it failed).
-    fn pull(&mut self, i: usize) -> Result<bool, BusError> {
-        if self.broken[i] {
-            return Ok(false);
-        }
-        let new_value = match self.members[i].update() {
-            Ok(new_value) => new_value,
-            Err(e) => {
-                if !matches!(e, BusError::Decode { .. }) {
-                    self.broken[i] = true;
-                    if let (Some(ticket), Some(slot)) =
-                        (self.counted[i].take(), self.members[i].slot())
-                    {
-                        slot.uncount_waiter(ticket);
-                    }
-                }
-                self.errors[i] = Some(e);
-                return Ok(true);
-            }
-        };
-        let now = self.members[i].writer_state();
-        let changed = new_value || now != self.writers[i];
-        self.writers[i] = now;
-        Ok(changed)
+        self.members.get_mut(index).and_then(|m| m.error.take())
     }
 
     /// Drops the waiter counts this group holds.
     fn uncount(&mut self) {
-        for (m, counted) in self.members.iter().zip(&mut self.counted) {
-            if let (Some(ticket), Some(slot)) = (counted.take(), m.slot()) {
-                slot.uncount_waiter(ticket);
-            }
-        }
+        self.members.iter_mut().for_each(MemberState::uncount);
     }
 
     /// Sleeps until a member's notify word (or a client's bind word) moves. `Maybe(Some(i))`:
@@ -247,27 +254,23 @@ impl SubscriptionGroup {
         let mut word_members = Vec::with_capacity(self.members.len() + 1);
         let mut clients: Vec<&Arc<ClientShared>> = Vec::new();
         let mut ready = false;
-        for (i, ((m, writer), counted)) in self
-            .members
-            .iter()
-            .zip(&self.writers)
-            .zip(&mut self.counted)
-            .enumerate()
-        {
-            if self.broken[i] {
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if m.broken {
                 continue;
             }
-            match m.slot() {
+            let sub = &m.subscription;
+            match sub.slot() {
                 Some(slot) => {
                     // As in `Subscription::wait_update`: be counted, read the notify word, then
                     // re-check, so that a concurrent write either sees us or we see it. A count
-                    // kept from the previous wait serves as well as a fresh one, unless a
-                    // writer dropped it as stale (`slot::waiters`).
-                    let ticket = match counted.take() {
-                        Some(t) if slot.is_counted(&t) => counted.insert(t),
-                        _ => counted.insert(slot.count_waiter()),
-                    };
+                    // kept from the previous wait serves as well as a fresh one; one a writer
+                    // dropped as stale (`slot::waiters`) is let go, and the next sleep counts
+                    // again.
+                    let ticket = m.counted.get_or_insert_with(|| slot.count_waiter());
                     let expected = slot.notify_to_sleep_on(ticket);
+                    if expected.is_none() {
+                        m.counted = None;
+                    }
                     word_members.push(Some(i));
                     words.push(WaitOn {
                         word: slot.notify_word(),
@@ -275,11 +278,11 @@ impl SubscriptionGroup {
                         shared: true,
                     });
                     ready |= expected.is_none()
-                        || slot.latest_sequence() != m.sequence()
-                        || m.writer_state() != *writer;
+                        || slot.latest_sequence() != sub.sequence()
+                        || sub.writer_state() != m.writer;
                 }
                 None => {
-                    let client = m.client();
+                    let client = sub.client();
                     if !clients.iter().any(|c| Arc::ptr_eq(c, client)) {
                         clients.push(client);
                         word_members.push(None);
@@ -290,7 +293,7 @@ impl SubscriptionGroup {
                         });
                     }
                     // Bound after our update but before we read the bind word: don't sleep.
-                    ready |= m.slot().is_some();
+                    ready |= sub.slot().is_some();
                 }
             }
         }

@@ -101,6 +101,14 @@ pub struct WriterInfo {
     pub state: WriterState,
 }
 
+impl WriterInfo {
+    /// Whether the writer is marked alive and its process still runs. A writer marked alive
+    /// whose process died while no registry ran to notice is not running.
+    pub fn is_running(&self) -> bool {
+        self.state == WriterState::Alive && crate::process::is_alive(self.pid, self.start_time)
+    }
+}
+
 /// A value found by a read: its sequence number and write time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadInfo {

@@ -361,13 +361,13 @@ impl RobotController {
 
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.
     pub fn feedback(&self) -> Vec<Feedback> {
+        let listed = self.listed();
         self.watched
             .arbiters
             .iter()
             .map(|(arbiter, m)| {
                 let sub = self.watched.group.get(*m);
                 let arbiter_running = sub.writer() == Some(bus::WriterState::Alive);
-                let listed = self.listed();
                 // A block left by an arbiter that is gone says nothing about now.
                 let block = sub.value().filter(|_| arbiter_running && listed);
                 Feedback {

@@ -53,28 +53,30 @@ impl Default for Robot {
     }
 }
 
+/// The drive base's wheels, in the order of `Robot::wheels`.
+const WHEELS: [&str; 2] = ["left", "right"];
+
+impl Joint {
+    /// Where a setpoint sends the joint, within its limits; where it is without a finite one.
+    fn target(&self, setpoint: Option<&f64>) -> f64 {
+        setpoint
+            .copied()
+            .filter(|t| t.is_finite())
+            .unwrap_or(self.position)
+            .clamp(self.min, self.max)
+    }
+}
+
 impl Robot {
     /// Advances `dt` seconds towards the arm's position setpoints and the wheels' velocity
     /// setpoints (missing setpoints: hold position / stop).
     pub fn step(&mut self, dt: f64, arm: &BTreeMap<String, f64>, drive: &BTreeMap<String, f64>) {
         let alpha = 1.0 - (-dt / self.tau).exp();
         for (name, joint) in &mut self.joints {
-            let target = arm
-                .get(name)
-                .copied()
-                .filter(|t| t.is_finite())
-                .unwrap_or(joint.position)
-                .clamp(joint.min, joint.max);
-            joint.position += (target - joint.position) * alpha;
+            joint.position += (joint.target(arm.get(name)) - joint.position) * alpha;
         }
-        for (i, name) in ["left", "right"].iter().enumerate() {
-            let target = drive
-                .get(*name)
-                .copied()
-                .filter(|t| t.is_finite())
-                .unwrap_or(0.0)
-                .clamp(-self.max_wheel_speed, self.max_wheel_speed);
-            self.wheels[i] += (target - self.wheels[i]) * alpha;
+        for (i, name) in WHEELS.iter().enumerate() {
+            self.wheels[i] += (self.wheel_target(drive.get(*name)) - self.wheels[i]) * alpha;
         }
         let v = (self.wheels[0] + self.wheels[1]) / 2.0;
         let w = (self.wheels[1] - self.wheels[0]) / self.wheel_base;
@@ -92,20 +94,23 @@ impl Robot {
     /// Whether stepping towards these setpoints would change nothing any more: every joint
     /// within a micro-unit of its target, the wheels stopped and told to stay stopped.
     pub fn at_rest(&self, arm: &BTreeMap<String, f64>, drive: &BTreeMap<String, f64>) -> bool {
-        let joints = self.joints.iter().all(|(name, joint)| {
-            let target = arm
-                .get(name)
-                .copied()
-                .filter(|t| t.is_finite())
-                .unwrap_or(joint.position)
-                .clamp(joint.min, joint.max);
-            (target - joint.position).abs() < 1e-6
-        });
-        let wheels = ["left", "right"].iter().enumerate().all(|(i, name)| {
-            let target = drive.get(*name).copied().filter(|t| t.is_finite());
-            self.wheels[i].abs() < 1e-9 && target.is_none_or(|t| t == 0.0)
+        let joints = self
+            .joints
+            .iter()
+            .all(|(name, joint)| (joint.target(arm.get(name)) - joint.position).abs() < 1e-6);
+        let wheels = WHEELS.iter().enumerate().all(|(i, name)| {
+            self.wheels[i].abs() < 1e-9 && self.wheel_target(drive.get(*name)) == 0.0
         });
         joints && wheels
+    }
+
+    /// The wheel speed a setpoint asks for, within the wheels' limit; stop without a finite one.
+    fn wheel_target(&self, setpoint: Option<&f64>) -> f64 {
+        setpoint
+            .copied()
+            .filter(|t| t.is_finite())
+            .unwrap_or(0.0)
+            .clamp(-self.max_wheel_speed, self.max_wheel_speed)
     }
 
     pub fn arm_state(&self) -> BTreeMap<String, f64> {

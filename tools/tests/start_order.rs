@@ -11,10 +11,7 @@ use tools::stress::Checked;
 
 /// What the registry lists now (nothing while it does not answer).
 fn registry_listing(t: &TestBus) -> Vec<bus::protocol::SlotListing> {
-    match bus::protocol::ask(&t.domain, &bus::protocol::Request::List) {
-        Ok(bus::protocol::Reply::Listing { slots }) => slots,
-        _ => Vec::new(),
-    }
+    tools::inspect::registry::listing(&t.domain).unwrap_or_default()
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -177,9 +177,7 @@ impl Registry {
             match Slot::open(&segment, true) {
                 Ok(slot) => {
                     let writer = slot.writer();
-                    if writer.state == WriterState::Alive
-                        && !bus::process::is_alive(writer.pid, writer.start_time)
-                    {
+                    if writer.state == WriterState::Alive && !writer.is_running() {
                         slot.mark_writer_gone();
                     }
                     let origin = slot.origin();
@@ -354,10 +352,7 @@ impl Registry {
                 // lives and has not registered again, the name is still its.
                 if let Some(slot) = &entry.slot {
                     let writer = slot.writer();
-                    if writer.state == WriterState::Alive
-                        && me != Some((writer.pid, writer.start_time))
-                        && bus::process::is_alive(writer.pid, writer.start_time)
-                    {
+                    if me != Some((writer.pid, writer.start_time)) && writer.is_running() {
                         return Err(Refusal::AlreadyPublished { pid: writer.pid });
                     }
                 }
@@ -487,10 +482,7 @@ impl Registry {
                 .endpoints
                 .iter()
                 .any(|e| e.kind == EndpointKind::Publication);
-            if !registered
-                && writer.state == WriterState::Alive
-                && !bus::process::is_alive(writer.pid, writer.start_time)
-            {
+            if !registered && writer.state == WriterState::Alive && !writer.is_running() {
                 slot.mark_writer_gone();
             }
         }

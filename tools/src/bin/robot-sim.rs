@@ -1,6 +1,7 @@
 //! `robot-sim`: simulates an arm and a drive base, executing the arbiters' coherent commands and
 //! publishing resource state, in place of hardware drivers.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use arbiter::protocol::{command_slot, now_ns, state_slot, ResourceCommand, ResourceState};
@@ -93,20 +94,13 @@ fn run(args: &Args) -> Result<(), String> {
         // Hardware fails safe: a command whose arbiter is gone (killed, stopped) is not
         // executed any more; joints hold where they are and the wheels stop.
         let empty = Default::default();
-        fn live(
-            c: &bus::Subscription<ResourceCommand>,
-        ) -> Option<&std::collections::BTreeMap<String, f64>> {
-            c.value()
-                .filter(|_| c.writer() == Some(bus::WriterState::Alive))
-                .map(|c| &c.setpoints)
-        }
         let arm = live(commands.get(arm_cmd)).unwrap_or(&empty);
         let drive = live(commands.get(drive_cmd)).unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
         let at_rest = robot.at_rest(arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
-        let publish = |values: std::collections::BTreeMap<String, f64>,
-                       last: &mut Option<std::collections::BTreeMap<String, f64>>,
+        let publish = |values: BTreeMap<String, f64>,
+                       last: &mut Option<BTreeMap<String, f64>>,
                        publication: &mut bus::Publication<ResourceState>|
          -> Result<(), String> {
             let moved = last.as_ref().is_none_or(|l| {
@@ -146,4 +140,12 @@ fn run(args: &Args) -> Result<(), String> {
         }
         std::thread::sleep(next.saturating_duration_since(now));
     }
+}
+
+/// The setpoints of a command whose arbiter still runs; `None` without one.
+fn live(command: &bus::Subscription<ResourceCommand>) -> Option<&BTreeMap<String, f64>> {
+    command
+        .value()
+        .filter(|_| command.writer() == Some(bus::WriterState::Alive))
+        .map(|c| &c.setpoints)
 }

@@ -167,9 +167,7 @@ pub fn diagnose(domain: &Domain) -> Report {
                 None
             }
         };
-        let writer_runs = writer.is_some_and(|w| {
-            w.state == WriterState::Alive && bus::process::is_alive(w.pid, w.start_time)
-        });
+        let writer_runs = writer.is_some_and(|w| w.is_running());
         let what = match writer {
             None => "unreadable header".to_owned(),
             Some(w) if w.state == WriterState::None => "never written".to_owned(),

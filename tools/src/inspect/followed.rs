@@ -59,7 +59,7 @@ impl Followed {
 
 /// Device and inode of the segment file that `name` names now, if it exists.
 fn identity(domain: &Domain, name: &SlotName) -> Option<(u64, u64)> {
-    let segment = domain.segment_name(name);
-    let file = std::path::Path::new(bus::names::SHM_DIR).join(&segment[1..]);
-    std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino()))
+    std::fs::metadata(super::segment_file(domain, name))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }

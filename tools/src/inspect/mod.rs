@@ -82,14 +82,19 @@ pub fn open(domain: &Domain, name: &SlotName) -> Result<Slot> {
 /// Opens a slot; `writable` only for `put`.
 pub(crate) fn open_mode(domain: &Domain, name: &SlotName, writable: bool) -> Result<Slot> {
     let segment = domain.segment_name(name);
-    let file = std::path::Path::new(bus::names::SHM_DIR).join(&segment[1..]);
-    if !file.exists() {
+    if !segment_file(domain, name).exists() {
         return Err(Error::NoSlot {
             name: name.to_string(),
             domain: domain.to_string(),
         });
     }
     Ok(Slot::open(&segment, writable).map_err(BusError::from)?)
+}
+
+/// The file in /dev/shm that holds `name`'s slot (when it exists).
+pub(crate) fn segment_file(domain: &Domain, name: &SlotName) -> std::path::PathBuf {
+    let segment = domain.segment_name(name);
+    std::path::Path::new(bus::names::SHM_DIR).join(&segment[1..])
 }
 
 /// Parses a slot name given on the command line.

@@ -8,7 +8,6 @@
 //! `Slot::write`, exactly what a publication does: next sequence, buffer, write time, and a
 //! wake-up for sleeping subscribers.
 
-use bus::slot::WriterState;
 use bus::{Domain, SlotName};
 use serde::Serialize;
 
@@ -50,8 +49,7 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         )));
     }
     let writer = slot.writer();
-    let alive =
-        writer.state == WriterState::Alive && bus::process::is_alive(writer.pid, writer.start_time);
+    let alive = writer.is_running();
     if alive && !force {
         let who = super::program_of(writer.pid).unwrap_or_else(|| "?".into());
         let origin = slot.origin();

@@ -66,8 +66,7 @@ pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
     let mut value = Vec::new();
     let info = slot.read(0, &mut value)?;
     let writer = slot.writer();
-    let alive =
-        writer.state == WriterState::Alive && bus::process::is_alive(writer.pid, writer.start_time);
+    let alive = writer.is_running();
     let origin = slot.origin();
     Ok(SlotSummary {
         name: slot.name().to_string(),
@@ -154,8 +153,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
 /// ran to notice) reported as gone, as `list` does.
 fn writer_now(slot: &Slot) -> WriterState {
     let writer = slot.writer();
-    if writer.state == WriterState::Alive && !bus::process::is_alive(writer.pid, writer.start_time)
-    {
+    if writer.state == WriterState::Alive && !writer.is_running() {
         WriterState::Gone
     } else {
         writer.state
