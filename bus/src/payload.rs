@@ -94,6 +94,7 @@ pub struct PayloadReader<'a> {
 
 impl PayloadReader<'_> {
     /// Bytes of the value read so far.
+    #[inline]
     pub fn consumed(&self) -> usize {
         self.pos
     }
