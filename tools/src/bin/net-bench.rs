@@ -4,7 +4,8 @@
 //! `net-bench run` sets up hosts hA and hB (veth pair, private /dev/shm each), starts a
 //! registry on each, and runs in them:
 //! - slot ping-pong (hA writes /bench/ping, hB's pong copies it to /bench/pong, hA waits for it)
-//!   for 64 B, 1 KiB and 64 KiB values, and raw UDP ping-pong of the same sizes;
+//!   for 64 B, 1 KiB and 64 KiB values, and raw UDP ping-pong of the same sizes, the two
+//!   alternating in rounds;
 //! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second.
 //!
 //! The other subcommands are the parts it runs inside the namespaces.
@@ -243,6 +244,15 @@ impl Drop for Rig {
     }
 }
 
+/// Rounds per size; each runs a fresh raw ping and a fresh reflection ping (each with its own
+/// 50 warm-up round trips).
+const ROUNDS: usize = 5;
+
+/// The nanosecond samples a ping printed as one JSON array.
+fn samples(output: &str) -> Result<Vec<u64>, String> {
+    serde_json::from_str(output.trim()).map_err(|e| e.to_string())
+}
+
 /// Largest UDP payload over IPv4 is 65,507 bytes: the 64 KiB baseline sends 65,000.
 const MAX_UDP: usize = 65_000;
 
@@ -285,20 +295,24 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
         } else {
             iterations
         };
-        let mut c = lab.cmd(0, &me);
-        c.args(["--domain", domain, "udp-ping", &pong_addr])
-            .args([size.min(MAX_UDP).to_string(), n.to_string()]);
-        let mut raw: Vec<u64> =
-            serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
         let mut c = lab.cmd(1, &me);
         c.args(["--domain", domain, "pong", &size.to_string()]);
         lab.spawn(c)?;
-        let mut c = lab.cmd(0, &me);
-        c.args(["--domain", domain, "ping"])
-            .args([size.to_string(), n.to_string()]);
-        let mut bus: Vec<u64> =
-            serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
-        // The pong of this size keeps running; the next size uses new slots' values anyway.
+        // Raw and reflection alternate in rounds and their samples are pooled: how fast this
+        // VM wakes a halted vCPU drifts within a minute, and one block of each would compare
+        // two different moments.
+        let per_round = n.div_ceil(ROUNDS);
+        let (mut raw, mut bus) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let mut c = lab.cmd(0, &me);
+            c.args(["--domain", domain, "udp-ping", &pong_addr])
+                .args([size.min(MAX_UDP).to_string(), per_round.to_string()]);
+            raw.extend(samples(&lab.output(c)?)?);
+            let mut c = lab.cmd(0, &me);
+            c.args(["--domain", domain, "ping"])
+                .args([size.to_string(), per_round.to_string()]);
+            bus.extend(samples(&lab.output(c)?)?);
+        }
         let r = Stats::of(&mut raw).ok_or("no raw UDP samples")?;
         let b = Stats::of(&mut bus).ok_or("no reflection samples")?;
         println!(
