@@ -33,7 +33,7 @@ struct Args {
     /// compromising: accept part of what is asked; non_compromising: all or nothing.
     #[arg(long, value_enum)]
     status: StatusArg,
-    /// A command, <arbiter>/<resource>=<value>; repeat for several.
+    /// A command for one resource, e.g. arm/shoulder=0.3; repeat for several.
     #[arg(long = "set", value_name = "ARBITER/RESOURCE=VALUE")]
     set: Vec<String>,
     /// Time to live of the published block, in milliseconds.

@@ -165,7 +165,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Registry counters and each registry's network counters (/baton/registry/<host>/net).
+    /// Registry counters and each registry's network counters (/baton/registry/HOST/net).
     Stats {
         #[command(flatten)]
         json: Json,
