@@ -103,7 +103,9 @@ impl Request {
     }
 
     /// `parse` into this request, reusing its storage (the arbiter re-parses a block on every
-    /// change, right after waking up, where an allocation is dear).
+    /// change, right after waking up, where an allocation is dear). A command that is not a
+    /// finite number (NaN, an infinity: only a faulty writer makes one, the library refuses
+    /// them) is no command: the resource is not wanted, so it never reaches the hardware.
     pub fn reparse(&mut self, arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) {
         self.status = block.status;
         self.expires_at_ns = block.expires_at_ns();
@@ -112,7 +114,7 @@ impl Request {
             .extend(block.commands.iter().filter_map(|(key, value)| {
                 let name = key.strip_prefix(arbiter)?.strip_prefix('/')?;
                 let r = resources.iter().position(|r| r.name == name)?;
-                Some((r, *value))
+                value.is_finite().then_some((r, *value))
             }));
     }
 }

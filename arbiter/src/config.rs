@@ -98,7 +98,14 @@ impl ArbiterConfig {
                 min: r.min.unwrap_or(dmin),
                 max: r.max.unwrap_or(dmax),
             };
-            if limits.min.is_nan() || limits.max.is_nan() || limits.min > limits.max {
+            if limits.min.is_nan() || limits.max.is_nan() {
+                return Err(format!(
+                    "resource {:?}: min and max must be numbers (or left out for no limit), got \
+                     min {} and max {}",
+                    r.name, limits.min, limits.max
+                ));
+            }
+            if limits.min > limits.max {
                 return Err(format!(
                     "resource {:?}: min {} is above max {}",
                     r.name, limits.min, limits.max
@@ -107,7 +114,13 @@ impl ArbiterConfig {
             let safe = match (r.safe, r.kind) {
                 (None, Kind::Position) => SafeCommand::Hold,
                 (None, _) => SafeCommand::Value(0.0),
-                (Some(RawSafe::Value(v)), _) => SafeCommand::Value(v),
+                (Some(RawSafe::Value(v)), _) if v.is_finite() => SafeCommand::Value(v),
+                (Some(RawSafe::Value(v)), _) => {
+                    return Err(format!(
+                        "resource {:?}: safe = {v}; a safe command must be a finite number",
+                        r.name
+                    ))
+                }
                 (Some(RawSafe::Word(w)), _) if w == "hold" => SafeCommand::Hold,
                 (Some(RawSafe::Word(w)), _) if w == "zero" || w == "off" => SafeCommand::Value(0.0),
                 (Some(RawSafe::Word(w)), _) => {
@@ -163,6 +176,14 @@ mod tests {
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = \"park\"",
                 "expected \"hold\"",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = nan",
+                "must be numbers",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = inf",
+                "finite number",
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"torque\"",

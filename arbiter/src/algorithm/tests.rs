@@ -166,6 +166,24 @@ fn unknown_controllers_empty_commands_and_foreign_resources() {
 }
 
 #[test]
+fn a_command_that_is_not_a_finite_number_is_no_command() {
+    // A faulty writer (the library refuses these): NaN would reach the hardware as a clamped
+    // 0, infinity as a limit. Neither is wanted; the resource goes to the next controller.
+    let faulty = block(
+        "faulty",
+        NonCompromising,
+        &[("arm/turret", f64::NAN), ("arm/shoulder", f64::INFINITY)],
+    );
+    let next = block("next", Compromising, &[("arm/shoulder", 0.25)]);
+    let d = run(&[&faulty, &next]);
+    assert_eq!(d.outcomes["faulty"], Outcome::Idle);
+    assert_eq!(owner(&d, "shoulder").as_deref(), Some("next"));
+    assert_eq!(d.setpoints["shoulder"], 0.25);
+    assert_eq!(owner(&d, "turret"), None);
+    assert!(d.setpoints.values().all(|v| v.is_finite()));
+}
+
+#[test]
 fn every_resource_committed_early_denies_the_rest() {
     let all = block(
         "all",
