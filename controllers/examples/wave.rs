@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use arbiter::protocol::Status;
-use controllers::RobotController;
+use controllers::{RobotController, Status};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = std::env::args().nth(1).map_or(Ok(5.0), |s| s.parse())?;

@@ -12,11 +12,14 @@ use std::time::Duration;
 
 use arbiter::protocol::{
     arbiter_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock, ControllerBlock,
-    ManagerConfig, Outcome, Status, MANAGER_SLOT,
+    ManagerConfig, MANAGER_SLOT,
 };
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup};
 use crossbeam_channel::{bounded, Sender};
 use thiserror::Error;
+
+/// The protocol types an application names: re-exported so that it depends on this crate only.
+pub use arbiter::protocol::{Outcome, Status};
 
 /// Default time to live of a block: how long the arbiters honour it without a refresh.
 pub const DEFAULT_TTL: Duration = Duration::from_millis(200);
@@ -39,6 +42,8 @@ pub enum ControllerError {
     UnknownArbiter { resource: String, available: String },
     #[error("time to live must be from 10 ms to one hour, got {0:?}")]
     Ttl(Duration),
+    #[error("command for {resource} must be a finite number, got {value}")]
+    NotFinite { resource: String, value: f64 },
 }
 
 /// What one arbiter did with this controller's request, as last read back.
@@ -55,6 +60,9 @@ pub struct Feedback {
     /// Whether the robot manager's order includes this controller (listed in its file, or
     /// placed last as unlisted); an arbiter ignores a controller it does not include.
     pub listed: bool,
+    /// Not listed yet, but the manager places unlisted controllers last: it will be once the
+    /// manager has seen this controller's block (a moment after the first `publish`).
+    pub joining: bool,
 }
 
 /// What the refresher shares with the application: the block as last published (the
@@ -201,9 +209,16 @@ impl RobotController {
 
     /// Sets the command for `resource` (`<arbiter>/<resource>`). Publish with `publish`. A
     /// resource that a known arbiter does not have is an error; while no arbiter is known yet
-    /// (start-up in any order) the command is accepted.
+    /// (start-up in any order) the command is accepted. NaN and infinities are refused: an
+    /// arbiter would pass them to the hardware, clamped to a limit at best.
     pub fn set(&mut self, resource: &str, value: f64) -> Result<(), ControllerError> {
         self.check(resource)?;
+        if !value.is_finite() {
+            return Err(ControllerError::NotFinite {
+                resource: resource.to_owned(),
+                value,
+            });
+        }
         self.staged.commands.insert(resource.to_owned(), value);
         Ok(())
     }
@@ -359,9 +374,26 @@ impl RobotController {
             .is_some_and(|m| m.controllers.iter().any(|c| c == &self.name))
     }
 
+    /// Whether the robot manager runs (its slot has a live writer), as last pulled. While it
+    /// does not, no arbiter is known and `feedback` is empty.
+    pub fn manager_running(&self) -> bool {
+        self.watched.group.get(self.watched.manager).writer() == Some(bus::WriterState::Alive)
+    }
+
+    /// Whether the manager places controllers it does not list last (`unlisted = "last"`): an
+    /// unlisted controller then joins the order once the manager has seen its block.
+    fn unlisted_join(&self) -> bool {
+        self.watched
+            .group
+            .get(self.watched.manager)
+            .value()
+            .is_some_and(|m| m.unlisted == arbiter::protocol::Unlisted::Last)
+    }
+
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.
     pub fn feedback(&self) -> Vec<Feedback> {
         let listed = self.listed();
+        let joining = !listed && self.unlisted_join();
         self.watched
             .arbiters
             .iter()
@@ -374,6 +406,7 @@ impl RobotController {
                     arbiter: arbiter.clone(),
                     arbiter_running,
                     listed,
+                    joining,
                     outcome: block.and_then(|b| b.outcomes.get(&self.name).copied()),
                     owned: block
                         .map(|b| {

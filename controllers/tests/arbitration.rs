@@ -395,6 +395,46 @@ fn an_unknown_resource_is_a_clear_error() {
 }
 
 #[test]
+fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
+    let mut r = Robot::new(&["x"]);
+    let run = |r: &mut Robot| {
+        let c = r.t.spawn_bin(
+            "robot-controller",
+            &[
+                "--name",
+                "x",
+                "--status",
+                "compromising",
+                "--set",
+                "arm/turret=1",
+                "--duration-s",
+                "0.5",
+            ],
+        );
+        let out = r.t.finish(c);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = run(&mut r);
+    assert!(
+        said.contains("x: waiting for registry-server on domain"),
+        "{said}"
+    );
+    r.t.start_registry();
+    let said = run(&mut r);
+    assert!(said.contains("x: waiting for the robot manager"), "{said}");
+    for bad in ["arm/turret=NaN", "arm/turret=inf", "arm/turret=-infinity"] {
+        let c = r.controller("x", "compromising", &[bad], 500);
+        let out = r.t.finish(c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("not a finite number"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
 fn arbiter_manager_and_registry_restarts_recover_ownership() {
     let mut r = Robot::new(&["a", "b", "n"]);
     r.t.start_registry();

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arbiter::protocol::Status;
 use clap::{Parser, ValueEnum};
-use controllers::RobotController;
+use controllers::{RobotController, Status};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum StatusArg {
@@ -36,7 +35,8 @@ struct Args {
     /// A command for one resource, e.g. arm/shoulder=0.3; repeat for several.
     #[arg(long = "set", value_name = "ARBITER/RESOURCE=VALUE")]
     set: Vec<String>,
-    /// Time to live of the published block, in milliseconds.
+    /// Time to live of the published block, in milliseconds (10 to 3600000): how long the
+    /// arbiters honour it if this process stops refreshing it.
     #[arg(long, default_value_t = 200)]
     ttl_ms: u64,
     /// Run this many seconds, then release and exit (default: until interrupted).
@@ -65,7 +65,9 @@ fn parse_set(s: &str) -> Result<(String, f64), String> {
         .ok_or_else(|| format!("--set {s:?}: expected <arbiter>/<resource>=<value>"))?;
     let value: f64 = value
         .parse()
-        .map_err(|_| format!("--set {s:?}: {value:?} is not a number"))?;
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("--set {s:?}: {value:?} is not a finite number"))?;
     Ok((resource.to_owned(), value))
 }
 
@@ -96,12 +98,20 @@ fn run(args: &Args) -> Result<(), String> {
     controller.publish().map_err(|e| e.to_string())?;
     let end = args.duration_s.map(|d| Instant::now() + d);
     let mut printed = Vec::new();
+    let mut said = None;
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller
             .wait_feedback(Duration::from_millis(50))
             .map_err(|e| e.to_string())?;
         // Arbiters that appear later are checked too.
         controller.validate().map_err(|e| e.to_string())?;
+        let waiting = waiting_for(&bus, &controller, &args.domain);
+        if waiting != said {
+            if let Some(w) = &waiting {
+                print_waiting(args, w);
+            }
+            said = waiting;
+        }
         let feedback = controller.feedback();
         if feedback != printed {
             for f in &feedback {
@@ -128,13 +138,40 @@ fn seconds(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|e| e.to_string())
 }
 
+/// What the controller waits for before any arbiter can be known, if anything: the start
+/// order is free, so say what is missing instead of printing nothing.
+fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Option<String> {
+    if !bus.is_connected() {
+        Some(format!(
+            "waiting for registry-server on domain '{domain}' (start it, or check --domain)"
+        ))
+    } else if !controller.manager_running() {
+        Some("waiting for the robot manager (nothing publishes /robot/manager)".to_owned())
+    } else {
+        None
+    }
+}
+
+fn print_waiting(args: &Args, what: &str) {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"controller": args.name, "waiting": what})
+        );
+    } else {
+        println!("{}: {what}", args.name);
+    }
+}
+
 fn print_feedback(args: &Args, f: &controllers::Feedback) {
     let outcome = f.outcome.map(|o| {
         serde_json::to_value(o)
             .map(|v| v.as_str().unwrap_or("?").to_owned())
             .unwrap_or_default()
     });
-    let state = if !f.listed {
+    let state = if f.joining {
+        "joining the robot manager's order (unlisted, placed last)"
+    } else if !f.listed {
         "not in the robot manager's order"
     } else if !f.arbiter_running {
         "arbiter not running"
@@ -145,7 +182,8 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
         println!(
             "{}",
             serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome,
-                "owned": f.owned, "listed": f.listed, "arbiter_running": f.arbiter_running})
+                "owned": f.owned, "listed": f.listed, "joining": f.joining,
+                "arbiter_running": f.arbiter_running})
         );
     } else {
         println!(
