@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
 cargo build --release --quiet -p registry-server -p robot-manager -p arbiter -p controllers -p tools
-exec target/release/baton-demo "$@"
+# Cargo puts the binaries under $CARGO_TARGET_DIR when it is set.
+exec "${CARGO_TARGET_DIR:-target}/release/baton-demo" "$@"

@@ -28,7 +28,7 @@ done
 binaries=(registry-server robot-manager arbiter robot-controller robot-sim bus-inspect)
 if [[ -z "$bin_dir" ]]; then
     cargo build --release --quiet -p registry-server -p robot-manager -p arbiter -p controllers -p tools
-    bin_dir=target/release
+    bin_dir="${CARGO_TARGET_DIR:-target}/release"
 fi
 for b in "${binaries[@]}"; do
     [[ -x "$bin_dir/$b" ]] || { echo "install.sh: $bin_dir/$b is missing (build first)" >&2; exit 1; }
