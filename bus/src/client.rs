@@ -7,6 +7,12 @@
 //! (its slot mapping stays valid; the new registry adopts the segment and the endpoint is
 //! registered again). Binding is announced on a process-local futex word so that waits on
 //! unbound subscriptions sleep instead of polling.
+//!
+//! A registry that refuses this process (its user may not use the bus) answers with an error
+//! and closes the connection. The client then logs the refusal once (again only when its text
+//! changes or after `REFUSAL_LOG_AGAIN`), retries with a back-off growing to
+//! `MAX_REFUSED_RETRY`, and keeps every endpoint pending: once a registry admits the process (its
+//! group fixed, the registry restarted with another `--group`) they register and bind.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
@@ -26,6 +32,12 @@ use crate::slot::Slot;
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest pause between connection attempts while no registry runs.
 const MAX_RETRY: Duration = Duration::from_millis(200);
+/// First pause after the registry refused this process; it doubles up to `MAX_REFUSED_RETRY`.
+const FIRST_REFUSED_RETRY: Duration = Duration::from_millis(250);
+/// Longest pause between connection attempts while the registry refuses this process.
+const MAX_REFUSED_RETRY: Duration = Duration::from_secs(5);
+/// An unchanged refusal is logged again after this long.
+const REFUSAL_LOG_AGAIN: Duration = Duration::from_secs(600);
 
 pub(crate) struct ClientShared {
     pub(crate) domain: Domain,
@@ -33,7 +45,18 @@ pub(crate) struct ClientShared {
     /// Bumped (and woken, private futex) whenever an endpoint binds or fails, or the connection
     /// comes up.
     pub(crate) bind_word: AtomicU32,
+    /// The registry accepted this process on the current connection (its `Welcome` arrived).
     connected: AtomicBool,
+    refusal: Mutex<RefusalState>,
+}
+
+/// Why the registry refuses this process, and what of it was logged.
+#[derive(Default)]
+struct RefusalState {
+    /// The registry's reason, from the last connection it refused; cleared when one admits us.
+    current: Option<String>,
+    /// The refusal last logged, and when.
+    logged: Option<(String, Instant)>,
 }
 
 #[derive(Default)]
@@ -66,6 +89,7 @@ impl ClientShared {
             state: Mutex::new(ClientState::default()),
             bind_word: AtomicU32::new(0),
             connected: AtomicBool::new(false),
+            refusal: Mutex::new(RefusalState::default()),
         });
         // Try once before returning, so that endpoints created right after `Bus::open` register
         // synchronously (and see refusals) when a registry runs.
@@ -104,7 +128,20 @@ impl ClientShared {
         }
     }
 
+    /// Why the registry refuses this process, if the last connection it answered was refused.
+    fn refusal(&self) -> Option<String> {
+        lock(&self.refusal).current.clone()
+    }
+
+    /// The error for not being connected: the registry's refusal if it refuses this process
+    /// (it runs; starting one would not help), else unreachable for `reason`.
     pub(crate) fn unreachable(&self, reason: &str) -> BusError {
+        if let Some(refusal) = self.refusal() {
+            return BusError::Refused {
+                name: "this process".into(),
+                reason: refusal,
+            };
+        }
         BusError::RegistryUnreachable {
             domain: self.domain.to_string(),
             socket: self.domain.registry_socket(),
@@ -168,8 +205,45 @@ impl ClientShared {
             let id = endpoint.registration.endpoint;
             state.send(id, &Request::Register(endpoint.registration.clone()));
         }
-        drop(state);
+        // `connected` waits for the registry's `Welcome`: a registry that refuses this process
+        // accepts the connection, then answers with an error and closes it.
+    }
+
+    /// The registry answered `Hello`: it accepts this process.
+    fn on_welcome(&self) {
+        let was_refused = {
+            let mut refusal = lock(&self.refusal);
+            refusal.logged = None;
+            refusal.current.take().is_some()
+        };
+        if was_refused {
+            tracing::info!(
+                "registry: domain '{}' now accepts this process",
+                self.domain
+            );
+        }
         self.connected.store(true, Ordering::Release);
+        self.announce();
+    }
+
+    /// The registry refused this connection with `message` (it closes it next). Logged once,
+    /// again only when the message changes or after `REFUSAL_LOG_AGAIN`.
+    fn on_refused(&self, message: String) {
+        let mut refusal = lock(&self.refusal);
+        let log = refusal
+            .logged
+            .as_ref()
+            .is_none_or(|(logged, at)| *logged != message || at.elapsed() >= REFUSAL_LOG_AGAIN);
+        if log {
+            tracing::warn!(
+                "registry of domain '{}' refuses this process: {message}. Its endpoints stay \
+                 pending and bind once the registry accepts it (retrying every few seconds)",
+                self.domain,
+            );
+            refusal.logged = Some((message.clone(), Instant::now()));
+        }
+        refusal.current = Some(message);
+        drop(refusal);
         self.announce();
     }
 
@@ -203,11 +277,16 @@ impl ClientShared {
                 *lock(&ep.error) = Some(err.clone());
                 (endpoint, Err(err))
             }
+            // The registry sends `Error` only to refuse a connection, before closing it.
             Reply::Error { message } => {
-                tracing::warn!("registry: {message}");
+                self.on_refused(message);
                 return;
             }
-            Reply::Welcome { .. } | Reply::Unregistered { .. } | Reply::Listing { .. } => return,
+            Reply::Welcome { .. } => {
+                self.on_welcome();
+                return;
+            }
+            Reply::Unregistered { .. } | Reply::Listing { .. } => return,
         };
         if let Some(tx) = lock(&self.state).waiting.remove(&id) {
             let _ = tx.send(outcome);
@@ -374,10 +453,13 @@ impl Drop for Endpoint {
 /// The background thread: connect, read replies until the connection drops, repeat. Holds only
 /// a weak reference so that the client (and the thread) end when the last `Bus` handle and
 /// endpoint are dropped.
-/// Connecting is retried with a short back-off while no registry runs; an abstract socket
-/// cannot be watched for appearance, and this is off every hot path.
+/// Connecting is retried with a short back-off while no registry runs (an abstract socket
+/// cannot be watched for appearance, and this is off every hot path), and with a longer one
+/// while the registry refuses this process. A connection that ends before the registry
+/// accepted it is never retried at once, so nothing here can spin.
 fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
     let mut retry = Duration::from_millis(5);
+    let mut refused_retry = FIRST_REFUSED_RETRY;
     loop {
         let mut reader = match connected.take() {
             Some(reader) => reader,
@@ -391,12 +473,11 @@ fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
                     retry = (retry * 2).min(MAX_RETRY);
                     continue;
                 };
-                retry = Duration::from_millis(5);
                 shared.on_connect(stream);
                 reader
             }
         };
-        loop {
+        let pause = loop {
             let frame = protocol::read_frame::<Reply>(&mut reader);
             let Some(shared) = weak.upgrade() else {
                 return;
@@ -404,11 +485,27 @@ fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
             match frame {
                 Ok(Some(frame)) => shared.on_reply(frame.body),
                 Ok(None) | Err(_) => {
+                    let was_accepted = shared.is_connected();
                     shared.on_disconnect();
-                    break;
+                    if shared.refusal().is_some() {
+                        let pause = refused_retry;
+                        refused_retry = (refused_retry * 2).min(MAX_REFUSED_RETRY);
+                        break pause;
+                    }
+                    refused_retry = FIRST_REFUSED_RETRY;
+                    if was_accepted {
+                        // A registry that served us went away: reconnect at once.
+                        retry = Duration::from_millis(5);
+                        break Duration::ZERO;
+                    }
+                    let pause = retry;
+                    retry = (retry * 2).min(MAX_RETRY);
+                    break pause;
                 }
             }
-        }
+        };
+        // Without a strong reference: a `Bus` dropped meanwhile ends the thread on waking.
+        std::thread::sleep(pause);
     }
 }
 

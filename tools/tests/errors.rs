@@ -310,37 +310,219 @@ fn segments_belong_to_owner_and_group_never_to_others() {
     }
 }
 
-/// The registry's socket has no file permissions (it is abstract), so the registry checks who
-/// connects: a process of another user, outside the segments' group, is refused with a message
-/// saying who may, and nothing it asks for is created.
-#[test]
-fn a_user_outside_the_group_may_not_use_the_bus() {
+/// A copy of workspace binary `name` that any user may execute (the build tree may not be), in
+/// the test's scratch directory.
+fn runnable_by_anyone(t: &TestBus, name: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
+    let dir = t.dir().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(name);
+    std::fs::copy(common::bin(name), &copy).unwrap();
+    for d in [t.dir(), dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// `setpriv` arguments that run a program as user and group 65534 without other groups.
+const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+
+fn require_root() {
     if !nix::unistd::geteuid().is_root() {
         panic!("this test runs a process as another user: run the tests as root");
     }
+}
+
+/// The registry's socket has no file permissions (it is abstract), so the registry checks who
+/// connects: a process of another user, outside the segments' group, is refused with a message
+/// saying who may (the group by name) and what to do, and nothing it asks for is created.
+#[test]
+fn a_user_outside_the_group_may_not_use_the_bus() {
+    require_root();
     let mut t = TestBus::new();
     t.start_registry();
-    // A copy of bus-inspect that user 65534 may execute.
-    let dir = std::env::temp_dir().join(format!("baton-{}-other-user", t.domain));
-    std::fs::create_dir_all(&dir).unwrap();
-    let inspect = dir.join("bus-inspect");
-    std::fs::copy(common::bin("bus-inspect"), &inspect).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&inspect, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&inspect)
-        .args(["--domain", t.domain.as_str(), "stats"])
-        .output()
-        .expect("setpriv (util-linux)");
-    let _ = std::fs::remove_dir_all(&dir);
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("uid 65534 may not use this bus"), "{text}");
+    let inspect = runnable_by_anyone(&t, "bus-inspect");
+    let stats_as_nobody = |t: &TestBus| {
+        let out = std::process::Command::new("setpriv")
+            .args(AS_NOBODY)
+            .arg(&inspect)
+            .args(["--domain", t.domain.as_str(), "stats"])
+            .output()
+            .expect("setpriv (util-linux)");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let text = stats_as_nobody(&t);
+    assert!(text.contains("uid 65534"), "{text}");
+    assert!(text.contains("may not use this bus"), "{text}");
+    // The registry's own group (root's: no --group), named, and what to do about it.
+    assert!(text.contains("members of group root (gid 0)"), "{text}");
+    assert!(
+        text.contains("add the user to that group") && text.contains("--group"),
+        "{text}"
+    );
     // The registry's own user still may.
     let ok = t.inspect(&["stats"]);
     assert!(ok.status.success(), "{ok:?}");
+
+    // With --group, the group given is named, with the command that adds the user to it.
+    let daemon = nix::unistd::Group::from_name("daemon")
+        .unwrap()
+        .expect("group daemon");
+    t.kill_registry();
+    t.start_registry_with(&["--group", "daemon"]);
+    let text = stats_as_nobody(&t);
+    assert!(
+        text.contains(&format!("members of group daemon (gid {})", daemon.gid)),
+        "{text}"
+    );
+    assert!(text.contains("usermod -aG daemon"), "{text}");
+}
+
+/// A process whose user the registry refuses says so once, retries slowly (it used to
+/// reconnect at once and log tens of thousands of lines a second), and keeps its endpoints
+/// pending: once a registry admits its user they bind and its values go through.
+#[test]
+fn a_refused_process_says_so_once_and_binds_once_admitted() {
+    require_root();
+    let mut t = TestBus::new();
+    t.start_registry();
+    let controller = runnable_by_anyone(&t, "robot-controller");
+    let controller = controller.to_string_lossy().into_owned();
+    let mut args = AS_NOBODY.to_vec();
+    args.extend([
+        controller.as_str(),
+        "--name",
+        "refused",
+        "--status",
+        "compromising",
+        "--duration-s",
+        "120",
+    ]);
+    let child = t.spawn("setpriv".into(), &args);
+    let log = t.dir().join(format!("child-{child}.err"));
+    let stderr = || std::fs::read_to_string(&log);
+    let refusals = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("may not use this bus"))
+            .count()
+    };
+    common::eventually("the refusal logged", || {
+        stderr().is_ok_and(|text| refusals(&text) > 0)
+    });
+    // Long enough for a dozen retries of the back-off, thousands of immediate reconnections.
+    std::thread::sleep(Duration::from_secs(3));
+    let text = stderr().unwrap();
+    let head: String = text.chars().take(3000).collect();
+    assert_eq!(refusals(&text), 1, "{} bytes of log:\n{head}", text.len());
+    assert!(
+        text.contains("refuses this process") && text.contains("group root (gid 0)"),
+        "{head}"
+    );
+    assert!(
+        t.inspect(&["get", "/robot/controller/refused", "--json"])
+            .status
+            .code()
+            != Some(0),
+        "nothing was created for the refused process"
+    );
+
+    // The registry restarted with the process's group: the endpoints bind, the block arrives.
+    t.kill_registry();
+    t.start_registry_with(&["--group", "65534"]);
+    common::eventually("the refused controller's block", || {
+        t.inspect(&["get", "/robot/controller/refused", "--json"])
+            .status
+            .success()
+    });
+    assert!(t.is_running(child), "the controller kept running");
+    let text = stderr().unwrap();
+    assert_eq!(refusals(&text), 1, "{text}");
+    assert!(text.contains("now accepts this process"), "{text}");
+}
+
+/// Runs `command` and returns its output, failing the test if it is still running after the
+/// watchdog (a server that should have refused to start).
+fn output_within_watchdog(command: &mut std::process::Command) -> std::process::Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WATCHDOG;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {WATCHDOG:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn key_file(t: &TestBus, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = t.dir().join("net.key");
+    std::fs::write(&path, "a key of more than sixteen bytes\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// A key file without --net would be ignored, leaving a network that looks secured: the
+/// registry refuses to start instead, before it has created anything.
+#[test]
+fn a_key_file_without_net_is_refused_at_start() {
+    let t = TestBus::new();
+    let key = key_file(&t, 0o600);
+    let out = output_within_watchdog(
+        std::process::Command::new(common::bin("registry-server"))
+            .args(["--domain", t.domain.as_str(), "--key-file"])
+            .arg(&key),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--key-file {}", key.display())) && stderr.contains("add --net"),
+        "{stderr}"
+    );
+    assert_eq!(
+        t.domain.segment_files().unwrap().len(),
+        0,
+        "nothing created"
+    );
+}
+
+/// A key file every user may read gives the key away: refused at start, naming the file, its
+/// mode and the chmod that fixes it.
+#[test]
+fn a_key_file_others_may_read_is_refused_at_start() {
+    let t = TestBus::new();
+    let key = key_file(&t, 0o644);
+    // Should the check ever go, the network stays on this computer: loopback, TTL 0.
+    let out = output_within_watchdog(
+        std::process::Command::new(common::bin("registry-server"))
+            .args(["--domain", t.domain.as_str(), "--net", "--host", "keytest"])
+            .args(["--interface", "127.0.0.1", "--ttl", "0", "--key-file"])
+            .arg(&key),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let path = key.display();
+    assert!(
+        stderr.contains(&format!(
+            "key file {path} is mode 0644, readable by every user"
+        )) && stderr.contains(&format!("chmod 0640 {path}")),
+        "{stderr}"
+    );
+    assert_eq!(
+        t.domain.segment_files().unwrap().len(),
+        0,
+        "nothing created"
+    );
 }
 
 #[test]
