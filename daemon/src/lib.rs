@@ -11,15 +11,29 @@ use std::time::{Duration, Instant};
 use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
 
-/// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise.
+/// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape
+/// codes) only when stderr is a terminal and `NO_COLOR` is not set: the journal and log files
+/// get plain text.
 pub fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
+    let ansi = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
+}
+
+/// Whether logs may be coloured: on a terminal, unless `NO_COLOR` is set to anything but the
+/// empty string (<https://no-color.org>: an empty `NO_COLOR` counts as unset).
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn notify(state: &[NotifyState<'_>]) {
@@ -141,6 +155,16 @@ impl Drop for Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsStr::new(""))));
+        assert!(!use_colour(true, Some(OsStr::new("1"))));
+        assert!(!use_colour(false, None));
+        assert!(!use_colour(false, Some(OsStr::new("1"))));
+    }
 
     #[test]
     fn idle_is_healthy_and_a_long_piece_of_work_is_not() {

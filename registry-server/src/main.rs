@@ -1,6 +1,11 @@
 //! `registry-server`: the process that owns one bus domain on this computer.
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
 use clap::Parser;
+
+/// The discovery port registries announce on, and the port a `--peer` given without one gets.
+const DEFAULT_PORT: u16 = 7447;
 
 #[derive(Parser)]
 #[command(
@@ -40,7 +45,7 @@ struct NetArgs {
     #[arg(long, default_value = "239.255.66.66")]
     mcast_group: std::net::Ipv4Addr,
     /// UDP port of the multicast group (discovery).
-    #[arg(long, default_value_t = 7447)]
+    #[arg(long, default_value_t = DEFAULT_PORT)]
     mcast_port: u16,
     /// Interface for multicast: a name (eth0) or its IPv4 address; default: the routing table's.
     #[arg(long)]
@@ -48,10 +53,11 @@ struct NetArgs {
     /// Multicast TTL (1: this network segment only).
     #[arg(long, default_value_t = 1)]
     ttl: u32,
-    /// Registry reached by unicast (IP:PORT of its discovery port), for networks without
-    /// multicast. Repeat for several.
-    #[arg(long = "peer")]
-    peers: Vec<std::net::SocketAddr>,
+    /// Registry reached by unicast, for networks without multicast: its IPv4 address and
+    /// discovery port (10.0.0.5:7447), or the address alone for the port of --mcast-port.
+    /// Repeat for several.
+    #[arg(long = "peer", value_name = "IP[:PORT]", value_parser = parse_peer)]
+    peers: Vec<PeerArg>,
     /// Path MTU in bytes: no datagram is larger; bigger values are fragmented.
     #[arg(long, default_value_t = 1500)]
     mtu: usize,
@@ -64,8 +70,9 @@ struct NetArgs {
     /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds.
     #[arg(long, default_value_t = 1000)]
     refresh_ms: u64,
-    /// Shared key file (any bytes, at least 16): datagrams carry a keyed MAC and unauthenticated
-    /// ones are dropped. Without it the network is unauthenticated.
+    /// Shared key file (any bytes, at least 16; not readable or writable by others): datagrams
+    /// carry a keyed MAC and unauthenticated ones are dropped. Without it the network is
+    /// unauthenticated. Needs --net.
     #[arg(long)]
     key_file: Option<std::path::PathBuf>,
     /// Largest value accepted or sent over the network, bytes.
@@ -87,12 +94,14 @@ fn main() {
 fn run(args: Args) -> Result<(), String> {
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let group = args.group.as_deref().map(parse_group).transpose()?;
-    let listener = registry::server::bind(&domain).map_err(|e| e.to_string())?;
+    check_net_options(&args.net)?;
+    // Before the socket: a configuration that cannot work stops here, having created nothing.
     let net = args
         .net
         .net
         .then(|| net_config(&args.net, &domain))
         .transpose()?;
+    let listener = registry::server::bind(&domain).map_err(|e| e.to_string())?;
     let config = registry::ServerConfig {
         domain: domain.clone(),
         group,
@@ -109,6 +118,77 @@ fn run(args: Args) -> Result<(), String> {
         }));
     })
     .map_err(|e| e.to_string())
+}
+
+/// Options that only mean something with `--net` are refused without it rather than ignored:
+/// a `--key-file` that is silently unused looks like a secured network.
+fn check_net_options(a: &NetArgs) -> Result<(), String> {
+    if a.net {
+        return Ok(());
+    }
+    let mut given = Vec::new();
+    if let Some(key) = &a.key_file {
+        given.push(format!("--key-file {}", key.display()));
+    }
+    if !a.peers.is_empty() {
+        given.push("--peer".to_owned());
+    }
+    if a.interface.is_some() {
+        given.push("--interface".to_owned());
+    }
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} only applies to network reflection, which is off: add --net to reflect this \
+         domain to other computers, or remove {}",
+        given.join(", "),
+        if given.len() == 1 { "it" } else { "them" }
+    ))
+}
+
+/// A `--peer` as given: the port is `None` when only the address was given.
+#[derive(Clone, Debug, PartialEq)]
+struct PeerArg {
+    ip: Ipv4Addr,
+    port: Option<u16>,
+}
+
+impl PeerArg {
+    fn address(&self, default_port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(
+            self.ip,
+            self.port.unwrap_or(default_port),
+        ))
+    }
+}
+
+/// `--peer`: `IP:PORT`, or `IP` alone (the port is then `--mcast-port`, the same on every
+/// registry unless changed). IPv4 only: the network sockets are IPv4.
+fn parse_peer(text: &str) -> Result<PeerArg, String> {
+    let text = text.trim();
+    let example = format!(
+        "expected IP:PORT or IP, e.g. 10.0.0.5:{DEFAULT_PORT} or 10.0.0.5 (the port of \
+         --mcast-port, {DEFAULT_PORT} unless changed)"
+    );
+    if let Ok(ip) = text.parse::<Ipv4Addr>() {
+        return Ok(PeerArg { ip, port: None });
+    }
+    if let Ok(addr) = text.parse::<SocketAddrV4>() {
+        if addr.port() == 0 {
+            return Err(format!("port 0 is no registry's port; {example}"));
+        }
+        return Ok(PeerArg {
+            ip: *addr.ip(),
+            port: Some(addr.port()),
+        });
+    }
+    if text.parse::<SocketAddr>().is_ok() || text.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!(
+            "an IPv6 address; network reflection is IPv4 only: {example}"
+        ));
+    }
+    Err(example)
 }
 
 fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetConfig, String> {
@@ -142,7 +222,7 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
             .map(registry::net::interface_address)
             .transpose()?,
         ttl: a.ttl,
-        peers: a.peers.clone(),
+        peers: a.peers.iter().map(|p| p.address(a.mcast_port)).collect(),
         mtu: a.mtu,
         announce_every: Duration::from_millis(a.announce_ms.max(10)),
         forget_after: Duration::from_millis(a.forget_ms.max(50)),
@@ -162,5 +242,55 @@ fn parse_group(group: &str) -> Result<nix::unistd::Gid, String> {
         Ok(Some(g)) => Ok(g.gid),
         Ok(None) => Err(format!("no group named {group:?}")),
         Err(e) => Err(format!("looking up group {group:?}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_without_a_port_gets_the_discovery_port() {
+        let bare = parse_peer("10.0.0.5").unwrap();
+        assert_eq!(bare.address(DEFAULT_PORT).to_string(), "10.0.0.5:7447");
+        assert_eq!(bare.address(9000).to_string(), "10.0.0.5:9000");
+        let full = parse_peer(" 10.0.0.5:7500 ").unwrap();
+        assert_eq!(full.address(DEFAULT_PORT).to_string(), "10.0.0.5:7500");
+    }
+
+    #[test]
+    fn a_bad_peer_says_what_is_expected() {
+        for bad in ["10.0.0", "robot.local", "10.0.0.5:", "10.0.0.5:99999", ""] {
+            let e = parse_peer(bad).unwrap_err();
+            assert!(
+                e.contains("expected IP:PORT or IP, e.g. 10.0.0.5:7447"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(parse_peer("10.0.0.5:0").unwrap_err().contains("port 0"));
+        assert!(parse_peer("[::1]:7447").unwrap_err().contains("IPv4 only"));
+        assert!(parse_peer("::1").unwrap_err().contains("IPv4 only"));
+    }
+
+    #[test]
+    fn network_options_without_net_are_refused() {
+        let args = |extra: &[&str]| {
+            let mut argv = vec!["registry-server"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap().net
+        };
+        assert!(check_net_options(&args(&[])).is_ok());
+        assert!(check_net_options(&args(&["--net", "--key-file", "k"])).is_ok());
+        let e = check_net_options(&args(&["--key-file", "/etc/baton/net.key"])).unwrap_err();
+        assert!(
+            e.contains("--key-file /etc/baton/net.key") && e.contains("add --net"),
+            "{e}"
+        );
+        let e =
+            check_net_options(&args(&["--peer", "10.0.0.5", "--interface", "eth0"])).unwrap_err();
+        assert!(
+            e.contains("--peer, --interface") && e.contains("them"),
+            "{e}"
+        );
     }
 }

@@ -30,3 +30,96 @@ fn a_bad_domain_name_is_refused_with_the_rule() {
         "{err}"
     );
 }
+
+#[test]
+fn a_peer_is_an_address_with_or_without_its_port() {
+    let out = registry()
+        .args(["--peer", "10.0.0.5.7447"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("expected IP:PORT or IP, e.g. 10.0.0.5:7447 or 10.0.0.5"),
+        "{err}"
+    );
+    // A bare address is taken (here refused only for the missing --net: no traffic is sent).
+    let out = registry()
+        .args(["--domain", "cli-peer-unused", "--peer", "10.0.0.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--peer only applies to network reflection"),
+        "{err}"
+    );
+}
+
+/// Runs the registry for a fresh domain until it logs that it serves, then stops it; what it
+/// logged. With `terminal` its stderr is a terminal (through `script`), else a file.
+fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
+    use std::time::{Duration, Instant};
+    let domain = format!("cli-{tag}-{}", std::process::id());
+    let log = std::env::temp_dir().join(format!("baton-{domain}.log"));
+    let bin = env!("CARGO_BIN_EXE_registry-server");
+    let mut command = if terminal {
+        // `script` gives the registry a terminal and copies what it prints to the log.
+        let mut c = Command::new("script");
+        c.args(["-q", "-e", "-f", "-c", &format!("{bin} --domain {domain}")])
+            .arg(&log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        c
+    } else {
+        let mut c = Command::new(bin);
+        c.args(["--domain", &domain])
+            .stderr(std::fs::File::create(&log).unwrap());
+        c
+    };
+    command.env("RUST_LOG", "info").env_remove("NO_COLOR");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("serving domain") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // `script` passes SIGTERM on to the registry.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&log);
+    let _ = bus::Domain::new(&domain).unwrap().remove_all_segments();
+    assert!(
+        text.contains("serving domain"),
+        "no start-up line: {text:?}"
+    );
+    text
+}
+
+/// Colours only on a terminal without NO_COLOR: the journal and log files get plain text.
+#[test]
+fn logs_are_coloured_only_on_a_terminal() {
+    let plain = first_log_lines("file", &[], false);
+    assert!(!plain.contains('\x1b'), "escape codes in a file: {plain:?}");
+    let Ok(status) = Command::new("script").arg("--version").output() else {
+        eprintln!("no `script` (util-linux): terminal case not checked");
+        return;
+    };
+    assert!(status.status.success());
+    let coloured = first_log_lines("tty", &[], true);
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let no_color = first_log_lines("nocolor", &[("NO_COLOR", "1")], true);
+    assert!(!no_color.contains('\x1b'), "NO_COLOR ignored: {no_color:?}");
+}
