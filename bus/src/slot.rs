@@ -70,6 +70,8 @@ const OFF_ORIGIN_LEN: usize = 592;
 const OFF_ORIGIN: usize = 600;
 const ORIGIN_AREA: usize = 64;
 const OFF_ORIGIN_SEQ: usize = 664;
+/// Zero in segments made before it existed: "session unknown".
+const OFF_ORIGIN_SESSION: usize = 672;
 const HEADER_SIZE: usize = 1024;
 const BUF_SEQ: usize = 0;
 const BUF_LEN: usize = 8;
@@ -506,6 +508,19 @@ impl Slot {
     pub fn set_origin_sequence(&self, sequence: u64) {
         self.word64(OFF_ORIGIN_SEQ)
             .store(sequence, Ordering::Release);
+    }
+
+    /// The session (start time) of the origin registry that sent the latest reflected value;
+    /// 0 when unknown. With `origin_sequence`, what a restarted registry orders values by: a
+    /// datagram of that session with an older sequence, or of an earlier session, is refused.
+    pub fn origin_session(&self) -> u64 {
+        self.load64(OFF_ORIGIN_SESSION)
+    }
+
+    /// Stores the origin session of the value about to be written by the mirror's writer.
+    pub fn set_origin_session(&self, session: u64) {
+        self.word64(OFF_ORIGIN_SESSION)
+            .store(session, Ordering::Release);
     }
 
     /// The word writers bump and waiters sleep on.

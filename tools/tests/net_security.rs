@@ -16,8 +16,11 @@ const B: usize = 1;
 const C: usize = 2;
 
 fn key_file(tag: &str, bytes: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let path = std::env::temp_dir().join(format!("baton-key-{}-{tag}", std::process::id()));
     std::fs::write(&path, bytes).expect("write key file");
+    // The registry refuses a key file other users may read.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     path
 }
 
@@ -321,4 +324,69 @@ fn wait_until_b_knows_a_publications(lab: &Lab) {
         lab.stats(B)
             .is_some_and(|s| s["peers"][0]["publications"].as_u64().unwrap_or(0) >= 2)
     });
+}
+
+/// With a key, big values (hundreds of datagrams each) flow while every host announces ten
+/// times a second: announcements and values come through two sockets in no order between them,
+/// and none of the values' datagrams may be refused as a replay.
+#[test]
+fn big_values_beside_announcements_are_never_taken_for_replays() {
+    let mut lab = Lab::new(3);
+    let key = key_file("streams", "a shared key for the two streams test");
+    let key_arg = key.to_string_lossy().into_owned();
+    for h in [A, B, C] {
+        lab.start_registry(h, &["--key-file", &key_arg], &[]);
+    }
+    let readers: Vec<usize> = [B, C]
+        .into_iter()
+        .map(|h| {
+            lab.spawn(
+                h,
+                "bus-stress",
+                &[
+                    "read",
+                    "--name",
+                    "/streams",
+                    "--seconds",
+                    "30",
+                    "--wait",
+                    "--until",
+                    "100",
+                ],
+            )
+        })
+        .collect();
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/streams",
+            "--count",
+            "100",
+            "--interval-ms",
+            "10",
+            "--min-size",
+            "300000",
+            "--max-size",
+            "1000000",
+            "--linger",
+            "60",
+        ],
+    );
+    for r in readers {
+        let s = summary(&lab.finish(r));
+        assert_eq!(s["last"], 100, "{s}");
+        assert_eq!(s["bad"], 0, "{s}");
+    }
+    for h in [B, C] {
+        assert_eq!(
+            lab.dropped(h, "replayed"),
+            0,
+            "host {h}: {:?}",
+            lab.stats(h)
+        );
+    }
+    let _ = std::fs::remove_file(key);
 }

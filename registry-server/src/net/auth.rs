@@ -25,10 +25,18 @@ impl Key {
     }
 
     /// Reads a key file: any bytes, at least 16 of them (whitespace at the ends is ignored so
-    /// that a file written with `echo` works).
+    /// that a file written with `echo` works). A file that other users may read or write (mode
+    /// `o+r` or `o+w`) is refused: whoever can read the key can forge datagrams. Readable by
+    /// its group is allowed (a group reserved for the registry, see docs/deploying.md).
     pub fn from_file(path: &std::path::Path, domain: &str) -> Result<Key, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
+        use std::io::Read;
+        let cannot = |e: std::io::Error| format!("cannot read key file {}: {e}", path.display());
+        let mut file = std::fs::File::open(path).map_err(cannot)?;
+        // The mode of the file opened, not of whatever the path names a moment later.
+        let mode = file.metadata().map_err(cannot)?.permissions();
+        check_mode(path, std::os::unix::fs::PermissionsExt::mode(&mode))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(cannot)?;
         let trimmed = bytes.trim_ascii();
         if trimmed.len() < 16 {
             return Err(format!(
@@ -54,16 +62,52 @@ impl Key {
     }
 }
 
+/// Refuses a key file that other users may read or write (see `Key::from_file`).
+fn check_mode(path: &std::path::Path, mode: u32) -> Result<(), String> {
+    let others = mode & 0o007;
+    if others & 0o006 == 0 {
+        return Ok(());
+    }
+    let what = match (others & 0o004 != 0, others & 0o002 != 0) {
+        (true, true) => {
+            "readable and writable by every user: anyone could forge this bus's \
+                         datagrams or replace the key"
+        }
+        (true, false) => "readable by every user: anyone could forge this bus's datagrams",
+        _ => "writable by every user: anyone could replace the key",
+    };
+    Err(format!(
+        "key file {} is mode {:04o}, {what}. Run `chmod {:04o} {}` (or 0600) and start again",
+        path.display(),
+        mode & 0o7777,
+        mode & 0o770,
+        path.display()
+    ))
+}
+
 /// Packets accepted out of order behind the newest one.
 pub const WINDOW: u64 = 256;
 
-/// Most senders whose windows are kept. A forgotten host's window is kept too (a datagram it
-/// sent before it was forgotten stays a replay afterwards); past this bound the window of the
-/// forgotten (then the least recently heard) sender is dropped first.
-pub const MAX_SENDERS: usize = 1024;
+/// Most windows kept (one per sender and stream). A forgotten host's windows are kept too (a
+/// datagram it sent before it was forgotten stays a replay afterwards); past this bound the
+/// windows of forgotten (then of the least recently heard) senders are dropped first.
+pub const MAX_WINDOWS: usize = 2048;
 
-/// Per-sender replay windows: each sender's session (its registry's start time) and which of
-/// its last `WINDOW` packet numbers were seen.
+/// Which of a sender's two streams a datagram belongs to. A registry numbers all its datagrams
+/// with one counter, but sends announcements and values from two sockets, and two receiver
+/// threads read them in no order between them: one window over both would refuse values
+/// overtaken by a later announcement (by more than `WINDOW` packets, as during a big value) as
+/// replays. Within one stream the numbers still only grow, so a window per stream keeps every
+/// replay out. The stream is read from the signed header (its channel), so a replay cannot
+/// change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    Announcements,
+    Values,
+}
+
+/// Per-sender replay windows, one per stream: each sender's session (its registry's start
+/// time) and which of its last `WINDOW` packet numbers were seen.
 ///
 /// Windows outlive the forgetting of their host: forgetting only marks a window as the first to
 /// evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
@@ -71,7 +115,7 @@ pub const MAX_SENDERS: usize = 1024;
 /// replay until its window is evicted; its datagrams are counted as `replayed`.
 #[derive(Default)]
 pub struct Replay {
-    senders: HashMap<u64, SenderWindow>,
+    senders: HashMap<(u64, Stream), SenderWindow>,
     /// Logical clock of accepted packets, for least-recently-heard eviction.
     clock: u64,
 }
@@ -101,13 +145,20 @@ impl SenderWindow {
 impl Replay {
     /// Accepts `(session, packet)` from `sender` once; a packet of an older session, a packet
     /// seen before, or one older than the window is refused.
-    pub fn accept(&mut self, sender: u64, session: u64, packet: u64) -> Result<(), Drop> {
-        if !self.senders.contains_key(&sender) {
+    pub fn accept(
+        &mut self,
+        sender: u64,
+        stream: Stream,
+        session: u64,
+        packet: u64,
+    ) -> Result<(), Drop> {
+        let key = (sender, stream);
+        if !self.senders.contains_key(&key) {
             self.make_room();
         }
         let w = self
             .senders
-            .entry(sender)
+            .entry(key)
             .or_insert_with(|| SenderWindow::new(session));
         if session < w.session {
             return Err(Drop::Replayed);
@@ -144,19 +195,21 @@ impl Replay {
 
     /// Its host was forgotten (timed out): the window stays, first in line for eviction.
     pub fn forget(&mut self, sender: u64) {
-        if let Some(w) = self.senders.get_mut(&sender) {
-            w.forgotten = true;
+        for stream in [Stream::Announcements, Stream::Values] {
+            if let Some(w) = self.senders.get_mut(&(sender, stream)) {
+                w.forgotten = true;
+            }
         }
     }
 
     /// Makes room for one more sender: evicts a forgotten one, else the least recently heard.
     fn make_room(&mut self) {
-        while self.senders.len() >= MAX_SENDERS {
+        while self.senders.len() >= MAX_WINDOWS {
             let victim = self
                 .senders
                 .iter()
                 .min_by_key(|(_, w)| (!w.forgotten, w.heard))
-                .map(|(s, _)| *s);
+                .map(|(k, _)| *k);
             match victim {
                 Some(s) => {
                     self.senders.remove(&s);
@@ -166,7 +219,7 @@ impl Replay {
         }
     }
 
-    /// Senders whose windows are kept.
+    /// Windows kept (at most two per sender).
     pub fn len(&self) -> usize {
         self.senders.len()
     }
@@ -179,6 +232,46 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Stream::Values;
+
+    #[test]
+    fn a_key_file_others_may_read_or_write_is_refused() {
+        let path = std::path::Path::new("/etc/baton/net.key");
+        for ok in [0o600, 0o400, 0o640, 0o660, 0o100640] {
+            assert!(check_mode(path, ok).is_ok(), "{ok:o}");
+        }
+        let e = check_mode(path, 0o100644).unwrap_err();
+        assert!(
+            e.contains("/etc/baton/net.key is mode 0644, readable by every user")
+                && e.contains("chmod 0640 /etc/baton/net.key"),
+            "{e}"
+        );
+        assert!(check_mode(path, 0o602)
+            .unwrap_err()
+            .contains("0602, writable by every user: anyone could replace"));
+        assert!(check_mode(path, 0o666)
+            .unwrap_err()
+            .contains("readable and writable"));
+        // Execute by others alone gives nothing away.
+        assert!(check_mode(path, 0o601).is_ok());
+    }
+
+    #[test]
+    fn key_files_are_read_only_when_others_cannot_read_them() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = std::env::temp_dir().join(format!("baton-auth-key-{}", std::process::id()));
+        std::fs::write(&path, "correct horse battery staple\n").unwrap();
+        let set =
+            |mode| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        set(0o644);
+        let refused = Key::from_file(&path, "d").err();
+        set(0o640);
+        let accepted = Key::from_file(&path, "d");
+        std::fs::remove_file(&path).unwrap();
+        assert!(refused.is_some_and(|e| e.contains("mode 0644")));
+        let expected = Key::derive(b"correct horse battery staple", "d");
+        assert_eq!(accepted.unwrap().0, expected.0);
+    }
 
     #[test]
     fn macs_depend_on_key_domain_and_bytes() {
@@ -194,51 +287,90 @@ mod tests {
     #[test]
     fn replays_and_old_sessions_are_refused() {
         let mut r = Replay::default();
-        assert!(r.accept(1, 10, 1).is_ok());
-        assert!(r.accept(1, 10, 3).is_ok());
-        assert!(r.accept(1, 10, 2).is_ok(), "reordered within the window");
-        assert_eq!(r.accept(1, 10, 2), Err(Drop::Replayed));
-        assert!(r.accept(1, 10, 1000).is_ok());
-        assert_eq!(r.accept(1, 10, 3), Err(Drop::Replayed), "behind the window");
-        assert!(r.accept(1, 10, 1000 - WINDOW + 1).is_ok());
-        assert!(r.accept(1, 11, 1).is_ok(), "a restarted sender");
+        assert!(r.accept(1, Values, 10, 1).is_ok());
+        assert!(r.accept(1, Values, 10, 3).is_ok());
+        assert!(
+            r.accept(1, Values, 10, 2).is_ok(),
+            "reordered within the window"
+        );
+        assert_eq!(r.accept(1, Values, 10, 2), Err(Drop::Replayed));
+        assert!(r.accept(1, Values, 10, 1000).is_ok());
         assert_eq!(
-            r.accept(1, 10, 2000),
+            r.accept(1, Values, 10, 3),
+            Err(Drop::Replayed),
+            "behind the window"
+        );
+        assert!(r.accept(1, Values, 10, 1000 - WINDOW + 1).is_ok());
+        assert!(r.accept(1, Values, 11, 1).is_ok(), "a restarted sender");
+        assert_eq!(
+            r.accept(1, Values, 10, 2000),
             Err(Drop::Replayed),
             "its old session"
         );
-        assert!(r.accept(2, 10, 1).is_ok(), "another sender");
+        assert!(r.accept(2, Values, 10, 1).is_ok(), "another sender");
     }
 
     #[test]
     fn a_forgotten_senders_old_datagrams_stay_replays() {
         let mut r = Replay::default();
         for p in 1..=5 {
-            assert!(r.accept(1, 10, p).is_ok());
+            assert!(r.accept(1, Values, 10, p).is_ok());
         }
         r.forget(1);
-        assert_eq!(r.accept(1, 10, 3), Err(Drop::Replayed), "seen before");
-        assert_eq!(r.accept(1, 9, 100), Err(Drop::Replayed), "an older session");
-        assert!(r.accept(1, 10, 6).is_ok(), "the same host, back again");
-        assert!(r.accept(1, 11, 1).is_ok(), "the host restarted");
+        assert_eq!(
+            r.accept(1, Values, 10, 3),
+            Err(Drop::Replayed),
+            "seen before"
+        );
+        assert_eq!(
+            r.accept(1, Values, 9, 100),
+            Err(Drop::Replayed),
+            "an older session"
+        );
+        assert!(
+            r.accept(1, Values, 10, 6).is_ok(),
+            "the same host, back again"
+        );
+        assert!(r.accept(1, Values, 11, 1).is_ok(), "the host restarted");
     }
 
     #[test]
     fn windows_are_bounded_and_forgotten_senders_are_evicted_first() {
         let mut r = Replay::default();
-        for s in 0..MAX_SENDERS as u64 {
-            assert!(r.accept(s, 10, 1).is_ok());
+        for s in 0..MAX_WINDOWS as u64 {
+            assert!(r.accept(s, Values, 10, 1).is_ok());
         }
         r.forget(7);
         // Sender 0 is the least recently heard, but 7 was forgotten: 7 goes.
-        assert!(r.accept(5000, 10, 1).is_ok());
-        assert_eq!(r.len(), MAX_SENDERS);
-        assert_eq!(r.accept(0, 10, 1), Err(Drop::Replayed), "0 kept");
-        assert!(r.accept(7, 10, 1).is_ok(), "7's window was evicted");
+        assert!(r.accept(5000, Values, 10, 1).is_ok());
+        assert_eq!(r.len(), MAX_WINDOWS);
+        assert_eq!(r.accept(0, Values, 10, 1), Err(Drop::Replayed), "0 kept");
+        assert!(r.accept(7, Values, 10, 1).is_ok(), "7's window was evicted");
         // No forgotten sender left: the least recently heard (0: a refused replay does not
         // count as heard) went to make room for 7.
-        assert_eq!(r.len(), MAX_SENDERS);
-        assert_eq!(r.accept(1, 10, 1), Err(Drop::Replayed), "1 kept");
-        assert!(r.accept(0, 10, 1).is_ok(), "0 was evicted");
+        assert_eq!(r.len(), MAX_WINDOWS);
+        assert_eq!(r.accept(1, Values, 10, 1), Err(Drop::Replayed), "1 kept");
+        assert!(r.accept(0, Values, 10, 1).is_ok(), "0 was evicted");
+    }
+
+    #[test]
+    fn announcements_and_values_have_windows_of_their_own() {
+        // One counter numbers both streams; a late value behind a much newer announcement is
+        // not a replay, a value seen before still is.
+        let mut r = Replay::default();
+        assert!(r.accept(1, Values, 10, 5).is_ok());
+        assert!(r.accept(1, Stream::Announcements, 10, 5000).is_ok());
+        assert!(r.accept(1, Values, 10, 6).is_ok());
+        assert_eq!(r.accept(1, Values, 10, 6), Err(Drop::Replayed));
+        assert_eq!(
+            r.accept(1, Stream::Announcements, 10, 5000),
+            Err(Drop::Replayed)
+        );
+        r.forget(1);
+        assert_eq!(
+            r.accept(1, Values, 10, 5),
+            Err(Drop::Replayed),
+            "kept when forgotten"
+        );
     }
 }

@@ -29,7 +29,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,9 @@ pub struct Net {
     counters: Counters,
     /// Poked (private futex) whenever the registry's endpoints change.
     change: AtomicU32,
+    /// The last session of another registry using this host name that was logged (two hosts
+    /// with one name never see each other: each drops the other's datagrams as its own).
+    name_clash_logged: AtomicU64,
 }
 
 impl Net {
@@ -277,6 +280,7 @@ impl Net {
                 gso,
                 gso_buffer: Vec::new(),
             }),
+            name_clash_logged: AtomicU64::new(0),
             state: Mutex::new(NetState {
                 peers: Peers::default(),
                 replay: Replay::default(),

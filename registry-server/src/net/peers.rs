@@ -95,12 +95,17 @@ impl Peers {
         self.host_of_sender.get(&sender).map(String::as_str)
     }
 
-    /// Forgets hosts silent for longer than `after`; returns (host, sender id) of each.
+    /// Forgets hosts silent for longer than `after`, or than three of their own announcement
+    /// intervals if those are longer (a host configured to announce rarely is not forgotten
+    /// between two announcements); returns (host, sender id) of each.
     pub fn expire(&mut self, now: Instant, after: Duration) -> Vec<(String, u64)> {
         let gone: Vec<(String, u64)> = self
             .by_host
             .iter()
-            .filter(|(_, p)| now.duration_since(p.last_heard) > after)
+            .filter(|(_, p)| {
+                let theirs = Duration::from_millis(u64::from(p.announce.interval_ms) * 3);
+                now.duration_since(p.last_heard) > after.max(theirs)
+            })
             .map(|(h, p)| (h.clone(), p.sender))
             .collect();
         for (host, sender) in &gone {
@@ -216,5 +221,23 @@ mod tests {
         let gone = p.expire(t0 + Duration::from_millis(500), Duration::from_millis(400));
         assert_eq!(gone.len(), 2);
         assert!(p.host_of(super::super::wire::fnv1a(b"a")).is_none());
+    }
+
+    #[test]
+    fn a_host_announcing_rarely_is_kept_for_three_of_its_intervals() {
+        let addr: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let t0 = Instant::now();
+        let mut p = Peers::default();
+        let mut rare = announce("rare", &["/x"], &[]);
+        rare.interval_ms = 4000;
+        p.heard(rare, 1, addr, t0);
+        let forget_after = Duration::from_millis(1500);
+        assert!(p
+            .expire(t0 + Duration::from_secs(5), forget_after)
+            .is_empty());
+        assert_eq!(
+            p.expire(t0 + Duration::from_secs(13), forget_after).len(),
+            1
+        );
     }
 }

@@ -2,13 +2,29 @@
 //!
 //! Incomplete messages are kept per (sender, channel): a fragment of a newer message on the
 //! same channel replaces the older incomplete one (latest-value semantics: nobody wants the old
-//! value any more), a fragment of an older message is stale. When the bytes held would exceed
-//! the limit, the oldest incomplete messages are evicted.
+//! value any more), a fragment (or a whole one-fragment message) of an older message is stale.
+//! When the memory held would exceed the limit, or there are more than `MAX_PARTIALS`
+//! incomplete messages, the oldest ones are evicted. The memory counted for an incomplete
+//! message is its buffer plus a fixed `OVERHEAD`, so that many tiny ones (a flood of crafted
+//! fragments) are bounded as well as a few big ones.
+//!
+//! The sender and channel come off the wire: without a key anyone can make up new ones, so the
+//! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
+//! duplicate delivery, which the mirror's sequence check then refuses.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::wire::{Datagram, Drop};
+
+/// Memory counted per incomplete message besides its buffer: the map entry, the fragment
+/// bitmap and the allocations' headers (a generous estimate).
+const OVERHEAD: usize = 256;
+/// Most incomplete messages held at once, whatever their size.
+const MAX_PARTIALS: usize = 4096;
+/// Most (sender, channel) pairs whose newest delivered message is remembered; past it the
+/// record starts over.
+const MAX_DELIVERED: usize = 65_536;
 
 struct Partial {
     session: u64,
@@ -47,7 +63,7 @@ impl Reassembler {
         }
     }
 
-    /// Bytes held for incomplete messages.
+    /// Memory counted for incomplete messages (buffers plus `OVERHEAD` each).
     pub fn held(&self) -> usize {
         self.held
     }
@@ -67,8 +83,14 @@ impl Reassembler {
             }
         }
         if d.fragments() == 1 {
+            if let Some(p) = self.partial.get(&key) {
+                // An older message arriving late must not cost the newer incomplete one.
+                if p.session == h.session && p.message > h.message {
+                    return (Outcome::Dropped(Drop::Stale), 0);
+                }
+            }
             self.drop_partial(&key);
-            self.delivered.insert(key, (h.session, h.message));
+            self.remember_delivered(key, h.session, h.message);
             return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
         }
         let mut evicted = 0;
@@ -81,10 +103,11 @@ impl Reassembler {
         if replace {
             self.drop_partial(&key);
             let total = h.total as usize;
-            if total > self.limit {
+            let cost = total + OVERHEAD;
+            if cost > self.limit {
                 return (Outcome::Dropped(Drop::Oversized), 0);
             }
-            while self.held + total > self.limit {
+            while self.held + cost > self.limit || self.partial.len() >= MAX_PARTIALS {
                 let Some(oldest) = self
                     .partial
                     .iter()
@@ -97,7 +120,7 @@ impl Reassembler {
                 evicted += 1;
             }
             let fragments = d.fragments();
-            self.held += total;
+            self.held += cost;
             self.partial.insert(
                 key,
                 Partial {
@@ -135,8 +158,8 @@ impl Reassembler {
         let Some(done) = done else {
             return (Outcome::Dropped(Drop::Malformed), evicted);
         };
-        self.held -= done.buf.len();
-        self.delivered.insert(key, (h.session, h.message));
+        self.held -= done.buf.len() + OVERHEAD;
+        self.remember_delivered(key, h.session, h.message);
         (
             Outcome::Complete(std::borrow::Cow::Owned(done.buf)),
             evicted,
@@ -174,8 +197,15 @@ impl Reassembler {
 
     fn drop_partial(&mut self, key: &(u64, u64)) {
         if let Some(p) = self.partial.remove(key) {
-            self.held -= p.buf.len();
+            self.held -= p.buf.len() + OVERHEAD;
         }
+    }
+
+    fn remember_delivered(&mut self, key: (u64, u64), session: u64, message: u64) {
+        if self.delivered.len() >= MAX_DELIVERED && !self.delivered.contains_key(&key) {
+            self.delivered.clear();
+        }
+        self.delivered.insert(key, (session, message));
     }
 }
 
@@ -227,7 +257,7 @@ mod tests {
         for x in rest {
             assert!(add(&mut r, x).is_none());
         }
-        assert_eq!(r.held(), 1000);
+        assert_eq!(r.held(), 1000 + OVERHEAD);
         assert_eq!(add(&mut r, last).unwrap(), data);
         assert_eq!(r.held(), 0);
         // Message 2 half done, then message 3 starts: 2 is dropped, its late fragments stale.
@@ -246,10 +276,11 @@ mod tests {
     #[test]
     fn memory_stays_bounded() {
         let data = vec![1u8; 1000];
-        let mut r = Reassembler::new(2500);
+        let limit = 2 * (1000 + OVERHEAD) + 100;
+        let mut r = Reassembler::new(limit);
         for channel in 1..10 {
             add(&mut r, &frags(1, channel, &data, 100)[0]);
-            assert!(r.held() <= 2500);
+            assert!(r.held() <= limit);
         }
         assert_eq!(r.pending(), 2);
         let big = vec![1u8; 3000];
@@ -259,5 +290,31 @@ mod tests {
             r.add(&d, Instant::now()).0,
             Outcome::Dropped(Drop::Oversized)
         ));
+    }
+
+    #[test]
+    fn many_tiny_incomplete_messages_are_bounded_by_count_and_overhead() {
+        let mut r = Reassembler::new(256 << 20);
+        for channel in 0..3 * MAX_PARTIALS as u64 {
+            add(&mut r, &frags(1, channel, &[1, 2], 1)[0]);
+        }
+        assert_eq!(r.pending(), MAX_PARTIALS);
+        assert_eq!(r.held(), MAX_PARTIALS * (2 + OVERHEAD));
+        // The record of delivered messages starts over instead of growing.
+        for channel in 0..2 * MAX_DELIVERED as u64 {
+            add(&mut r, &frags(1, 1 << 32 | channel, &[1], 1)[0]);
+        }
+        assert!(r.delivered.len() <= MAX_DELIVERED);
+    }
+
+    #[test]
+    fn a_late_older_one_fragment_message_leaves_the_newer_incomplete_one() {
+        let data = vec![5u8; 200];
+        let mut r = Reassembler::new(1 << 20);
+        let ten = frags(10, 7, &data, 100);
+        assert!(add(&mut r, &ten[0]).is_none());
+        let five = frags(5, 7, &[1, 2, 3], 100);
+        assert!(add(&mut r, &five[0]).is_none(), "message 5 is older: stale");
+        assert_eq!(add(&mut r, &ten[1]).as_deref(), Some(&data[..]));
     }
 }

@@ -6,8 +6,10 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::auth::Stream;
 use super::reassembly::Outcome;
 use super::stats::Counters;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
@@ -50,6 +52,16 @@ impl Net {
             return Err(Drop::OtherDomain);
         }
         if h.sender == self.sender_id {
+            if h.session != self.session
+                && self.name_clash_logged.swap(h.session, Ordering::Relaxed) != h.session
+            {
+                tracing::warn!(
+                    "another registry at {} uses this host name '{}': the two cannot see each \
+                     other; give each computer its own --host",
+                    from.ip(),
+                    self.host
+                );
+            }
             return Err(Drop::Own);
         }
         if from.ip().is_loopback() {
@@ -62,7 +74,12 @@ impl Net {
             _ => {}
         }
         let mut st = lock(&self.state);
-        st.replay.accept(h.sender, h.session, h.packet)?;
+        let stream = if h.channel == wire::ANNOUNCE_CHANNEL {
+            Stream::Announcements
+        } else {
+            Stream::Values
+        };
+        st.replay.accept(h.sender, stream, h.session, h.packet)?;
         let (outcome, evicted) = st.reassembly.add(&d, Instant::now());
         for _ in 0..evicted {
             self.counters.drop(Drop::Evicted);
@@ -112,8 +129,13 @@ impl Net {
             return Err(Drop::Unexpected);
         }
         if m.origin_session != session {
-            // The origin registry restarted: its sequence numbers are a new series. Packets of
-            // its old session never get here (the replay window refuses them).
+            // Sessions are the origin registry's start times. An earlier one is a late or
+            // replayed packet of a run that has ended (after our own restart the replay window
+            // is empty, so only this check refuses it); a later one means the origin registry
+            // restarted and its sequence numbers are a new series.
+            if session < m.origin_session {
+                return Err(Drop::Older);
+            }
             m.origin_session = session;
             m.last_sequence = 0;
         }
@@ -124,6 +146,7 @@ impl Net {
             return Err(Drop::Oversized);
         }
         m.last_sequence = v.sequence;
+        m.slot.set_origin_session(session);
         m.slot.set_origin_sequence(v.sequence);
         if m.slot.write_at(v.bytes, v.write_time_ns).is_err() {
             return Err(Drop::Oversized);

@@ -78,14 +78,16 @@ impl Net {
                     if fresh {
                         match Slot::open(&segment, true) {
                             Ok(slot) => {
+                                // An adopted mirror resumes ordering from what it holds.
                                 let last_sequence = slot.origin_sequence();
+                                let origin_session = slot.origin_session();
                                 st.mirrors.insert(
                                     name.as_str().to_owned(),
                                     Mirror {
                                         slot,
                                         origin: c.claim.host.clone(),
                                         hash: c.claim.schema_hash,
-                                        origin_session: 0,
+                                        origin_session,
                                         last_sequence,
                                     },
                                 );

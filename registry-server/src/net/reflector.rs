@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus::futex;
-use bus::slot::Slot;
+use bus::slot::{ReadInfo, Slot};
 
 use super::stats::{Counters, NetStats, PeerStats};
 use super::wire::{self, Drop, Value};
@@ -107,13 +107,13 @@ impl Net {
             if to.is_empty() {
                 continue;
             }
-            let Some(seq) = read_value(&r.slot, value) else {
+            let Some(read) = read_value(&r.slot, value) else {
                 continue;
             };
             if changed {
-                r.last_sent = seq;
+                r.last_sent = read.sequence;
             }
-            self.send_value(name, r, seq, value, message, &to);
+            self.send_value(name, r, read, value, message, &to);
         }
     }
 
@@ -121,17 +121,18 @@ impl Net {
         &self,
         name: &str,
         r: &Reflected,
-        seq: u64,
+        read: ReadInfo,
         value: &[u8],
         message: &mut Vec<u8>,
         to: &[SocketAddr],
     ) {
-        let write_time_ns = r.slot.last_write().map_or(0, |w| w.write_time_ns);
+        // The write time read with the value: a separate read could pair this value with the
+        // time of a newer write.
         wire::encode_value(
             &Value {
                 name,
-                sequence: seq,
-                write_time_ns,
+                sequence: read.sequence,
+                write_time_ns: read.write_time_ns,
                 schema_hash: r.hash,
                 bytes: value,
             },
@@ -241,6 +242,6 @@ impl Net {
 }
 
 /// Reads the slot's latest value; its sequence, or `None` if nothing was written.
-fn read_value(slot: &Slot, out: &mut Vec<u8>) -> Option<u64> {
-    slot.read(0, out).ok().flatten().map(|info| info.sequence)
+fn read_value(slot: &Slot, out: &mut Vec<u8>) -> Option<ReadInfo> {
+    slot.read(0, out).ok().flatten()
 }

@@ -114,6 +114,11 @@ impl Registry {
             );
         }
         if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
+            if slot.origin() != claim.host {
+                // The ordering kept in the slot (session, sequence) was another host's.
+                slot.set_origin_session(0);
+                slot.set_origin_sequence(0);
+            }
             slot.set_origin(&claim.host);
             entry.origin = Some(claim.host.clone());
         }
