@@ -54,3 +54,54 @@ fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
             && wheel(&mut state, "right").is_some_and(|v| v.abs() < 0.01)
     });
 }
+
+/// Bad arbiter names are usage errors, checked by the arbiter's own rule before anything is
+/// created: a name with `/` would make a slot such as `/robot/resource//robot/arbiter/arm/state`.
+#[test]
+fn arbiter_names_follow_the_arbiters_rule() {
+    let mut t = TestBus::new();
+    for args in [
+        ["--arm", "/robot/arbiter/arm"],
+        ["--drive", "drive base"],
+        ["--arm", ""],
+    ] {
+        let sim = t.spawn_bin("robot-sim", &args);
+        let out = t.finish(sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.contains(args[0]) && err.contains(arbiter::protocol::NAME_RULE),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        t.domain.segment_files().unwrap().is_empty(),
+        "nothing was created"
+    );
+}
+
+/// One arbiter for both resources is refused up front, not reported as a second publisher of
+/// the simulator's own state slot.
+#[test]
+fn the_arm_and_the_drive_need_two_arbiters() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let sim = t.spawn_bin("robot-sim", &["--arm", "base", "--drive", "base"]);
+    let out = t.finish(sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("--arm and --drive must name different arbiters"),
+        "{err}"
+    );
+    assert!(!err.contains("live publisher"), "{err}");
+    let created: Vec<String> = t
+        .domain
+        .segment_files()
+        .unwrap()
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.starts_with("/robot/"))
+        .collect();
+    assert!(created.is_empty(), "{created:?}");
+}

@@ -4,12 +4,16 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use arbiter::protocol::{command_slot, now_ns, state_slot, ResourceCommand, ResourceState};
-use clap::Parser;
+use arbiter::protocol::{
+    command_slot, is_valid_name, now_ns, state_slot, ResourceCommand, ResourceState, NAME_RULE,
+};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use tools::sim::Robot;
 
 #[derive(Parser)]
 #[command(
+    name = "robot-sim",
     version,
     about = "Simulate a 4-joint arm and a differential drive base in place of hardware",
     long_about = "Simulate a 4-joint arm (turret, shoulder, elbow1, elbow2; position setpoints, \
@@ -20,11 +24,11 @@ setpoints; pose integrated).\n\nReads /robot/arbiter/<arm>/command and \
 executed: the joints hold and the wheels stop until an arbiter writes again."
 )]
 struct Args {
-    /// Name of the arm's arbiter.
-    #[arg(long, default_value = "arm")]
+    /// Name of the arm's arbiter (its `name` in the arbiter's configuration).
+    #[arg(long, default_value = "arm", value_parser = arbiter_name)]
     arm: String,
-    /// Name of the drive base's arbiter.
-    #[arg(long, default_value = "drive")]
+    /// Name of the drive base's arbiter (another arbiter than the arm's).
+    #[arg(long, default_value = "drive", value_parser = arbiter_name)]
     drive: String,
     /// Simulation steps per second.
     #[arg(long, default_value_t = 50.0)]
@@ -34,8 +38,54 @@ struct Args {
     domain: String,
 }
 
+/// Exit status of a command line that does not parse or names impossible arbiters (EX_USAGE,
+/// as `bus-inspect`).
+const USAGE: i32 = 64;
+
+/// An arbiter name, by the arbiter's own rule: it becomes one segment of the slot names.
+fn arbiter_name(name: &str) -> Result<String, String> {
+    if is_valid_name(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(NAME_RULE.to_owned())
+    }
+}
+
+impl Args {
+    /// What clap cannot check alone.
+    fn check(self) -> Result<Args, clap::Error> {
+        let mut command = Args::command();
+        if self.arm == self.drive {
+            return Err(command.error(
+                ErrorKind::ArgumentConflict,
+                format!(
+                    "--arm and --drive must name different arbiters (both are '{}'): each \
+                     arbiter commands its own resources",
+                    self.arm
+                ),
+            ));
+        }
+        if !(self.rate_hz > 0.0 && self.rate_hz <= 1000.0) {
+            return Err(command.error(
+                ErrorKind::ValueValidation,
+                format!("--rate-hz {}: expected 0 < rate <= 1000", self.rate_hz),
+            ));
+        }
+        Ok(self)
+    }
+}
+
 fn main() {
-    let args = Args::parse();
+    // Its own warnings (a command it passes over) and the bus's (a refusing registry) go to
+    // stderr, the journal under systemd.
+    daemon::init_logging("warn");
+    let args = match Args::try_parse().and_then(Args::check) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { USAGE } else { 0 });
+        }
+    };
     if let Err(e) = run(&args) {
         eprintln!("robot-sim: {e}");
         std::process::exit(1);
@@ -43,12 +93,6 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if !(args.rate_hz > 0.0 && args.rate_hz <= 1000.0) {
-        return Err(format!(
-            "--rate-hz {}: expected 0 < rate <= 1000",
-            args.rate_hz
-        ));
-    }
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let e = |e: bus::BusError| e.to_string();
