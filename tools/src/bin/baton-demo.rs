@@ -34,6 +34,7 @@ enum Role {
 }
 
 fn main() {
+    daemon::init_logging("warn");
     let args = Args::parse();
     let result = match args.role {
         Some(Role::Narrate { t0_ns, domain }) => bus::Domain::new(&domain)
