@@ -68,8 +68,11 @@ struct Rates {
 enum Command {
     /// Every slot: type, size, sequence, rate, age, writer and whether it runs, origin host.
     ///
-    /// RATE is over the last writes the slot still holds (up to four); for a measured rate use
-    /// `hz`. ORIGIN is this host for local slots, or the host a mirror reflects.
+    /// RATE is over the last writes the slot still holds (up to four), and `-` once the newest
+    /// is older than three periods of that rate (and a second): it shows what the slot does
+    /// now. For a measured rate use `hz`. ORIGIN is this host for local slots, or the host a
+    /// mirror reflects. Without a registry-server the slots are still listed, and stderr says
+    /// that none answers.
     List {
         /// Only names matching this: a glob with * and ? (`/robot/*`: everything under /robot/),
         /// or else a substring.
@@ -282,14 +285,14 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
     match command {
         Command::List { pattern, json } => list(domain, pattern.as_deref(), json.json),
         Command::Info { name, json } => {
-            let info =
-                registry::info(domain, &inspect::slot_name(&name).map_err(err)?).map_err(err)?;
+            let name = inspect::slot_name(&name).map_err(err)?;
+            let info = registry::info(domain, &name).map_err(|e| not_found(domain, e))?;
             show(json.json, &info, |i| format!("{}\n", render::info(i)))?;
             Ok(0)
         }
         Command::Get { name, json } => {
             let name = inspect::slot_name(&name).map_err(err)?;
-            let Some(r) = inspect::get(domain, &name).map_err(err)? else {
+            let Some(r) = inspect::get(domain, &name).map_err(|e| not_found(domain, e))? else {
                 return Err(format!("{name} has no value yet"));
             };
             if json {
@@ -396,7 +399,22 @@ fn list(domain: &Domain, pattern: Option<&str>, json: bool) -> Result<i32, Strin
     for e in &errors {
         eprintln!("bus-inspect: unreadable: {e}");
     }
+    // The segments list without a registry (exit 0), but nothing new can be published through
+    // the bus, and an empty list is more often the wrong domain: say so, in doctor's words.
+    if let Err(none) = registry::answers(domain) {
+        eprintln!("bus-inspect: {none}");
+    }
     Ok(0)
+}
+
+/// The error of `get` or `info`; for a slot that does not exist, followed (on its own line, in
+/// doctor's words) by the absence of a registry when none answers either: without one nothing
+/// is published, and the domain may be the wrong one.
+fn not_found(domain: &Domain, e: inspect::Error) -> String {
+    match (&e, registry::answers(domain)) {
+        (inspect::Error::NoSlot { .. }, Err(none)) => format!("{e}\nbus-inspect: {none}"),
+        _ => e.to_string(),
+    }
 }
 
 fn rates(

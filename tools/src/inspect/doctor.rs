@@ -49,14 +49,18 @@ impl Report {
     }
 }
 
-/// Device and inode of every file each process maps, except this process; plus how many
-/// processes' maps could not be read (other users' processes when not root).
-fn mapped_files() -> (HashMap<(u64, u64), Vec<u32>>, usize) {
+/// The pids that map each file, by device and inode.
+type Mapped = HashMap<(u64, u64), Vec<u32>>;
+
+/// Device and inode of every file each process maps, except this process; plus the processes
+/// whose maps could not be read (other users' processes when not root; as root, processes
+/// protected from it, such as another user namespace's), in pid order.
+fn mapped_files() -> (Mapped, Vec<u32>) {
     let me = std::process::id();
-    let mut mapped: HashMap<(u64, u64), Vec<u32>> = HashMap::new();
-    let mut unreadable = 0;
+    let mut mapped = Mapped::new();
+    let mut unreadable = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (mapped, 0);
+        return (mapped, unreadable);
     };
     for entry in dir.flatten() {
         let Some(pid) = entry
@@ -72,7 +76,7 @@ fn mapped_files() -> (HashMap<(u64, u64), Vec<u32>>, usize) {
         let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             Ok(maps) => maps,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                unreadable += 1;
+                unreadable.push(pid);
                 continue;
             }
             // The process exited meanwhile.
@@ -101,13 +105,46 @@ fn mapped_files() -> (HashMap<(u64, u64), Vec<u32>>, usize) {
             }
         }
     }
+    unreadable.sort_unstable();
     (mapped, unreadable)
+}
+
+/// How many unreadable processes `doctor` names before it only counts.
+const NAMED_UNREADABLE: usize = 5;
+
+/// What the segments check says of processes whose memory maps it could not read (`pids`, in
+/// order; `program` names one): a segment only they map looks unused. Running as root would
+/// show other users' processes, so a user is told to; root is told which processes they are.
+fn unreadable_maps(pids: &[u32], root: bool, program: impl Fn(u32) -> Option<String>) -> String {
+    let n = pids.len();
+    if n == 0 {
+        return String::new();
+    }
+    if !root {
+        return format!(
+            "; the memory maps of {n} process(es) are unreadable (other users' or protected \
+             processes): run as root to be sure a segment is unused"
+        );
+    }
+    let mut named: Vec<String> = pids
+        .iter()
+        .take(NAMED_UNREADABLE)
+        .map(|&pid| program(pid).map_or(format!("pid {pid}"), |p| format!("pid {pid} ({p})")))
+        .collect();
+    if n > NAMED_UNREADABLE {
+        named.push(format!("{} more", n - NAMED_UNREADABLE));
+    }
+    format!(
+        "; the memory maps of {n} process(es) are unreadable even as root: {}; a segment only \
+         they map would look unused",
+        named.join(", ")
+    )
 }
 
 /// Runs every check on `domain`.
 pub fn diagnose(domain: &Domain) -> Report {
     let mut checks = Vec::new();
-    let registry = super::registry::registry_pid(domain);
+    let registry = super::registry::answers(domain);
     checks.push(match &registry {
         Ok(pid) => Check::new(
             "registry",
@@ -118,14 +155,7 @@ pub fn diagnose(domain: &Domain) -> Report {
                 net::cmdline(*pid).map_or(String::new(), |c| format!(" ({})", c.join(" ")))
             ),
         ),
-        Err(e) => Check::new(
-            "registry",
-            Status::Fail,
-            format!(
-                "no registry-server answers on @{} ({e}); start `registry-server --domain {domain}`",
-                domain.registry_socket()
-            ),
-        ),
+        Err(none) => Check::new("registry", Status::Fail, none.clone()),
     });
     let registry_pid = registry.as_ref().ok().copied();
     let listing = super::registry::listing(domain).ok();
@@ -136,7 +166,7 @@ pub fn diagnose(domain: &Domain) -> Report {
         .map(|s| s.name.clone())
         .collect();
     let files = domain.segment_files().unwrap_or_default();
-    let (mapped, unreadable_maps) = mapped_files();
+    let (mapped, unreadable) = mapped_files();
     let mut stale = Vec::new();
     let mut modes: Vec<String> = Vec::new();
     let mut owners = HashSet::new();
@@ -191,13 +221,16 @@ pub fn diagnose(domain: &Domain) -> Report {
             });
         }
     }
-    let mut seg_detail = format!("{} segment(s) in {}", files.len(), bus::names::SHM_DIR);
-    if unreadable_maps > 0 {
-        seg_detail.push_str(&format!(
-            "; the memory maps of {unreadable_maps} process(es) are unreadable (other users' or protected processes): run \
-             as root to be sure a segment is unused"
-        ));
-    }
+    let seg_detail = format!(
+        "{} segment(s) in {}{}",
+        files.len(),
+        bus::names::SHM_DIR,
+        unreadable_maps(
+            &unreadable,
+            nix::unistd::geteuid().is_root(),
+            super::program_of
+        )
+    );
     checks.push(Check::new(
         "segments",
         if corrupt.is_empty() {
@@ -345,4 +378,32 @@ pub fn clean(stale: &[Stale]) -> Vec<Removed> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreadable_maps;
+
+    #[test]
+    fn unreadable_processes_are_counted_for_a_user_and_named_for_root() {
+        let program = |pid: u32| (pid == 1).then(|| "init".to_owned());
+        assert_eq!(unreadable_maps(&[], true, program), "");
+        let user = unreadable_maps(&[1, 40], false, program);
+        assert!(
+            user.contains("2 process(es)") && user.contains("run as root"),
+            "{user}"
+        );
+        let root = unreadable_maps(&[1, 40], true, program);
+        assert!(!root.contains("run as root"), "{root}");
+        assert!(
+            root.contains("even as root: pid 1 (init), pid 40;"),
+            "{root}"
+        );
+        let many: Vec<u32> = (1..=8).collect();
+        let root = unreadable_maps(&many, true, program);
+        assert!(
+            root.contains("pid 5, 3 more;") && !root.contains("pid 6"),
+            "{root}"
+        );
+    }
 }

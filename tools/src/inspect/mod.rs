@@ -160,14 +160,22 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// The short program name of a process (`/proc/<pid>/comm`), if it runs and is readable.
+/// The program name of a process, if it runs and is readable: the base name of its argv[0]
+/// (`/proc/<pid>/cmdline`, what the bus's own endpoints call a program), else its
+/// `/proc/<pid>/comm`, which the kernel cuts to 15 characters (`robot-controlle`).
 pub fn program_of(pid: u32) -> Option<String> {
     if pid == 0 {
         return None;
     }
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| s.trim().to_owned())
+    let argv0 = net::cmdline(pid).and_then(|args| {
+        let base = std::path::Path::new(args.first()?).file_name()?;
+        Some(base.to_string_lossy().into_owned())
+    });
+    argv0.or_else(|| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|s| s.trim().to_owned())
+    })
 }
 
 /// Nanoseconds since the Unix epoch now.

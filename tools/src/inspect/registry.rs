@@ -38,6 +38,19 @@ pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
     }
 }
 
+/// Whether a registry-server answers for `domain`, as `doctor`'s registry check decides it:
+/// its pid, or the sentence that says none does and how to start one (doctor's detail, and the
+/// note `list`, `get` and `info` print without a registry).
+pub fn answers(domain: &Domain) -> Result<u32, String> {
+    registry_pid(domain).map_err(|e| {
+        format!(
+            "no registry-server answers on domain '{domain}' (socket @{}: {e}); start \
+             `registry-server --domain {domain}`",
+            domain.registry_socket()
+        )
+    })
+}
+
 /// One endpoint, for printing.
 #[derive(Debug, Serialize, Clone)]
 pub struct Endpoint {

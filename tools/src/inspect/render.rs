@@ -9,19 +9,26 @@ use super::registry::{Endpoint, Endpoints, Info};
 use super::table::{self, Align, Table};
 use super::{Reading, SlotSummary};
 
-/// The writer cell: `alive teleop (4242)`, `gone (4242)`, `none`.
-fn writer(s: &SlotSummary) -> String {
-    match (s.writer, s.writer_alive) {
+/// The writer as `list`, `info`, `get` and `watch` print it: `alive teleop (4242)`,
+/// `gone (4242)`, `none`. `running`: its process runs (checked by pid and start time).
+fn writer_cell(state: WriterState, running: bool, pid: u32, program: Option<&str>) -> String {
+    match (state, running) {
         (WriterState::None, _) => "none".into(),
         (_, true) => format!(
-            "alive {}({})",
-            s.writer_program
-                .as_deref()
-                .map_or(String::new(), |p| format!("{p} ")),
-            s.writer_pid
+            "alive {}({pid})",
+            program.map_or(String::new(), |p| format!("{p} "))
         ),
-        (_, false) => format!("gone ({})", s.writer_pid),
+        (_, false) => format!("gone ({pid})"),
     }
+}
+
+fn writer(s: &SlotSummary) -> String {
+    writer_cell(
+        s.writer,
+        s.writer_alive,
+        s.writer_pid,
+        s.writer_program.as_deref(),
+    )
 }
 
 fn origin(s: &SlotSummary) -> String {
@@ -178,12 +185,18 @@ pub fn reading(r: &Reading, skipped: u64) -> String {
         .ok()
         .map(|d| d.as_secs_f64());
     let mut head = format!(
-        "{} ({}) sequence {}, written {} ago, writer {:?}",
+        "{} ({}) sequence {}, written {} ago, writer {}",
         r.name,
         table::short_type(&r.type_name, 48),
         r.sequence,
         table::age(age),
-        r.writer
+        // The reading's state is already `Gone` for a writer marked alive whose process died.
+        writer_cell(
+            r.writer,
+            r.writer == WriterState::Alive,
+            r.writer_pid,
+            r.writer_program.as_deref()
+        )
     );
     if let Some(o) = &r.origin {
         head.push_str(&format!(", from host {o}"));

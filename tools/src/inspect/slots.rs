@@ -22,7 +22,8 @@ pub struct SlotSummary {
     pub size: usize,
     pub sequence: u64,
     /// Writes per second over the last few writes the slot's buffers still hold; `None` with
-    /// fewer than two writes.
+    /// fewer than two writes, and once the newest is older than three periods of that rate
+    /// (and a second): the writer stopped, and the rate of its last burst is not current.
     pub rate_hz: Option<f64>,
     /// Seconds since the newest value was written; `None` when none.
     pub age_s: Option<f64>,
@@ -68,14 +69,15 @@ pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
     let writer = slot.writer();
     let alive = writer.is_running();
     let origin = slot.origin();
+    let age_s = info.map(|i| age(i.write_time()).as_secs_f64());
     Ok(SlotSummary {
         name: slot.name().to_string(),
         type_name: slot.schema().type_name.clone(),
         capacity: slot.capacity(),
         size: if info.is_some() { value.len() } else { 0 },
         sequence: info.map_or(0, |i| i.sequence),
-        rate_hz: recent_rate(slot),
-        age_s: info.map(|i| age(i.write_time()).as_secs_f64()),
+        rate_hz: current_rate(recent_rate(slot), age_s),
+        age_s,
         writer: writer.state,
         writer_pid: writer.pid,
         writer_alive: alive,
@@ -92,6 +94,20 @@ pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
         },
         segment: slot.segment().to_owned(),
     })
+}
+
+/// A slot counts as still writing at `rate` while its newest value is younger than this many
+/// of its periods...
+const QUIET_PERIODS: f64 = 3.0;
+/// ...and than this many seconds, so that a slow writer's jitter does not blank its rate.
+const QUIET_MIN_S: f64 = 1.0;
+
+/// The rate of the last writes if they are the slot's current activity: `None` once the newest
+/// value is older than [`QUIET_PERIODS`] periods of that rate (and [`QUIET_MIN_S`]), because
+/// the rate of a burst long over says nothing about the slot now.
+pub fn current_rate(rate: Option<f64>, age_s: Option<f64>) -> Option<f64> {
+    let (rate, age_s) = (rate?, age_s?);
+    (age_s <= (QUIET_PERIODS / rate).max(QUIET_MIN_S)).then_some(rate)
 }
 
 /// Writes per second over the values the buffers still hold (up to four): no sampling needed.
@@ -122,6 +138,12 @@ pub struct Reading {
     /// Origin host of a mirrored value; `None` for a value written on this computer.
     pub origin: Option<String>,
     pub value: serde_json::Value,
+    /// The writer's pid and, while it runs here, its program: for the text form, which
+    /// describes the writer as `list` does (the JSON keeps its documented fields).
+    #[serde(skip)]
+    pub writer_pid: u32,
+    #[serde(skip)]
+    pub writer_program: Option<String>,
 }
 
 /// Reads and decodes the newest value; `Ok(None)` when nothing was written yet.
@@ -138,14 +160,22 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     };
     let value = decode(slot, &bytes)?;
     let origin = slot.origin();
+    let writer = writer_now(slot);
+    let writer_pid = slot.writer().pid;
     Ok(Some(Reading {
         name: slot.name().to_string(),
         type_name: slot.schema().type_name.clone(),
         sequence: info.sequence,
         time_ns: info.write_time_ns,
-        writer: writer_now(slot),
+        writer,
         origin: (!origin.is_empty()).then_some(origin),
         value,
+        writer_pid,
+        writer_program: if writer == WriterState::Alive {
+            super::program_of(writer_pid)
+        } else {
+            None
+        },
     }))
 }
 
@@ -175,4 +205,25 @@ pub fn decode(slot: &Slot, bytes: &[u8]) -> Result<serde_json::Value> {
     Ok(schema
         .decode_json(bytes)
         .map_err(|e| decode_err(e.to_string()))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::current_rate;
+
+    #[test]
+    fn a_rate_lasts_three_periods_and_at_least_a_second() {
+        assert_eq!(current_rate(Some(44.7), Some(0.5)), Some(44.7));
+        assert_eq!(current_rate(Some(44.7), Some(1.0)), Some(44.7));
+        assert_eq!(current_rate(Some(44.7), Some(336.0)), None, "5m36s old");
+        assert_eq!(current_rate(Some(44.7), Some(1.01)), None);
+        assert_eq!(
+            current_rate(Some(0.5), Some(5.9)),
+            Some(0.5),
+            "three 2 s periods"
+        );
+        assert_eq!(current_rate(Some(0.5), Some(6.1)), None);
+        assert_eq!(current_rate(None, Some(0.1)), None);
+        assert_eq!(current_rate(Some(10.0), None), None);
+    }
 }
