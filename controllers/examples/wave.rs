@@ -7,7 +7,15 @@ use std::time::{Duration, Instant};
 
 use controllers::{RobotController, Status};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // Errors as sentences (`main` returning them would print their Debug form).
+    if let Err(e) = run() {
+        eprintln!("wave: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = std::env::args().nth(1).map_or(Ok(5.0), |s| s.parse())?;
     let bus = bus::Bus::from_env()?;
     // Compromising: take whatever part of what we ask for is free.
