@@ -8,39 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Output;
 
+use common::output::{json, json_lines, ok};
 use common::{TestBus, WATCHDOG};
 
 use common::sample::{Mode, Status};
-
-fn status() -> Status {
-    Status {
-        name: "arm".into(),
-        joints: vec![0.5, -1.0],
-        mode: Mode::Moving { speed: 0.25 },
-        battery: Some(87),
-    }
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "bus-inspect failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    let text = ok(out);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON value ({e}): {text}"))
-}
-
-fn json_lines(out: &Output) -> Vec<serde_json::Value> {
-    ok(out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect()
-}
 
 /// The one line of stderr of a failed command.
 fn refused(out: &Output) -> String {
@@ -78,7 +49,7 @@ fn live_bus(t: &mut TestBus) -> (bus::Publication<Status>, usize, usize) {
         "--wait",
     ]);
     let mut p = t.bus().publish::<Status>("/robot/status").unwrap();
-    p.write(&status()).unwrap();
+    p.write(&Status::arm()).unwrap();
     p.wait_bound(WATCHDOG).unwrap();
     common::eventually("the counter has values and a subscriber", || {
         let out = t.inspect(&["info", "/robot/counter", "--json"]);
@@ -137,7 +108,7 @@ fn list_info_get_and_watch_show_the_live_bus() {
     assert!(missing.contains("no slot /robot/missing"), "{missing}");
 
     let got = json(&t.inspect(&["get", "/robot/status", "--json"]));
-    assert_eq!(got, serde_json::to_value(status()).unwrap());
+    assert_eq!(got, serde_json::to_value(Status::arm()).unwrap());
 
     let values = json_lines(&t.inspect(&["watch", "/robot/counter", "--count", "3", "--json"]));
     assert_eq!(values.len(), 3);
@@ -216,12 +187,12 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     t.start_registry();
     let bus = t.bus();
     let mut p = bus.publish::<Status>("/robot/status").unwrap();
-    p.write(&status()).unwrap();
+    p.write(&Status::arm()).unwrap();
     let mut sub = bus.subscribe::<Status>("/robot/status").unwrap();
     sub.wait_bound(WATCHDOG).unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());
 
-    let mut new = status();
+    let mut new = Status::arm();
     new.mode = Mode::Idle;
     new.battery = None;
     let new_json = serde_json::to_string(&new).unwrap();
@@ -232,7 +203,7 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
         "{err}"
     );
     // Values that do not match the schema: refused with the path of the mismatch.
-    let mut bad = serde_json::to_value(status()).unwrap();
+    let mut bad = serde_json::to_value(Status::arm()).unwrap();
     bad["battery"] = "full".into();
     let err = refused(&t.inspect(&["put", "/robot/status", &bad.to_string(), "--force"]));
     assert!(
@@ -430,7 +401,7 @@ fn reading_commands_leave_every_byte_unchanged() {
     t.start_registry();
     let bus = t.bus();
     let mut p = bus.publish::<Status>("/quiet/status").unwrap();
-    p.write(&status()).unwrap();
+    p.write(&Status::arm()).unwrap();
     let mut q = bus.publish::<u64>("/quiet/count").unwrap();
     for i in 0..6 {
         q.write(&i).unwrap();
@@ -548,192 +519,4 @@ fn clean_removes_a_killed_domains_segments_and_nothing_else() {
     );
     assert_eq!(live.domain.segment_files().unwrap().len(), 2 + 1);
     assert_eq!(json(&live.inspect(&["get", "/k/y", "--json"])), 7);
-}
-
-/// The first row of `list` for `pattern`, as JSON.
-fn listed(t: &TestBus, pattern: &str) -> serde_json::Value {
-    let rows = json_lines(&t.inspect(&["list", pattern, "--json"]));
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    rows[0].clone()
-}
-
-/// RATE is what the slot does now: once its newest value is older than three of its periods
-/// (and at least a second), `list` and `info` show no rate instead of the last burst's.
-#[test]
-fn a_slot_that_stopped_has_no_rate() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let mut p = t.bus().publish::<u64>("/burst/x").unwrap();
-    p.wait_bound(WATCHDOG).unwrap();
-    let mut i = 0;
-    common::eventually("a rate while it writes every 10 ms", || {
-        for _ in 0..4 {
-            i += 1;
-            p.write(&i).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        listed(&t, "/burst/x")["rate_hz"]
-            .as_f64()
-            .is_some_and(|r| r > 0.0)
-    });
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let row = listed(&t, "/burst/x");
-    assert!(row["rate_hz"].is_null(), "{row}");
-    assert!(row["age_s"].as_f64().unwrap() >= 1.0, "{row}");
-    let table = ok(&t.inspect(&["list", "/burst/x"]));
-    let cells: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(cells[4], "-", "RATE column: {table}");
-    let info = ok(&t.inspect(&["info", "/burst/x"]));
-    assert!(info.contains(", rate -"), "{info}");
-}
-
-/// Without a registry, `list` still lists the segments (exit 0) and `get`/`info` of a missing
-/// slot fail as before, but each says on stderr that no registry answers, in doctor's words.
-#[test]
-fn without_a_registry_list_get_and_info_say_so() {
-    let mut t = TestBus::new();
-    let domain = t.domain.to_string();
-    // A slot the registry created before it was killed: its segment outlives it.
-    t.start_registry();
-    let mut p = t.bus().publish::<u64>("/lonely/x").unwrap();
-    p.wait_bound(WATCHDOG).unwrap();
-    p.write(&1).unwrap();
-    t.kill_registry();
-    let d: serde_json::Value =
-        serde_json::from_slice(&t.inspect(&["doctor", "--json"]).stdout).unwrap();
-    assert_eq!(d["checks"][0]["check"], "registry");
-    let doctor_says = d["checks"][0]["detail"].as_str().unwrap().to_owned();
-    assert!(
-        doctor_says.contains("no registry-server answers") && doctor_says.contains(&domain),
-        "{doctor_says}"
-    );
-    let note = format!("bus-inspect: {doctor_says}");
-
-    for args in [&["list"][..], &["list", "--json"], &["list", "/nothing/*"]] {
-        let out = t.inspect(args);
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.lines().any(|l| l == note), "{args:?}: {err}");
-    }
-    assert!(ok(&t.inspect(&["list"])).contains("/lonely/x"));
-    for command in ["get", "info"] {
-        let out = t.inspect(&[command, "/robot/manager"]);
-        assert_eq!(out.status.code(), Some(1), "{command}: {out:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("no slot /robot/manager"), "{command}: {err}");
-        assert!(err.lines().any(|l| l == note), "{command}: {err}");
-    }
-    // A slot that exists reads without a registry, and without a note.
-    let out = t.inspect(&["get", "/lonely/x", "--json"]);
-    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
-
-    // With a registry, nothing more is said.
-    t.start_registry();
-    for args in [&["list"][..], &["get", "/robot/manager"]] {
-        let err = String::from_utf8_lossy(&t.inspect(args).stderr).into_owned();
-        assert!(!err.contains("no registry-server"), "{args:?}: {err}");
-    }
-}
-
-/// `get` (and `watch`) describe the writer in `list`'s words: `alive PROGRAM (PID)`,
-/// `gone (PID)`, never Rust's `Alive`.
-#[test]
-fn get_and_list_describe_the_writer_alike() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let mut p = t.bus().publish::<Status>("/robot/status").unwrap();
-    p.write(&status()).unwrap();
-    p.wait_bound(WATCHDOG).unwrap();
-    let me = std::process::id();
-    let alive = format!("alive {} ({me})", bus::process::own_program());
-    let table = ok(&t.inspect(&["list", "/robot/status"]));
-    assert!(table.contains(&alive), "{table}");
-    let got = ok(&t.inspect(&["get", "/robot/status"]));
-    let head = got.lines().next().unwrap();
-    assert!(head.contains(&format!(", writer {alive}")), "{head}");
-    let watched = ok(&t.inspect(&["watch", "/robot/status", "--count", "1"]));
-    assert!(watched.contains(&format!(", writer {alive}")), "{watched}");
-
-    drop(p);
-    common::eventually("the writer is gone", || {
-        listed(&t, "/robot/status")["writer_alive"] == false
-    });
-    let gone = format!("gone ({me})");
-    assert!(ok(&t.inspect(&["list", "/robot/status"])).contains(&gone));
-    let head = ok(&t.inspect(&["get", "/robot/status"]));
-    assert!(head.contains(&format!(", writer {gone}")), "{head}");
-    assert!(!head.contains("Alive") && !head.contains("Gone"), "{head}");
-}
-
-/// A program name longer than the kernel's 15-character `comm` is shown whole (the base name
-/// of its argv[0]).
-#[test]
-fn long_program_names_are_not_cut() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let long = t.dir().join("bus-stress-with-a-long-name");
-    std::os::unix::fs::symlink(common::bin("bus-stress"), &long).unwrap();
-    let writer = t.spawn(
-        long,
-        &[
-            "write",
-            "--name",
-            "/long/x",
-            "--interval-ms",
-            "50",
-            "--max-size",
-            "8",
-        ],
-    );
-    common::eventually("the writer writes", || {
-        t.inspect(&["get", "/long/x", "--json"]).status.success()
-    });
-    let row = listed(&t, "/long/x");
-    assert_eq!(
-        row["writer_program"], "bus-stress-with-a-long-name",
-        "{row}"
-    );
-    let info = ok(&t.inspect(&["info", "/long/x"]));
-    let cell = format!(
-        "writer      alive bus-stress-with-a-long-name ({})",
-        t.pid(writer)
-    );
-    assert!(info.contains(&cell), "{info}");
-}
-
-/// Processes whose memory maps cannot be read, as root, are named; doctor does not tell root to
-/// run as root.
-#[test]
-fn doctor_as_root_names_the_processes_it_cannot_read() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let mut t = TestBus::new();
-    t.start_registry();
-    let mut unreadable: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/maps"))
-                .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-        })
-        .collect();
-    unreadable.sort_unstable();
-    let d = json(&t.inspect(&["doctor", "--json"]));
-    let segments = d["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "segments")
-        .unwrap();
-    let detail = segments["detail"].as_str().unwrap();
-    assert!(!detail.contains("run as root"), "{detail}");
-    // The first of them (pid 1 in a container whose init is protected) is named.
-    if let Some(first) = unreadable.first() {
-        assert!(detail.contains(&format!("pid {first}")), "{detail}");
-    } else {
-        eprintln!("no unreadable process here: only the wording is checked");
-    }
 }

@@ -8,20 +8,11 @@ mod netns;
 
 use std::collections::BTreeMap;
 
+use common::output::json;
 use netns::{eventually, Lab};
 
 const A: usize = 0;
 const B: usize = 1;
-
-fn json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "bus-inspect failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
 
 #[test]
 fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {

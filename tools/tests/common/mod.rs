@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod output;
 pub mod sample;
 
 use std::path::PathBuf;

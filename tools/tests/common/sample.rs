@@ -14,3 +14,15 @@ pub struct Status {
     pub mode: Mode,
     pub battery: Option<u8>,
 }
+
+impl Status {
+    /// The arm moving, joints and battery set: what the tests publish.
+    pub fn arm() -> Status {
+        Status {
+            name: "arm".into(),
+            joints: vec![0.5, -1.0],
+            mode: Mode::Moving { speed: 0.25 },
+            battery: Some(87),
+        }
+    }
+}
