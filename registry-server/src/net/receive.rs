@@ -102,9 +102,13 @@ impl Net {
         a: Announce,
         from: SocketAddr,
     ) -> Result<(), Drop> {
+        // A host name follows the same rule here as on the command line: it names a stats
+        // slot, is written into mirrors as their origin and into the log.
         if d.header.channel != wire::ANNOUNCE_CHANNEL
             || wire::fnv1a(a.host.as_bytes()) != d.header.sender
             || a.host == self.host
+            || a.host.len() > 64
+            || super::stats_slot_name(&a.host).is_err()
         {
             return Err(Drop::Malformed);
         }

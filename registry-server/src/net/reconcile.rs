@@ -59,7 +59,8 @@ impl Net {
             let schema = match Schema::from_bytes(&c.info.schema) {
                 Ok(s) if s.hash().0 == c.info.schema_hash => s,
                 _ => {
-                    if st_log(&mut st.logged, name.as_str(), "schema") {
+                    // Not a host name (announced names are checked): no clash with a host's entry.
+                    if st_log(&mut st.logged, name.as_str(), "\0schema") {
                         tracing::warn!(
                             "host '{}' announced an unreadable schema for {name}",
                             c.claim.host

@@ -94,7 +94,8 @@ impl Net {
 
     /// Sends `count` datagrams laid end to end in `batch` (each of the full datagram size but
     /// the last) in one system call, the kernel cutting them apart (`UDP_SEGMENT`). If the
-    /// kernel or the device refuses, batching is turned off and they go one by one.
+    /// kernel or the device refuses batching itself, it is turned off and they go one by one; a
+    /// passing failure (no buffer space, an unreachable host) only counts as send errors.
     fn send_batch(&self, s: &mut SendState, batch: &[u8], count: usize, to: SocketAddr) {
         if count == 1 {
             self.send_to(batch, to);
@@ -105,7 +106,7 @@ impl Net {
                 Counters::add(&self.counters.sent_datagrams, count as u64);
                 Counters::add(&self.counters.sent_bytes, n as u64);
             }
-            Err(e) => {
+            Err(e) if refuses_batching(&e) => {
                 tracing::warn!(
                     "sending {count} datagrams in one call failed ({e}); sending one by one \
                      from now on"
@@ -115,6 +116,7 @@ impl Net {
                     self.send_to(d, to);
                 }
             }
+            Err(_) => Counters::add(&self.counters.send_errors, count as u64),
         }
     }
 
@@ -151,4 +153,21 @@ impl Net {
             Err(_) => Counters::add(&self.counters.send_errors, 1),
         }
     }
+}
+
+/// Whether a failed `UDP_SEGMENT` send says that batching itself cannot work here (a kernel or
+/// device without segmentation offload answers EIO, EINVAL or EOPNOTSUPP; a batch too large
+/// for it EMSGSIZE), rather than a passing condition that would fail one by one as well.
+fn refuses_batching(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error().is_some_and(|code| {
+        [
+            Errno::EIO,
+            Errno::EINVAL,
+            Errno::EOPNOTSUPP,
+            Errno::EMSGSIZE,
+        ]
+        .iter()
+        .any(|errno| *errno as i32 == code)
+    })
 }
