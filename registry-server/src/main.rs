@@ -64,7 +64,8 @@ struct NetArgs {
     /// Announcement interval, milliseconds.
     #[arg(long, default_value_t = 500)]
     announce_ms: u64,
-    /// A host not heard from for this long is forgotten, milliseconds.
+    /// A host not heard from for this long is forgotten, milliseconds (or for three of its
+    /// own announcement intervals, when that is longer).
     #[arg(long, default_value_t = 3000)]
     forget_ms: u64,
     /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds.
@@ -78,7 +79,8 @@ struct NetArgs {
     /// Largest value accepted or sent over the network, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_value: u32,
-    /// Memory held at most for incomplete (fragmented) values, bytes.
+    /// Memory held at most for incomplete (fragmented) values, bytes (their buffers plus 256
+    /// bytes each; at most 4,096 are held whatever their size).
     #[arg(long, default_value_t = 256 << 20)]
     reassembly_limit: usize,
 }

@@ -300,3 +300,44 @@ fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
     let r = reader(&mut lab, A, "/back", "4", "20");
     check(&mut lab, r, 4, "subscriber on A reached by unicast");
 }
+
+/// A registry restarted with its clock set back (a computer without a real-time clock, before
+/// time synchronisation) starts a smaller session. Its datagrams are refused as replays until
+/// the receiving registry restarts; from then on the receiver's mirror follows it again instead
+/// of refusing its values as older than the session the mirror kept.
+#[test]
+fn a_mirror_follows_an_origin_restarted_with_its_clock_set_back() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/clock",
+            "--interval-ms",
+            "20",
+            "--count",
+            "100000",
+        ],
+    );
+    let r = reader(&mut lab, B, "/clock", "5", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
+    lab.kill_registry(A);
+    lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
+    lab.kill_registry(B);
+    lab.start_registry(B, &[], &[]);
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &["read", "--name", "/clock", "--seconds", "4", "--wait"],
+    );
+    let s = summary(&lab.finish(r));
+    assert!(
+        s["reads"].as_u64() >= Some(20),
+        "B's mirror must follow A's new values: {s}"
+    );
+    assert_eq!(s["backwards"], 0, "{s}");
+}

@@ -112,7 +112,9 @@ pub enum Stream {
 /// Windows outlive the forgetting of their host: forgetting only marks a window as the first to
 /// evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
 /// e.g. a computer without a real-time clock booting before time synchronisation) is refused as a
-/// replay until its window is evicted; its datagrams are counted as `replayed`.
+/// replay until its windows are evicted or this registry restarts; its datagrams are counted as
+/// `replayed`. (Mirrors then follow it again: a value of the session the peers follow now is
+/// taken as a new series even when that session is smaller, see `receive.rs`.)
 #[derive(Default)]
 pub struct Replay {
     senders: HashMap<(u64, Stream), SenderWindow>,

@@ -5,7 +5,9 @@
 //! `BATON_NET_FAULTS=loss=0.3,dup=0.2,reorder=0.2,seed=7,for_ms=4000`
 //!
 //! Faults apply from the registry's start for `for_ms` milliseconds (forever without it); then
-//! the network "recovers".
+//! the network "recovers". `clock_back_s=N` starts the registry's session N seconds in the past,
+//! as a computer whose clock was set back (no real-time clock, before time synchronisation)
+//! would.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -19,6 +21,8 @@ pub struct Faults {
     until: Option<Instant>,
     rng: u64,
     held: Option<(Vec<u8>, SocketAddr)>,
+    /// How far back the registry's session (its start time) is set.
+    pub clock_back: Duration,
 }
 
 /// What to send now for one datagram handed to `apply`.
@@ -40,6 +44,7 @@ impl Faults {
             until: None,
             rng: 0x2545_f491_4f6c_dd1d,
             held: None,
+            clock_back: Duration::ZERO,
         };
         for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
             let (k, v) = part
@@ -56,6 +61,7 @@ impl Faults {
                 "reorder" => f.reorder = num(v)?,
                 "seed" => f.rng = (num(v)? as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
                 "for_ms" => f.until = Some(Instant::now() + Duration::from_millis(num(v)? as u64)),
+                "clock_back_s" => f.clock_back = Duration::from_secs(num(v)? as u64),
                 other => return Err(format!("{ENV}: unknown key {other:?}")),
             }
         }

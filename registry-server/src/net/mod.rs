@@ -29,7 +29,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -164,9 +164,9 @@ pub struct Net {
     counters: Counters,
     /// Poked (private futex) whenever the registry's endpoints change.
     change: AtomicU32,
-    /// The last session of another registry using this host name that was logged (two hosts
-    /// with one name never see each other: each drops the other's datagrams as its own).
-    name_clash_logged: AtomicU64,
+    /// When another registry using this host name was last logged (two hosts with one name
+    /// never see each other: each drops the other's datagrams as its own).
+    name_clash_logged: Mutex<Option<Instant>>,
 }
 
 impl Net {
@@ -252,7 +252,11 @@ impl Net {
             .local_addr()
             .map_err(|e| io("data socket address", e))?
             .port();
-        let session = bus::slot::now_ns().max(1);
+        let back = cfg
+            .faults
+            .as_ref()
+            .map_or(0, |f| f.clock_back.as_nanos() as u64);
+        let session = bus::slot::now_ns().saturating_sub(back).max(1);
         let now = Instant::now();
         Ok(Net {
             domain_id: wire::fnv1a(domain.as_str().as_bytes()),
@@ -280,7 +284,7 @@ impl Net {
                 gso,
                 gso_buffer: Vec::new(),
             }),
-            name_clash_logged: AtomicU64::new(0),
+            name_clash_logged: Mutex::new(None),
             state: Mutex::new(NetState {
                 peers: Peers::default(),
                 replay: Replay::default(),

@@ -95,6 +95,12 @@ impl Peers {
         self.host_of_sender.get(&sender).map(String::as_str)
     }
 
+    /// The session of the announcements this registry follows from `sender` now.
+    pub fn session_of(&self, sender: u64) -> Option<u64> {
+        let host = self.host_of_sender.get(&sender)?;
+        self.by_host.get(host).map(|p| p.session)
+    }
+
     /// Forgets hosts silent for longer than `after`, or than three of their own announcement
     /// intervals if those are longer (a host configured to announce rarely is not forgotten
     /// between two announcements); returns (host, sender id) of each.

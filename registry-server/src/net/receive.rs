@@ -6,7 +6,6 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::auth::Stream;
@@ -14,6 +13,9 @@ use super::reassembly::Outcome;
 use super::stats::Counters;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
 use super::{lock, Net, NetState};
+
+/// How often a clash of host names is logged at most.
+const NAME_CLASH_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
@@ -51,17 +53,7 @@ impl Net {
         if h.domain != self.domain_id {
             return Err(Drop::OtherDomain);
         }
-        if h.sender == self.sender_id {
-            if h.session != self.session
-                && self.name_clash_logged.swap(h.session, Ordering::Relaxed) != h.session
-            {
-                tracing::warn!(
-                    "another registry at {} uses this host name '{}': the two cannot see each \
-                     other; give each computer its own --host",
-                    from.ip(),
-                    self.host
-                );
-            }
+        if h.sender == self.sender_id && h.session == self.session {
             return Err(Drop::Own);
         }
         if from.ip().is_loopback() {
@@ -72,6 +64,12 @@ impl Net {
             (Some(_), None) => return Err(Drop::Unauthenticated),
             _ if d.mac.is_some() || self.key.is_some() => return Err(Drop::BadMac),
             _ => {}
+        }
+        if h.sender == self.sender_id {
+            // Another registry under this host name (authenticated, when a key is set): the
+            // two cannot see each other. Said once a minute, not per datagram.
+            self.warn_name_clash(from);
+            return Err(Drop::Own);
         }
         let mut st = lock(&self.state);
         let stream = if h.channel == wire::ANNOUNCE_CHANNEL {
@@ -93,6 +91,21 @@ impl Net {
             Message::Announce(a) => self.on_announce(&mut st, &d, a, from),
             Message::Value(v) => self.on_value(&mut st, &d, &v),
         }
+    }
+
+    fn warn_name_clash(&self, from: SocketAddr) {
+        let mut last = lock(&self.name_clash_logged);
+        if last.is_some_and(|at| at.elapsed() < NAME_CLASH_LOG_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        drop(last);
+        tracing::warn!(
+            "another registry at {} uses this host name '{}': the two cannot see each other; \
+             give each computer its own --host",
+            from.ip(),
+            self.host
+        );
     }
 
     fn on_announce(
@@ -133,11 +146,15 @@ impl Net {
             return Err(Drop::Unexpected);
         }
         if m.origin_session != session {
-            // Sessions are the origin registry's start times. An earlier one is a late or
-            // replayed packet of a run that has ended (after our own restart the replay window
-            // is empty, so only this check refuses it); a later one means the origin registry
-            // restarted and its sequence numbers are a new series.
-            if session < m.origin_session {
+            // Sessions are the origin registry's start times. A later one means the origin
+            // registry restarted: its sequence numbers are a new series. An earlier one is a
+            // late or replayed packet of a run that has ended (after our own restart the replay
+            // window is empty, so only this check refuses it) -- unless it is the session of
+            // the announcements followed from that host now: then the origin restarted with
+            // its clock set back (a computer without a real-time clock, before time
+            // synchronisation), and refusing it would freeze the mirror for good.
+            let live = st.peers.session_of(d.header.sender) == Some(session);
+            if session < m.origin_session && !live {
                 return Err(Drop::Older);
             }
             m.origin_session = session;

@@ -148,7 +148,11 @@ impl Net {
             let mut st = lock(&self.state);
             let gone = st.peers.expire(now, self.forget_after);
             for (host, sender) in &gone {
-                tracing::info!("forgot host '{host}': silent for {:?}", self.forget_after);
+                tracing::info!(
+                    "forgot host '{host}': silent for longer than {:?} and three of its own \
+                     announcement intervals",
+                    self.forget_after
+                );
                 st.replay.forget(*sender);
                 st.reassembly.forget(*sender);
             }

@@ -70,7 +70,10 @@ pub struct NetStats {
     pub values_reflected: u64,
     /// Remote values written into local mirror slots.
     pub values_mirrored: u64,
+    /// Incomplete fragmented values held.
     pub reassemblies_pending: u64,
+    /// Memory counted for them against `--reassembly-limit`: their buffers plus a fixed
+    /// overhead each (see `reassembly.rs`).
     pub reassembly_bytes: u64,
     /// Publications refused or ignored because another host publishes the same name.
     pub conflicts: u64,
