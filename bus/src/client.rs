@@ -129,7 +129,7 @@ impl ClientShared {
     }
 
     /// Why the registry refuses this process, if the last connection it answered was refused.
-    fn refusal(&self) -> Option<String> {
+    pub(crate) fn refusal(&self) -> Option<String> {
         lock(&self.refusal).current.clone()
     }
 
@@ -468,6 +468,8 @@ fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
                     return;
                 };
                 let Ok((stream, reader)) = connect_pair(&shared.domain) else {
+                    // No registry runs: a refusal heard from an earlier one no longer holds.
+                    lock(&shared.refusal).current = None;
                     drop(shared);
                     std::thread::sleep(retry);
                     retry = (retry * 2).min(MAX_RETRY);

@@ -36,9 +36,15 @@ impl Bus {
         &self.client.domain
     }
 
-    /// Whether the registry is connected right now.
+    /// Whether the registry is connected right now (and accepts this process).
     pub fn is_connected(&self) -> bool {
         self.client.is_connected()
+    }
+
+    /// Why the domain's registry refuses this process (its user may not use the bus), if the
+    /// last registry that answered did; `None` once one accepts it or none runs.
+    pub fn refusal(&self) -> Option<String> {
+        self.client.refusal()
     }
 
     /// Waits up to `timeout` for the registry; the error says how to start one.

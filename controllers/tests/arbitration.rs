@@ -434,6 +434,44 @@ fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
     }
 }
 
+/// After a wait that ended (here: the registry killed and restarted), robot-controller says
+/// where things stand again, so its last line is never a wait that is over.
+#[test]
+fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let c = r.t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=1",
+            "--duration-s",
+            "4",
+        ],
+    );
+    common::eventually("x owns the turret", || {
+        r.t.stdout_of(c).contains("x arm: full (owns: turret)")
+    });
+    r.t.kill_registry();
+    common::eventually("x says it waits for the registry", || {
+        r.t.stdout_of(c).contains("waiting for registry-server")
+    });
+    r.t.start_registry();
+    let out = r.t.finish(c);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        said.lines().last(),
+        Some("x arm: full (owns: turret)"),
+        "{said}"
+    );
+}
+
 #[test]
 fn arbiter_manager_and_registry_restarts_recover_ownership() {
     let mut r = Robot::new(&["a", "b", "n"]);

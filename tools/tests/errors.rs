@@ -361,6 +361,18 @@ fn a_user_outside_the_group_may_not_use_the_bus() {
         text.contains("add the user to that group") && text.contains("--group"),
         "{text}"
     );
+    // bus-inspect says the registry runs and refuses, rather than telling to start one.
+    let out = std::process::Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(&inspect)
+        .args(["--domain", t.domain.as_str(), "list"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refuses this user") && !err.contains("start `registry-server"),
+        "{err}"
+    );
     // The registry's own user still may.
     let ok = t.inspect(&["stats"]);
     assert!(ok.status.success(), "{ok:?}");
@@ -439,6 +451,12 @@ fn a_refused_process_says_so_once_and_binds_once_admitted() {
     let text = stderr().unwrap();
     assert_eq!(refusals(&text), 1, "{text}");
     assert!(text.contains("now accepts this process"), "{text}");
+    // Its own output said it was refused, then what it waits for once admitted (no manager).
+    common::eventually("robot-controller's wait after the refusal", || {
+        t.stdout_of(child).contains("waiting for the robot manager")
+    });
+    let said = t.stdout_of(child);
+    assert!(said.contains("refuses this process"), "{said}");
 }
 
 /// Runs `command` and returns its output, failing the test if it is still running after the

@@ -107,8 +107,11 @@ fn run(args: &Args) -> Result<(), String> {
         controller.validate().map_err(|e| e.to_string())?;
         let waiting = waiting_for(&bus, &controller, &args.domain);
         if waiting != said {
-            if let Some(w) = &waiting {
-                print_waiting(args, w);
+            match &waiting {
+                Some(w) => print_waiting(args, w),
+                // The wait is over: say where things stand again, so that the last line
+                // printed is never a wait that has ended.
+                None => printed.clear(),
             }
             said = waiting;
         }
@@ -141,7 +144,11 @@ fn seconds(text: &str) -> Result<Duration, String> {
 /// What the controller waits for before any arbiter can be known, if anything: the start
 /// order is free, so say what is missing instead of printing nothing.
 fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Option<String> {
-    if !bus.is_connected() {
+    if let Some(refusal) = bus.refusal() {
+        Some(format!(
+            "the registry-server of domain '{domain}' refuses this process: {refusal}"
+        ))
+    } else if !bus.is_connected() {
         Some(format!(
             "waiting for registry-server on domain '{domain}' (start it, or check --domain)"
         ))
