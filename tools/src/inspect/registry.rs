@@ -31,6 +31,7 @@ pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
     match read_frame::<Reply>(&mut stream) {
         Ok(Some(frame)) => match frame.body {
             Reply::Welcome { registry_pid } => Ok(registry_pid),
+            Reply::Error { message } => Err(format!("{REFUSED}{message}")),
             other => Err(format!("unexpected answer {other:?}")),
         },
         Ok(None) => Err("connection closed".into()),
@@ -42,14 +43,19 @@ pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
 /// its pid, or the sentence that says none does and how to start one (doctor's detail, and the
 /// note `list`, `get` and `info` print without a registry).
 pub fn answers(domain: &Domain) -> Result<u32, String> {
-    registry_pid(domain).map_err(|e| {
-        format!(
+    registry_pid(domain).map_err(|e| match e.strip_prefix(REFUSED) {
+        // It runs: starting one would not help.
+        Some(why) => format!("the registry-server of domain '{domain}' refuses this user: {why}"),
+        None => format!(
             "no registry-server answers on domain '{domain}' (socket @{}: {e}); start \
              `registry-server --domain {domain}`",
             domain.registry_socket()
-        )
+        ),
     })
 }
+
+/// How `registry_pid` starts the registry's own refusal (its user may not use the bus).
+const REFUSED: &str = "refused: ";
 
 /// One endpoint, for printing.
 #[derive(Debug, Serialize, Clone)]
