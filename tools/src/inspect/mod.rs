@@ -160,7 +160,7 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// The program name of a process, if it runs and is readable: the base name of its argv[0]
+/// The program name of a process, if it runs and is readable: the base name of its `argv[0]`
 /// (`/proc/<pid>/cmdline`, what the bus's own endpoints call a program), else its
 /// `/proc/<pid>/comm`, which the kernel cuts to 15 characters (`robot-controlle`).
 pub fn program_of(pid: u32) -> Option<String> {

@@ -109,7 +109,7 @@ const QUIET_PERIODS: f64 = 3.0;
 const QUIET_MIN_S: f64 = 1.0;
 
 /// The rate of the last writes if they are the slot's current activity: `None` once the newest
-/// value is older than [`QUIET_PERIODS`] periods of that rate (and [`QUIET_MIN_S`]), because
+/// value is older than `QUIET_PERIODS` periods of that rate (and `QUIET_MIN_S`), because
 /// the rate of a burst long over says nothing about the slot now.
 pub fn current_rate(rate: Option<f64>, age_s: Option<f64>) -> Option<f64> {
     let (rate, age_s) = (rate?, age_s?);
