@@ -146,15 +146,14 @@ impl Net {
             return Err(Drop::Unexpected);
         }
         if m.origin_session != session {
-            // Sessions are the origin registry's start times. A later one means the origin
-            // registry restarted: its sequence numbers are a new series. An earlier one is a
-            // late or replayed packet of a run that has ended (after our own restart the replay
-            // window is empty, so only this check refuses it) -- unless it is the session of
-            // the announcements followed from that host now: then the origin restarted with
-            // its clock set back (a computer without a real-time clock, before time
-            // synchronisation), and refusing it would freeze the mirror for good.
-            let live = st.peers.session_of(d.header.sender) == Some(session);
-            if session < m.origin_session && !live {
+            // A value of another session than the mirror's starts a new series only if it is
+            // the session of the announcements followed from that host now: the origin
+            // registry restarted. Any other session is a late or replayed packet of a run that
+            // has ended (after our own restart the replay window is empty, so only this check
+            // refuses it). Sessions are start times, but they are not compared: a computer
+            // without a real-time clock may restart with its clock set back, and a smaller
+            // session must not freeze the mirror, nor a larger old one win over it.
+            if st.peers.session_of(d.header.sender) != Some(session) {
                 return Err(Drop::Older);
             }
             m.origin_session = session;
