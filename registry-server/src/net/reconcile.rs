@@ -23,8 +23,11 @@ impl Net {
         st: &mut NetState,
     ) -> crate::state::Outbox {
         let mut out = crate::state::Outbox::new();
+        // Every conflict still present in this pass; the others leave `st.logged` at the end,
+        // so a conflict that comes back is logged and counted again.
+        let mut current = BTreeSet::new();
         let claims = st.peers.claims(&mut |name, first, second| {
-            if st_log(&mut st.logged, name, second) {
+            if st_log(&mut st.logged, &mut current, name, second) {
                 tracing::warn!(
                     "conflict: hosts '{first}' and '{second}' both publish {name}; using '{first}'"
                 );
@@ -34,7 +37,12 @@ impl Net {
         // Names published both here and remotely: the local one keeps working.
         for (name, claim) in &claims {
             if reg.is_published_here(name)
-                && st_log(&mut st.logged, name.as_str(), &claim.claim.host)
+                && st_log(
+                    &mut st.logged,
+                    &mut current,
+                    name.as_str(),
+                    &claim.claim.host,
+                )
             {
                 tracing::warn!(
                     "conflict: {name} is published here and on host '{}' ({}); not mirroring it",
@@ -60,7 +68,7 @@ impl Net {
                 Ok(s) if s.hash().0 == c.info.schema_hash => s,
                 _ => {
                     // Not a host name (announced names are checked): no clash with a host's entry.
-                    if st_log(&mut st.logged, name.as_str(), "\0schema") {
+                    if st_log(&mut st.logged, &mut current, name.as_str(), "\0schema") {
                         tracing::warn!(
                             "host '{}' announced an unreadable schema for {name}",
                             c.claim.host
@@ -101,13 +109,14 @@ impl Net {
                     }
                 }
                 Err(reason) => {
-                    if st_log(&mut st.logged, name.as_str(), &c.claim.host) {
+                    if st_log(&mut st.logged, &mut current, name.as_str(), &c.claim.host) {
                         tracing::warn!("conflict: not mirroring {name}: {reason}");
                         Counters::add(&self.counters.conflicts, 1);
                     }
                 }
             }
         }
+        st.logged.retain(|k| current.contains(k));
         // Mirrors whose publisher went away keep their last value, writer gone.
         let stale: Vec<String> = st
             .mirrors
@@ -216,7 +225,15 @@ impl Net {
     }
 }
 
-/// `true` the first time `(name, who)` is seen: log a conflict once, not every tick.
-fn st_log(logged: &mut BTreeSet<(String, String)>, name: &str, who: &str) -> bool {
-    logged.insert((name.to_owned(), who.to_owned()))
+/// `true` the first time `(name, who)` is seen since it was last absent: log a conflict once
+/// while it lasts, not every tick. Notes it in `current` (the conflicts of this pass).
+fn st_log(
+    logged: &mut BTreeSet<(String, String)>,
+    current: &mut BTreeSet<(String, String)>,
+    name: &str,
+    who: &str,
+) -> bool {
+    let key = (name.to_owned(), who.to_owned());
+    current.insert(key.clone());
+    logged.insert(key)
 }
