@@ -95,6 +95,21 @@ impl Peers {
         self.host_of_sender.get(&sender).map(String::as_str)
     }
 
+    /// Any datagram of `sender` in the session followed now (checked and not a replay) shows
+    /// the host alive. A host with many publications announces in many fragments; on a lossy
+    /// link whole announcements may seldom get through while its other datagrams do, and it
+    /// must not be forgotten for that (its publication list then waits for a whole one).
+    pub fn touch(&mut self, sender: u64, session: u64, now: Instant) {
+        let Some(host) = self.host_of_sender.get(&sender) else {
+            return;
+        };
+        if let Some(p) = self.by_host.get_mut(host) {
+            if p.session == session {
+                p.last_heard = now;
+            }
+        }
+    }
+
     /// The session of the announcements this registry follows from `sender` now.
     pub fn session_of(&self, sender: u64) -> Option<u64> {
         let host = self.host_of_sender.get(&sender)?;
@@ -227,6 +242,28 @@ mod tests {
         let gone = p.expire(t0 + Duration::from_millis(500), Duration::from_millis(400));
         assert_eq!(gone.len(), 2);
         assert!(p.host_of(super::super::wire::fnv1a(b"a")).is_none());
+    }
+
+    #[test]
+    fn any_datagram_of_the_followed_session_keeps_a_host() {
+        let addr: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let t0 = Instant::now();
+        let mut p = Peers::default();
+        p.heard(announce("lossy", &["/x"], &[]), 5, addr, t0);
+        let sender = super::super::wire::fnv1a(b"lossy");
+        let forget_after = Duration::from_millis(1000);
+        p.touch(sender, 4, t0 + Duration::from_millis(900));
+        p.touch(sender, 5, t0 + Duration::from_millis(900));
+        assert!(p
+            .expire(t0 + Duration::from_millis(1800), forget_after)
+            .is_empty());
+        p.touch(sender, 4, t0 + Duration::from_millis(2500));
+        assert_eq!(
+            p.expire(t0 + Duration::from_millis(2500), forget_after)
+                .len(),
+            1,
+            "another session's datagrams do not count"
+        );
     }
 
     #[test]

@@ -78,6 +78,7 @@ impl Net {
             Stream::Values
         };
         st.replay.accept(h.sender, stream, h.session, h.packet)?;
+        st.peers.touch(h.sender, h.session, Instant::now());
         let (outcome, evicted) = st.reassembly.add(&d, Instant::now());
         for _ in 0..evicted {
             self.counters.drop(Drop::Evicted);
