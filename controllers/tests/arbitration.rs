@@ -79,6 +79,23 @@ impl Robot {
         self.t.spawn_bin("robot-controller", &args)
     }
 
+    /// `robot-controller` x, compromising, asking for the turret for `seconds`.
+    fn x_holding_the_turret(&mut self, seconds: &str) -> usize {
+        self.t.spawn_bin(
+            "robot-controller",
+            &[
+                "--name",
+                "x",
+                "--status",
+                "compromising",
+                "--set",
+                "arm/turret=1",
+                "--duration-s",
+                seconds,
+            ],
+        )
+    }
+
     /// The patents' three controllers.
     fn abn(&mut self, ttl_ms: u64) -> [usize; 3] {
         [
@@ -398,19 +415,7 @@ fn an_unknown_resource_is_a_clear_error() {
 fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
     let mut r = Robot::new(&["x"]);
     let run = |r: &mut Robot| {
-        let c = r.t.spawn_bin(
-            "robot-controller",
-            &[
-                "--name",
-                "x",
-                "--status",
-                "compromising",
-                "--set",
-                "arm/turret=1",
-                "--duration-s",
-                "0.5",
-            ],
-        );
+        let c = r.x_holding_the_turret("0.5");
         let out = r.t.finish(c);
         assert!(out.status.success(), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -442,19 +447,7 @@ fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
     r.t.start_registry();
     r.manager();
     r.arbiter();
-    let c = r.t.spawn_bin(
-        "robot-controller",
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/turret=1",
-            "--duration-s",
-            "4",
-        ],
-    );
+    let c = r.x_holding_the_turret("4");
     common::eventually("x owns the turret", || {
         r.t.stdout_of(c).contains("x arm: full (owns: turret)")
     });
