@@ -391,8 +391,8 @@ fn big_values_beside_announcements_are_never_taken_for_replays() {
     let _ = std::fs::remove_file(key);
 }
 
-/// The first UDP datagram from `from` to a port other than the discovery port, as it arrives
-/// in the current netns (a packet socket sees it beside the registry's own socket).
+/// The first value datagram from `from` to a port other than the discovery port, as it
+/// arrives in the current netns (a packet socket sees it beside the registry's own socket).
 fn capture_value_from(from: Ipv4Addr) -> Vec<u8> {
     const ETH_P_IP: u16 = 0x0800;
     let s = socket2::Socket::new(
@@ -414,8 +414,17 @@ fn capture_value_from(from: Ipv4Addr) -> Vec<u8> {
         }
         let udp = &ip[header..];
         let to_port = u16::from_be_bytes([udp[2], udp[3]]);
-        if to_port != PORT {
-            return udp[8..].to_vec();
+        // A value: its channel (bytes 40..48 of the datagram header) is not the announcements'
+        // 0 (a newcomer's announcement can come to the data port too).
+        let payload = &udp[8..];
+        let value = payload
+            .get(40..48)
+            .is_some_and(|c| c.iter().any(|&b| b != 0));
+        if to_port != PORT && value && payload.len() >= 72 {
+            // One datagram: the kernel may hand the packet socket several coalesced (GRO).
+            let body = u32::from_le_bytes(payload[68..72].try_into().unwrap()) as usize;
+            let mac = if payload[5] & 1 != 0 { 16 } else { 0 };
+            return payload[..(72 + body + mac).min(payload.len())].to_vec();
         }
     }
 }
@@ -510,4 +519,83 @@ fn a_value_replayed_after_a_registry_restart_does_not_roll_the_mirror_back() {
     assert_eq!(s["backwards"], 0, "the mirror went back: {s}");
     assert_eq!(s["last"], 30, "{s}");
     let _ = std::fs::remove_file(key);
+}
+
+/// After A's registry restarted with its clock set back (its session is now smaller than the
+/// one before), a value datagram of A's earlier run, replayed to B, is refused, and B's mirror
+/// keeps following A's new values (the replay must not move B's replay window to the old
+/// session, which would shut out every real value after it).
+#[test]
+fn a_replayed_value_of_an_earlier_larger_session_does_not_shut_out_the_current_one() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let reader = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/clock",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "40",
+        ],
+    );
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let capture = lab.in_netns(B, move || {
+        std::thread::spawn(move || capture_value_from(a_ip))
+    });
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/clock",
+            "--interval-ms",
+            "20",
+            "--count",
+            "100000",
+        ],
+    );
+    let captured = capture.join().expect("capture");
+    assert_eq!(summary(&lab.finish(reader))["last"], 40);
+    lab.kill_registry(A);
+    lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
+    lab.kill_registry(B);
+    lab.start_registry(B, &[], &[]);
+    let flowing = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/clock",
+            "--seconds",
+            "20",
+            "--wait",
+            "--until",
+            "80",
+        ],
+    );
+    assert!(summary(&lab.finish(flowing))["last"].as_u64() >= Some(80));
+    let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
+    lab.in_netns(C, move || {
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        out.send_to(&captured, b_addr).unwrap();
+    });
+    let r = lab.spawn(
+        B,
+        "bus-stress",
+        &["read", "--name", "/clock", "--seconds", "3", "--wait"],
+    );
+    let s = summary(&lab.finish(r));
+    assert!(
+        s["reads"].as_u64() >= Some(20),
+        "B's mirror must keep following A: {s}"
+    );
+    assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
 }

@@ -77,6 +77,17 @@ impl Net {
         } else {
             Stream::Values
         };
+        if stream == Stream::Values {
+            // Values are taken only from the session whose announcements are followed, and
+            // checked before the replay window sees them: a replayed value of another session
+            // (an earlier run whose clock read later) would otherwise move the window to that
+            // session and shut out every real value after it.
+            match st.peers.session_of(h.sender) {
+                None => return Err(Drop::Unexpected),
+                Some(followed) if followed != h.session => return Err(Drop::Older),
+                Some(_) => {}
+            }
+        }
         st.replay.accept(h.sender, stream, h.session, h.packet)?;
         st.peers.touch(h.sender, h.session, Instant::now());
         let (outcome, evicted) = st.reassembly.add(&d, Instant::now());
