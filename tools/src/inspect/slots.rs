@@ -76,13 +76,7 @@ pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
         capacity: slot.capacity(),
         size: if info.is_some() { value.len() } else { 0 },
         sequence: info.map_or(0, |i| i.sequence),
-        // A mirror's write times are its origin host's clock: another computer's offset would
-        // make an active mirror look stopped, so only local slots are judged by age.
-        rate_hz: if origin.is_empty() {
-            current_rate(recent_rate(slot), age_s)
-        } else {
-            recent_rate(slot)
-        },
+        rate_hz: current_rate(recent_rate(slot), age_s),
         age_s,
         writer: writer.state,
         writer_pid: writer.pid,
