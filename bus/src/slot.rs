@@ -511,8 +511,8 @@ impl Slot {
     }
 
     /// The session (start time) of the origin registry that sent the latest reflected value;
-    /// 0 when unknown. With `origin_sequence`, what a restarted registry orders values by: a
-    /// datagram of that session with an older sequence, or of an earlier session, is refused.
+    /// 0 when unknown. With `origin_sequence`, what a restarted registry resumes ordering from:
+    /// a value of that session is taken only with a newer sequence.
     pub fn origin_session(&self) -> u64 {
         self.load64(OFF_ORIGIN_SESSION)
     }

@@ -32,11 +32,7 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
             "32",
         ],
     );
-    lab.spawn(
-        B,
-        "bus-stress",
-        &["read", "--name", "/lab/x", "--seconds", "60", "--wait"],
-    );
+    lab.read_for(B, "/lab/x", "60");
     eventually("the value is mirrored on hB", || {
         let out = lab.inspect(B, &["list", "/lab/x", "--json"]);
         out.status.success()

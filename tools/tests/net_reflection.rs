@@ -43,23 +43,6 @@ fn writer(lab: &mut Lab, name: &str, count: &str, interval_ms: &str, size: &str)
     )
 }
 
-fn reader(lab: &mut Lab, host: usize, name: &str, until: &str, seconds: &str) -> usize {
-    lab.spawn(
-        host,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            name,
-            "--seconds",
-            seconds,
-            "--wait",
-            "--until",
-            until,
-        ],
-    )
-}
-
 fn check(lab: &mut Lab, child: usize, last: u64, what: &str) -> serde_json::Value {
     let out = lab.finish(child);
     let s = summary(&out);
@@ -78,7 +61,7 @@ fn run_order(order: &[Step]) {
             Step::Publisher => {
                 writer(&mut lab, "/order", "5", "0", "32");
             }
-            Step::Subscriber(h) => readers.push(reader(&mut lab, h, "/order", "5", "20")),
+            Step::Subscriber(h) => readers.push(lab.read_until(h, "/order", "5", "20")),
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -135,10 +118,10 @@ fn a_late_subscriber_gets_the_current_value_at_once_and_sees_the_origin() {
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
     writer(&mut lab, "/late", "3", "0", "16");
-    let first = reader(&mut lab, B, "/late", "3", "20");
+    let first = lab.read_until(B, "/late", "3", "20");
     check(&mut lab, first, 3, "first subscriber");
     // The mirror holds the value now: a new subscriber gets it without a new write.
-    let second = reader(&mut lab, B, "/late", "3", "20");
+    let second = lab.read_until(B, "/late", "3", "20");
     check(&mut lab, second, 3, "late subscriber");
     let out = lab.inspect(B, &["list", "--json"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -156,14 +139,14 @@ fn subscribers_get_values_again_after_their_registry_restarts() {
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
     writer(&mut lab, "/restart", "120", "50", "16");
-    let r = reader(&mut lab, B, "/restart", "120", "30");
+    let r = lab.read_until(B, "/restart", "120", "30");
     std::thread::sleep(Duration::from_millis(1500));
     lab.kill_registry(B);
     std::thread::sleep(Duration::from_millis(500));
     lab.start_registry(B, &[], &[]);
     check(&mut lab, r, 120, "subscriber across its registry's restart");
     // And a subscriber that joins after the restart gets the current value.
-    let late = reader(&mut lab, B, "/restart", "120", "20");
+    let late = lab.read_until(B, "/restart", "120", "20");
     check(&mut lab, late, 120, "subscriber after the restart");
 }
 
@@ -174,8 +157,8 @@ fn one_mebibyte_values_arrive_whole() {
         lab.start_registry(h, &[], &[]);
     }
     let size = (1 << 20).to_string();
-    let rb = reader(&mut lab, B, "/big", "4", "30");
-    let rc = reader(&mut lab, C, "/big", "4", "30");
+    let rb = lab.read_until(B, "/big", "4", "30");
+    let rc = lab.read_until(C, "/big", "4", "30");
     writer(&mut lab, "/big", "4", "200", &size);
     check(&mut lab, rb, 4, "1 MiB on B");
     check(&mut lab, rc, 4, "1 MiB on C");
@@ -188,8 +171,8 @@ fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value(
         let faults = format!("loss=0.3,dup=0.2,reorder=0.2,seed={seed},for_ms=6000");
         lab.start_registry(h, &[], &[("BATON_NET_FAULTS", &faults)]);
     }
-    let rb = reader(&mut lab, B, "/lossy", "150", "40");
-    let rc = reader(&mut lab, C, "/lossy", "150", "40");
+    let rb = lab.read_until(B, "/lossy", "150", "40");
+    let rc = lab.read_until(C, "/lossy", "150", "40");
     // 150 values over about 4.5 s, mixing sizes up to 5 fragments, all under faults.
     lab.spawn(
         A,
@@ -241,7 +224,7 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
             "60",
         ],
     );
-    let first = reader(&mut lab, B, "/mortal", "3", "20");
+    let first = lab.read_until(B, "/mortal", "3", "20");
     check(&mut lab, first, 3, "subscriber on B before the kill");
     let r = lab.spawn(
         B,
@@ -279,7 +262,7 @@ fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
         &[],
     );
     writer(&mut lab, "/unicast", "5", "0", "3000");
-    let r = reader(&mut lab, B, "/unicast", "5", "20");
+    let r = lab.read_until(B, "/unicast", "5", "20");
     check(&mut lab, r, 5, "subscriber reached by unicast");
     // And the other way.
     lab.spawn(
@@ -297,7 +280,7 @@ fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
             "60",
         ],
     );
-    let r = reader(&mut lab, A, "/back", "4", "20");
+    let r = lab.read_until(A, "/back", "4", "20");
     check(&mut lab, r, 4, "subscriber on A reached by unicast");
 }
 
@@ -323,17 +306,13 @@ fn a_mirror_follows_an_origin_restarted_with_its_clock_set_back() {
             "100000",
         ],
     );
-    let r = reader(&mut lab, B, "/clock", "5", "20");
+    let r = lab.read_until(B, "/clock", "5", "20");
     assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
     lab.kill_registry(A);
     lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
     lab.kill_registry(B);
     lab.start_registry(B, &[], &[]);
-    let r = lab.spawn(
-        B,
-        "bus-stress",
-        &["read", "--name", "/clock", "--seconds", "4", "--wait"],
-    );
+    let r = lab.read_for(B, "/clock", "4");
     let s = summary(&lab.finish(r));
     assert!(
         s["reads"].as_u64() >= Some(20),

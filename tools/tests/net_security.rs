@@ -27,20 +27,7 @@ fn key_file(tag: &str, bytes: &str) -> std::path::PathBuf {
 /// Receives one datagram sent by `from` to the multicast group, inside the current netns.
 /// A reader of `/auth` on `host` until it holds the fifth value; its summary.
 fn last_auth_value_on(lab: &mut Lab, host: usize) -> serde_json::Value {
-    let r = lab.spawn(
-        host,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/auth",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "5",
-        ],
-    );
+    let r = lab.read_until(host, "/auth", "5", "20");
     summary(&lab.finish(r))
 }
 
@@ -202,20 +189,7 @@ fn a_name_published_on_another_host_is_refused_and_the_first_keeps_working() {
             .is_some_and(|s| s["conflicts"].as_u64().unwrap_or(0) >= 1)
     });
     // The first publisher keeps working, also for subscribers on B.
-    let r = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/dup",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "200",
-        ],
-    );
+    let r = lab.read_until(B, "/dup", "200", "20");
     let s = summary(&lab.finish(r));
     assert_eq!(s["last"], 200, "{s}");
     assert_eq!(s["backwards"], 0, "{s}");
@@ -228,18 +202,7 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     lab.start_registry(B, &[], &[]);
     // Subscribed on B as `Checked` before host A publishes the name as `ManagerConfig`: B's
     // registry does not mirror it and says why, naming both types.
-    let early = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/robot/manager",
-            "--seconds",
-            "3",
-            "--wait",
-        ],
-    );
+    let early = lab.read_for(B, "/robot/manager", "3");
     let manager = std::env::temp_dir().join(format!("baton-types-{}.toml", std::process::id()));
     std::fs::write(&manager, "controllers = []\narbiters = []\n").expect("manager file");
     lab.spawn(
@@ -257,18 +220,7 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     assert_eq!(s["reads"], 0, "{s}");
     // Subscribing once B knows A's publication: refused at once, the error names both types.
     wait_until_b_knows_a_publications(&lab);
-    let late = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/robot/manager",
-            "--seconds",
-            "20",
-            "--wait",
-        ],
-    );
+    let late = lab.read_for(B, "/robot/manager", "20");
     let out = lab.finish(late);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the subscription must be refused");
@@ -339,22 +291,7 @@ fn big_values_beside_announcements_are_never_taken_for_replays() {
     }
     let readers: Vec<usize> = [B, C]
         .into_iter()
-        .map(|h| {
-            lab.spawn(
-                h,
-                "bus-stress",
-                &[
-                    "read",
-                    "--name",
-                    "/streams",
-                    "--seconds",
-                    "30",
-                    "--wait",
-                    "--until",
-                    "100",
-                ],
-            )
-        })
+        .map(|h| lab.read_until(h, "/streams", "100", "30"))
         .collect();
     lab.spawn(
         A,
@@ -441,11 +378,7 @@ fn a_value_replayed_after_a_registry_restart_does_not_roll_the_mirror_back() {
     lab.start_registry(A, &["--key-file", &key_arg], &[]);
     lab.start_registry(B, &["--key-file", &key_arg], &[]);
     // Reads across the restart and the replay; a value older than one seen is "backwards".
-    let reader = lab.spawn(
-        B,
-        "bus-stress",
-        &["read", "--name", "/replay", "--seconds", "10", "--wait"],
-    );
+    let reader = lab.read_for(B, "/replay", "10");
     let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
     let capture = lab.in_netns(B, move || {
         std::thread::spawn(move || capture_value_from(a_ip))
@@ -470,20 +403,7 @@ fn a_value_replayed_after_a_registry_restart_does_not_roll_the_mirror_back() {
         ],
     );
     let captured = capture.join().expect("capture");
-    let until_last = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/replay",
-            "--seconds",
-            "10",
-            "--wait",
-            "--until",
-            "30",
-        ],
-    );
+    let until_last = lab.read_until(B, "/replay", "30", "10");
     assert_eq!(
         summary(&lab.finish(until_last))["last"],
         30,
@@ -530,20 +450,7 @@ fn a_replayed_value_of_an_earlier_larger_session_does_not_shut_out_the_current_o
     let mut lab = Lab::new(3);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    let reader = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/clock",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "40",
-        ],
-    );
+    let reader = lab.read_until(B, "/clock", "40", "20");
     let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
     let capture = lab.in_netns(B, move || {
         std::thread::spawn(move || capture_value_from(a_ip))
@@ -567,31 +474,14 @@ fn a_replayed_value_of_an_earlier_larger_session_does_not_shut_out_the_current_o
     lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
     lab.kill_registry(B);
     lab.start_registry(B, &[], &[]);
-    let flowing = lab.spawn(
-        B,
-        "bus-stress",
-        &[
-            "read",
-            "--name",
-            "/clock",
-            "--seconds",
-            "20",
-            "--wait",
-            "--until",
-            "80",
-        ],
-    );
+    let flowing = lab.read_until(B, "/clock", "80", "20");
     assert!(summary(&lab.finish(flowing))["last"].as_u64() >= Some(80));
     let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
     lab.in_netns(C, move || {
         let out = UdpSocket::bind("0.0.0.0:0").unwrap();
         out.send_to(&captured, b_addr).unwrap();
     });
-    let r = lab.spawn(
-        B,
-        "bus-stress",
-        &["read", "--name", "/clock", "--seconds", "3", "--wait"],
-    );
+    let r = lab.read_for(B, "/clock", "3");
     let s = summary(&lab.finish(r));
     assert!(
         s["reads"].as_u64() >= Some(20),

@@ -85,6 +85,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The rule for a host name, this registry's (`--host`) and every announced one: it names a
+/// statistics slot (`stats_slot_name`) and is kept as a mirror's origin (at most 64 bytes).
+pub fn check_host_name(host: &str) -> Result<(), String> {
+    stats_slot_name(host)?;
+    if host.len() > 64 {
+        return Err(format!("host name {host:?} is longer than 64 bytes"));
+    }
+    Ok(())
+}
+
 /// Name of a host's statistics slot: `/baton/registry/<host>/net`.
 pub fn stats_slot_name(host: &str) -> Result<SlotName, String> {
     SlotName::public(&format!("/baton/registry/{host}/net"))
@@ -172,10 +182,7 @@ pub struct Net {
 impl Net {
     /// Opens the sockets. Fails with one clear line if the configuration cannot work.
     pub fn open(cfg: NetConfig, domain: &bus::Domain) -> Result<Net, String> {
-        stats_slot_name(&cfg.host)?;
-        if cfg.host.len() > 64 {
-            return Err(format!("host name {:?} is longer than 64 bytes", cfg.host));
-        }
+        check_host_name(&cfg.host)?;
         if !cfg.group.is_multicast() {
             return Err(format!("{} is not a multicast group", cfg.group));
         }

@@ -81,7 +81,10 @@ impl Net {
             // Values are taken only from the session whose announcements are followed, and
             // checked before the replay window sees them: a replayed value of another session
             // (an earlier run whose clock read later) would otherwise move the window to that
-            // session and shut out every real value after it.
+            // session and shut out every real value after it. Sessions are start times, but
+            // they are not compared: a computer without a real-time clock may restart with its
+            // clock set back. After our own restart the replay window is empty, so this check
+            // (and the mirror's kept session, `on_value`) is what refuses an old run's packets.
             match st.peers.session_of(h.sender) {
                 None => return Err(Drop::Unexpected),
                 Some(followed) if followed != h.session => return Err(Drop::Older),
@@ -89,8 +92,9 @@ impl Net {
             }
         }
         st.replay.accept(h.sender, stream, h.session, h.packet)?;
-        st.peers.touch(h.sender, h.session, Instant::now());
-        let (outcome, evicted) = st.reassembly.add(&d, Instant::now());
+        let now = Instant::now();
+        st.peers.touch(h.sender, h.session, now);
+        let (outcome, evicted) = st.reassembly.add(&d, now);
         for _ in 0..evicted {
             self.counters.drop(Drop::Evicted);
         }
@@ -101,7 +105,9 @@ impl Net {
         };
         match wire::decode_message(&message)? {
             Message::Announce(a) => self.on_announce(&mut st, &d, a, from),
-            Message::Value(v) => self.on_value(&mut st, &d, &v),
+            // A value comes on a value channel only: its session was checked above.
+            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v),
+            Message::Value(_) => Err(Drop::Malformed),
         }
     }
 
@@ -127,13 +133,10 @@ impl Net {
         a: Announce,
         from: SocketAddr,
     ) -> Result<(), Drop> {
-        // A host name follows the same rule here as on the command line: it names a stats
-        // slot, is written into mirrors as their origin and into the log.
         if d.header.channel != wire::ANNOUNCE_CHANNEL
             || wire::fnv1a(a.host.as_bytes()) != d.header.sender
             || a.host == self.host
-            || a.host.len() > 64
-            || super::stats_slot_name(&a.host).is_err()
+            || super::check_host_name(&a.host).is_err()
         {
             return Err(Drop::Malformed);
         }
@@ -158,16 +161,8 @@ impl Net {
             return Err(Drop::Unexpected);
         }
         if m.origin_session != session {
-            // A value of another session than the mirror's starts a new series only if it is
-            // the session of the announcements followed from that host now: the origin
-            // registry restarted. Any other session is a late or replayed packet of a run that
-            // has ended (after our own restart the replay window is empty, so only this check
-            // refuses it). Sessions are start times, but they are not compared: a computer
-            // without a real-time clock may restart with its clock set back, and a smaller
-            // session must not freeze the mirror, nor a larger old one win over it.
-            if st.peers.session_of(d.header.sender) != Some(session) {
-                return Err(Drop::Older);
-            }
+            // `on_datagram` let through only the session followed from that host now: the
+            // origin registry restarted, and its sequence numbers are a new series.
             m.origin_session = session;
             m.last_sequence = 0;
         }

@@ -107,7 +107,7 @@ impl Net {
             if to.is_empty() {
                 continue;
             }
-            let Some(read) = read_value(&r.slot, value) else {
+            let Ok(Some(read)) = r.slot.read(0, value) else {
                 continue;
             };
             if changed {
@@ -243,9 +243,4 @@ impl Net {
             }
         }
     }
-}
-
-/// Reads the slot's latest value; its sequence, or `None` if nothing was written.
-fn read_value(slot: &Slot, out: &mut Vec<u8>) -> Option<ReadInfo> {
-    slot.read(0, out).ok().flatten()
 }

@@ -19,23 +19,19 @@ pub fn listing(domain: &Domain) -> Result<Vec<SlotListing>> {
     }
 }
 
-/// The pid of the registry serving `domain` (from its `Welcome`), or why it cannot be reached.
-pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
-    use bus::protocol::{read_frame, write_frame};
-    let mut stream = bus::protocol::connect(domain).map_err(|e| e.to_string())?;
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+/// The pid of the registry serving `domain` (from its `Welcome`), or why it cannot be reached
+/// (`BusError::Refused` when it runs but refuses this user).
+pub fn registry_pid(domain: &Domain) -> Result<u32, bus::BusError> {
     let hello = Request::Hello {
         program: bus::process::own_program(),
     };
-    write_frame(&mut stream, 1, &hello).map_err(|e| e.to_string())?;
-    match read_frame::<Reply>(&mut stream) {
-        Ok(Some(frame)) => match frame.body {
-            Reply::Welcome { registry_pid } => Ok(registry_pid),
-            Reply::Error { message } => Err(format!("{REFUSED}{message}")),
-            other => Err(format!("unexpected answer {other:?}")),
-        },
-        Ok(None) => Err("connection closed".into()),
-        Err(e) => Err(e.to_string()),
+    match bus::protocol::ask(domain, &hello)? {
+        Reply::Welcome { registry_pid } => Ok(registry_pid),
+        other => Err(bus::BusError::RegistryUnreachable {
+            domain: domain.to_string(),
+            socket: domain.registry_socket(),
+            reason: format!("unexpected answer {other:?}"),
+        }),
     }
 }
 
@@ -43,19 +39,19 @@ pub fn registry_pid(domain: &Domain) -> Result<u32, String> {
 /// its pid, or the sentence that says none does and how to start one (doctor's detail, and the
 /// note `list`, `get` and `info` print without a registry).
 pub fn answers(domain: &Domain) -> Result<u32, String> {
-    registry_pid(domain).map_err(|e| match e.strip_prefix(REFUSED) {
+    registry_pid(domain).map_err(|e| match e {
         // It runs: starting one would not help.
-        Some(why) => format!("the registry-server of domain '{domain}' refuses this user: {why}"),
-        None => format!(
-            "no registry-server answers on domain '{domain}' (socket @{}: {e}); start \
+        bus::BusError::Refused { reason, .. } => {
+            format!("the registry-server of domain '{domain}' refuses this user: {reason}")
+        }
+        bus::BusError::RegistryUnreachable { reason, .. } => format!(
+            "no registry-server answers on domain '{domain}' (socket @{}: {reason}); start \
              `registry-server --domain {domain}`",
             domain.registry_socket()
         ),
+        other => other.to_string(),
     })
 }
-
-/// How `registry_pid` starts the registry's own refusal (its user may not use the bus).
-const REFUSED: &str = "refused: ";
 
 /// One endpoint, for printing.
 #[derive(Debug, Serialize, Clone)]

@@ -146,6 +146,34 @@ impl Lab {
         self.children.len() - 1
     }
 
+    /// `bus-stress read` of `name` in host `host`, waiting for each value, until value
+    /// `until` arrives or `seconds` pass (its summary on stdout).
+    pub fn read_until(&mut self, host: usize, name: &str, until: &str, seconds: &str) -> usize {
+        self.spawn(
+            host,
+            "bus-stress",
+            &[
+                "read",
+                "--name",
+                name,
+                "--seconds",
+                seconds,
+                "--wait",
+                "--until",
+                until,
+            ],
+        )
+    }
+
+    /// `bus-stress read` of `name` in host `host`, waiting for each value, for `seconds`.
+    pub fn read_for(&mut self, host: usize, name: &str, seconds: &str) -> usize {
+        self.spawn(
+            host,
+            "bus-stress",
+            &["read", "--name", name, "--seconds", seconds, "--wait"],
+        )
+    }
+
     /// Kills a child with SIGKILL and reaps it.
     pub fn kill(&mut self, child: usize) {
         if let Some(mut c) = self.children[child].take() {
