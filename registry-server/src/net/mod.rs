@@ -5,7 +5,8 @@
 //!
 //! Pieces: `wire` (the datagram format; pure, never panics), `auth` (keyed MAC and replay
 //! window), `reassembly` (fragments to messages, bounded memory), `faults` (test-only loss,
-//! duplication, reordering), `stats` (counters and the published statistics), `peers` (what
+//! duplication, reordering), `stats` (counters and the published statistics), `announce` (an
+//! announcement cut into parts that fit a datagram, and put together again), `peers` (what
 //! each remote host announced and the decisions drawn from it), `send` (datagrams out),
 //! `receive` (datagrams in), `reflector` (the thread that sends values, announces and ticks),
 //! `reconcile` (announcements applied to the registry's state). This module owns the
@@ -16,6 +17,7 @@
 //! (`futex_waitv`) and on a private word poked when anything changes, sends new values, and on
 //! a tick announces, refreshes, forgets silent hosts and publishes the statistics.
 
+mod announce;
 pub mod auth;
 pub mod faults;
 pub mod peers;
@@ -139,7 +141,9 @@ struct NetState {
     reflected: BTreeMap<String, Reflected>,
     /// Values owed now to new targets (and to every target on a refresh): name -> hosts.
     owed: BTreeMap<String, BTreeSet<String>>,
+    /// What was announced last (whole, its part fields zero) and its generation.
     last_announce: Option<Announce>,
+    generation: u64,
     next_announce: Instant,
     next_refresh: Instant,
     next_stats: Instant,
@@ -300,6 +304,7 @@ impl Net {
                 reflected: BTreeMap::new(),
                 owed: BTreeMap::new(),
                 last_announce: None,
+                generation: 0,
                 next_announce: now,
                 next_refresh: now + cfg.refresh_every,
                 next_stats: now,

@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 
 use bus::SlotName;
 
+use super::announce::Assembly;
 use super::wire::{Announce, PubInfo};
 use crate::state::RemoteClaim;
 
 pub struct PeerEntry {
+    /// What the host announces, as far as heard: see `announce.rs` (its part fields are those
+    /// of the last part taken).
     pub announce: Announce,
+    assembly: Assembly,
     pub session: u64,
     pub sender: u64,
     /// Where its values and our values for it go: the announcement's source address and its
@@ -41,6 +45,11 @@ impl Change {
     }
 }
 
+/// Whether two views of a host announce the same (the part fields aside).
+fn same_content(a: &Announce, b: &Announce) -> bool {
+    a.publications == b.publications && a.wants == b.wants && a.interval_ms == b.interval_ms
+}
+
 /// A remote publication as claimed by its host.
 pub struct Claim {
     pub claim: RemoteClaim,
@@ -54,31 +63,53 @@ pub struct Peers {
 }
 
 impl Peers {
-    pub fn heard(&mut self, a: Announce, session: u64, addr: SocketAddr, now: Instant) -> Change {
-        let sender = super::wire::fnv1a(a.host.as_bytes());
-        match self.by_host.get_mut(&a.host) {
+    /// Takes one part of a host's announcement (see `announce.rs`) heard in `session`.
+    pub fn heard(
+        &mut self,
+        part: Announce,
+        session: u64,
+        addr: SocketAddr,
+        now: Instant,
+    ) -> Change {
+        let sender = super::wire::fnv1a(part.host.as_bytes());
+        match self.by_host.get_mut(&part.host) {
             Some(p) if p.session > session => Change::Nothing,
             Some(p) => {
-                let change = if p.session != session {
+                let restarted = p.session != session;
+                if restarted {
+                    // What it announced before stays until a whole generation of the new
+                    // session says otherwise: a restarted registry adopts its slots, so its
+                    // publications are mostly the same, and they must not flicker.
+                    p.assembly = Assembly::resumed(&p.announce);
+                    p.session = session;
+                }
+                let Some(view) = p.assembly.take(part) else {
+                    return Change::Nothing;
+                };
+                let change = if restarted {
                     Change::New
-                } else if p.announce != a || p.data_addr != addr {
+                } else if !same_content(&p.announce, &view) || p.data_addr != addr {
                     Change::Changed
                 } else {
                     Change::Nothing
                 };
-                p.announce = a;
-                p.session = session;
+                p.announce = view;
                 p.data_addr = addr;
                 p.last_heard = now;
                 change
             }
             None => {
-                tracing::info!("discovered host '{}' at {}", a.host, addr.ip());
-                self.host_of_sender.insert(sender, a.host.clone());
+                let mut assembly = Assembly::default();
+                let Some(view) = assembly.take(part) else {
+                    return Change::Nothing;
+                };
+                tracing::info!("discovered host '{}' at {}", view.host, addr.ip());
+                self.host_of_sender.insert(sender, view.host.clone());
                 self.by_host.insert(
-                    a.host.clone(),
+                    view.host.clone(),
                     PeerEntry {
-                        announce: a,
+                        announce: view,
+                        assembly,
                         session,
                         sender,
                         data_addr: addr,
@@ -194,6 +225,9 @@ mod tests {
             host: host.into(),
             data_port: 9,
             interval_ms: 100,
+            generation: 1,
+            part: 0,
+            parts: 1,
             publications: pubs
                 .iter()
                 .map(|n| PubInfo {

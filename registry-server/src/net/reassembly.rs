@@ -8,6 +8,11 @@
 //! message is its buffer plus a fixed `OVERHEAD`, so that many tiny ones (a flood of crafted
 //! fragments) are bounded as well as a few big ones.
 //!
+//! Announcements are the exception for one-fragment messages: a host's announcement parts go
+//! out as consecutive messages on one channel, an older one is not superseded by a newer one
+//! (it is another part), so they are delivered whatever their order (`announce.rs` orders them
+//! by their generation). Replays are the replay window's business.
+//!
 //! The sender and channel come off the wire: without a key anyone can make up new ones, so the
 //! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
 //! duplicate delivery, which the mirror's sequence check then refuses.
@@ -15,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::wire::{Datagram, Drop};
+use super::wire::{Datagram, Drop, ANNOUNCE_CHANNEL};
 
 /// Memory counted per incomplete message besides its buffer: the map entry, the fragment
 /// bitmap and the allocations' headers (a generous estimate).
@@ -77,6 +82,9 @@ impl Reassembler {
     pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, u64) {
         let h = &d.header;
         let key = (h.sender, h.channel);
+        if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
+            return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
+        }
         if let Some(&(session, message)) = self.delivered.get(&key) {
             if session == h.session && message >= h.message {
                 return (Outcome::Dropped(Drop::Stale), 0);

@@ -204,6 +204,10 @@ impl Net {
             host: self.host.clone(),
             data_port: self.data_port,
             interval_ms: self.announce_every.as_millis().min(u128::from(u32::MAX)) as u32,
+            // Set when it is cut into parts (`Reflector::announce`).
+            generation: 0,
+            part: 0,
+            parts: 1,
             publications: reg
                 .local_publications()
                 .into_iter()

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bus::futex;
 use bus::slot::{ReadInfo, Slot};
 
+use super::announce;
 use super::stats::{Counters, NetStats, PeerStats};
 use super::wire::{self, Drop, Value};
 use super::{lock, Net, NetState, Reflected, REASSEMBLY_AGE, STATS_EVERY, TICK, WATCH_MAX};
@@ -201,17 +202,28 @@ impl Net {
         }
     }
 
+    /// Announces what this registry publishes and wants, in parts that each fit a datagram;
+    /// the generation grows when that changed since the last announcement.
     fn announce(&self, shared: &Shared, message: &mut Vec<u8>) {
-        let a = shared.with_state(|reg| self.our_announce(reg));
-        if let Err(e) = wire::encode_announce(&a, message) {
-            tracing::warn!("cannot encode the announcement: {e}");
-            return;
-        }
+        let whole = shared.with_state(|reg| self.our_announce(reg));
+        let generation = {
+            let mut st = lock(&self.state);
+            if st.last_announce.as_ref() != Some(&whole) {
+                st.generation += 1;
+            }
+            st.generation
+        };
         let mut to = vec![self.group];
         to.extend(self.unicast_peers.iter().copied());
-        self.send_message(wire::ANNOUNCE_CHANNEL, message, &to);
+        for part in announce::split(&whole, generation, self.chunk) {
+            if let Err(e) = wire::encode_announce(&part, message) {
+                tracing::warn!("cannot encode the announcement: {e}");
+                return;
+            }
+            self.send_message(wire::ANNOUNCE_CHANNEL, message, &to);
+        }
         let mut st = lock(&self.state);
-        st.last_announce = Some(a);
+        st.last_announce = Some(whole);
         st.next_announce = Instant::now() + self.announce_every;
     }
 

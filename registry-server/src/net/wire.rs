@@ -5,7 +5,7 @@
 //! Every datagram is one fragment of one message; a message that fits is a single fragment.
 //!
 //! ```text
-//! 0   magic "BTNW"            4   version (1)          5  flags (bit 0: MAC trailer present)
+//! 0   magic "BTNW"            4   version (2)          5  flags (bit 0: MAC trailer present)
 //! 6   reserved u16 = 0        8   domain (FNV-1a of the domain name)
 //! 16  sender (FNV-1a of the sender's host name)        24 session (sender's start, ns)
 //! 32  packet (per-sender counter: replay window)       40 channel (0: announce; else slot)
@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 4] = *b"BTNW";
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -30,6 +30,10 @@ pub const FLAG_MAC: u8 = 1;
 pub const IP_UDP_OVERHEAD: usize = 28;
 /// Channel of announcements; value channels are the slot name's hash, never 0.
 pub const ANNOUNCE_CHANNEL: u64 = 0;
+
+/// Most parts one announcement may be cut into (about 5 MB of publications at the default
+/// MTU, far beyond any robot); a receiver holds at most this many parts per host.
+pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 
 const KIND_ANNOUNCE: u8 = 1;
 const KIND_VALUE: u8 = 2;
@@ -251,14 +255,22 @@ pub struct PubInfo {
     pub schema: Vec<u8>,
 }
 
-/// What a registry tells the others, periodically and whenever it changes. It carries no
-/// address: peers answer to the datagram's source address and the announced `data_port`.
+/// What a registry tells the others, periodically and whenever it changes: one part of it, cut
+/// to fit a datagram (see `announce.rs`). It carries no address: peers answer to the
+/// datagram's source address and the announced `data_port`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Announce {
     pub host: String,
     pub data_port: u16,
     /// How often to expect the next announcement, in milliseconds.
     pub interval_ms: u32,
+    /// Grows whenever what the host announces changes; the parts of one generation are the
+    /// same at every repetition.
+    pub generation: u64,
+    /// This part's index, below `parts`.
+    pub part: u16,
+    /// How many parts this generation has (at least one).
+    pub parts: u16,
     pub publications: Vec<PubInfo>,
     /// Public names this host subscribes to without publishing them.
     pub wants: Vec<String>,
@@ -305,8 +317,10 @@ pub fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
 pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
     match bytes.first() {
         Some(&KIND_ANNOUNCE) => bus::codec::decode::<Announce>(&bytes[1..])
+            .ok()
+            .filter(|a| a.part < a.parts && a.parts <= MAX_ANNOUNCE_PARTS)
             .map(Message::Announce)
-            .map_err(|_| Drop::Malformed),
+            .ok_or(Drop::Malformed),
         Some(&KIND_VALUE) => {
             if bytes.len() < VALUE_FIXED {
                 return Err(Drop::Truncated);
@@ -412,6 +426,9 @@ mod tests {
             host: "h".into(),
             data_port: 5,
             interval_ms: 100,
+            generation: 4,
+            part: 1,
+            parts: 2,
             publications: vec![PubInfo {
                 name: "/x".into(),
                 type_name: "T".into(),
