@@ -16,6 +16,14 @@
 //! ```
 //! Once every resource is committed, later controllers that want any are denied (the patents'
 //! "stop when uncommitted is empty", with their outcomes still reported).
+//!
+//! Values: an owner's command is clamped into the resource's limits. A command that is not a
+//! finite number (NaN, an infinity: only a faulty writer makes one, the library refuses them)
+//! still asks for its resource, so ownership follows the rules above exactly, but it never
+//! reaches the hardware: the resource gets its safe command instead. A hold (the position
+//! safe command) holds where the resource was measured when it was released; with no
+//! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
+//! resource gets no setpoint at all (the driver keeps it where it is).
 
 use std::collections::BTreeMap;
 
@@ -40,7 +48,7 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SafeCommand {
     /// Hold the position measured when the resource was released (or the last setpoint if no
-    /// state was ever reported).
+    /// state was reported; no setpoint at all before either is known).
     Hold,
     /// A fixed setpoint (zero velocity, off, a parking position).
     Value(f64),
@@ -70,7 +78,8 @@ pub struct Candidate<'a> {
 pub struct Decision {
     /// Every resource, with its owner or `None`.
     pub owners: BTreeMap<String, Option<String>>,
-    /// Every resource's setpoint: the owner's command clamped to the limits, or the safe command.
+    /// Resources' setpoints: the owner's command clamped to the limits, or the safe command;
+    /// a resource to hold whose position is not known yet has none.
     pub setpoints: BTreeMap<String, f64>,
     pub outcomes: BTreeMap<String, Outcome>,
     /// Earliest time (ns since the epoch) at which a live block expires: the arbiter must run
@@ -103,9 +112,7 @@ impl Request {
     }
 
     /// `parse` into this request, reusing its storage (the arbiter re-parses a block on every
-    /// change, right after waking up, where an allocation is dear). A command that is not a
-    /// finite number (NaN, an infinity: only a faulty writer makes one, the library refuses
-    /// them) is no command: the resource is not wanted, so it never reaches the hardware.
+    /// change, right after waking up, where an allocation is dear).
     pub fn reparse(&mut self, arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) {
         self.status = block.status;
         self.expires_at_ns = block.expires_at_ns();
@@ -114,7 +121,7 @@ impl Request {
             .extend(block.commands.iter().filter_map(|(key, value)| {
                 let name = key.strip_prefix(arbiter)?.strip_prefix('/')?;
                 let r = resources.iter().position(|r| r.name == name)?;
-                value.is_finite().then_some((r, *value))
+                Some((r, *value))
             }));
     }
 }
@@ -125,8 +132,8 @@ impl Request {
 pub struct Allocation {
     /// Per resource: the index of the controller that owns it, or `None` (safe command).
     pub owners: Vec<Option<usize>>,
-    /// Per resource: the setpoint sent.
-    pub setpoints: Vec<f64>,
+    /// Per resource: the setpoint sent (`None`: none, a hold with no known position).
+    pub setpoints: Vec<Option<f64>>,
     /// Per controller: its outcome, `None` when it has no block.
     pub outcomes: Vec<Option<Outcome>>,
     /// As in `Decision`.
@@ -143,7 +150,9 @@ impl Allocation {
         for ((spec, owner), setpoint) in resources.iter().zip(&self.owners).zip(&self.setpoints) {
             let owner = owner.map(|c| names[c].to_owned());
             decision.owners.insert(spec.name.clone(), owner);
-            decision.setpoints.insert(spec.name.clone(), *setpoint);
+            if let Some(setpoint) = setpoint {
+                decision.setpoints.insert(spec.name.clone(), *setpoint);
+            }
         }
         for (name, outcome) in names.iter().zip(&self.outcomes) {
             if let Some(outcome) = outcome {
@@ -168,7 +177,7 @@ pub fn arbitrate(
     let mut seen = std::collections::BTreeSet::new();
     let distinct: Vec<&Candidate> = candidates
         .iter()
-        .filter(|c| c.block.is_none() || seen.insert(c.name))
+        .filter(|c| seen.insert(c.name))
         .collect();
     let requests: Vec<Option<Request>> = distinct
         .iter()
@@ -213,7 +222,7 @@ pub fn allocate(
     let previous = |r: usize| {
         previous.map(|p| Released {
             held: p.owners[r].is_none(),
-            setpoint: Some(p.setpoints[r]),
+            setpoint: p.setpoints[r],
         })
     };
     allocate_with(resources, requests, alive, state, previous, now_ns, out)
@@ -239,7 +248,7 @@ fn allocate_with(
     out.owners.resize(resources.len(), None);
     // Holds the owner's raw command while a resource is committed (clamped at the end).
     out.setpoints.clear();
-    out.setpoints.resize(resources.len(), 0.0);
+    out.setpoints.resize(resources.len(), None);
     out.outcomes.clear();
     out.outcomes.resize(requests.len(), None);
     out.next_expiry_ns = None;
@@ -262,7 +271,7 @@ fn allocate_with(
         } else if wanted.iter().all(|(r, _)| owners[*r].is_none()) {
             for (r, v) in wanted {
                 owners[*r] = Some(i);
-                commanded[*r] = *v;
+                commanded[*r] = Some(*v);
             }
             Outcome::Full
         } else if request.status == Status::Compromising {
@@ -270,7 +279,7 @@ fn allocate_with(
             for (r, v) in wanted {
                 if owners[*r].is_none() {
                     owners[*r] = Some(i);
-                    commanded[*r] = *v;
+                    commanded[*r] = Some(*v);
                     got_any = true;
                 }
             }
@@ -285,32 +294,35 @@ fn allocate_with(
         out.outcomes[i] = Some(outcome);
     }
     for (r, spec) in resources.iter().enumerate() {
-        out.setpoints[r] = match out.owners[r] {
-            Some(_) => spec.limits.clamp(out.setpoints[r]),
-            None => safe_setpoint(spec, state, previous(r)),
+        out.setpoints[r] = match (out.owners[r], out.setpoints[r]) {
+            (Some(_), Some(v)) if v.is_finite() => Some(spec.limits.clamp(v)),
+            _ => safe_setpoint(spec, state, previous(r)),
         };
     }
 }
 
+/// The safe command of an uncommitted resource (or one whose owner's command is not a number).
 fn safe_setpoint(
     spec: &ResourceSpec,
     state: &BTreeMap<String, f64>,
     previous: Option<Released>,
-) -> f64 {
+) -> Option<f64> {
     match spec.safe {
-        SafeCommand::Value(v) => spec.limits.clamp(v),
+        SafeCommand::Value(v) => Some(spec.limits.clamp(v)),
         SafeCommand::Hold => {
             let held_already = previous.as_ref().is_some_and(|p| p.held);
             let prev_setpoint = previous.and_then(|p| p.setpoint);
-            let target = match (held_already, prev_setpoint, state.get(&spec.name)) {
+            // A driver reporting NaN has measured nothing.
+            let measured = state.get(&spec.name).copied().filter(|v| v.is_finite());
+            let target = match (held_already, prev_setpoint, measured) {
                 // Released earlier: keep holding the latched target.
-                (true, Some(p), _) => p,
-                // Just released (or first cycle): latch where the resource is now.
-                (_, _, Some(measured)) => *measured,
-                (_, Some(p), None) => p,
-                (_, None, None) => 0.0,
+                (true, Some(p), _) => Some(p),
+                // Just released (or nothing latched yet): latch where the resource is now.
+                (_, _, Some(measured)) => Some(measured),
+                // Not measured: where it was sent last, else nowhere known.
+                (_, p, None) => p,
             };
-            spec.limits.clamp(target)
+            target.map(|t| spec.limits.clamp(t))
         }
     }
 }

@@ -98,10 +98,12 @@ impl ArbiterConfig {
                 min: r.min.unwrap_or(dmin),
                 max: r.max.unwrap_or(dmax),
             };
-            if limits.min.is_nan() || limits.max.is_nan() {
+            // Infinite limits written out would let an infinity through to the hardware (a
+            // min of +inf clamps every command to +inf); leaving one out means no limit.
+            if r.min.is_some_and(|v| !v.is_finite()) || r.max.is_some_and(|v| !v.is_finite()) {
                 return Err(format!(
-                    "resource {:?}: min and max must be numbers (or left out for no limit), got \
-                     min {} and max {}",
+                    "resource {:?}: min and max must be finite numbers (or left out for no \
+                     limit), got min {} and max {}",
                     r.name, limits.min, limits.max
                 ));
             }
@@ -179,7 +181,15 @@ mod tests {
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = nan",
-                "must be numbers",
+                "must be finite numbers",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = inf",
+                "must be finite numbers",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmax = -inf",
+                "must be finite numbers",
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = inf",

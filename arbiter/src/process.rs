@@ -238,27 +238,27 @@ pub fn run(
 /// (its resource names are the config's, fixed for the arbiter's life).
 struct CommandValue {
     value: ResourceCommand,
+    /// The config's resource names, in its order.
+    names: Vec<String>,
     /// For each entry of `value.setpoints` in its (sorted) order, the resource's position in
-    /// the config.
+    /// the config, while `value.setpoints` has every resource.
     order: Vec<usize>,
 }
 
 impl CommandValue {
     fn new(arbiter: &str, resources: &[ResourceSpec]) -> CommandValue {
-        let setpoints: BTreeMap<String, f64> =
-            resources.iter().map(|r| (r.name.clone(), 0.0)).collect();
-        let order = setpoints
-            .keys()
-            .map(|k| resources.iter().position(|r| &r.name == k).unwrap_or(0))
-            .collect();
+        let names: Vec<String> = resources.iter().map(|r| r.name.clone()).collect();
+        let mut sorted: Vec<usize> = (0..names.len()).collect();
+        sorted.sort_by_key(|&r| &names[r]);
         CommandValue {
             value: ResourceCommand {
                 arbiter: arbiter.to_owned(),
                 cycle: 0,
                 stamp_ns: 0,
-                setpoints,
+                setpoints: BTreeMap::new(),
             },
-            order,
+            names,
+            order: sorted,
         }
     }
 
@@ -269,8 +269,21 @@ impl CommandValue {
         cycle: u64,
         stamp_ns: u64,
     ) -> Result<(), BusError> {
-        for (setpoint, r) in self.value.setpoints.values_mut().zip(&self.order) {
-            *setpoint = allocation.setpoints[*r];
+        let every = allocation.setpoints.iter().all(Option::is_some);
+        if every && self.value.setpoints.len() == self.names.len() {
+            // The usual cycle: the same resources, new values stored in place.
+            for (setpoint, r) in self.value.setpoints.values_mut().zip(&self.order) {
+                *setpoint = allocation.setpoints[*r].unwrap_or_default();
+            }
+        } else {
+            // A resource to hold whose position is not known yet has no setpoint: the map is
+            // rebuilt while that lasts (until the driver first reports).
+            self.value.setpoints = self
+                .names
+                .iter()
+                .zip(&allocation.setpoints)
+                .filter_map(|(name, setpoint)| setpoint.map(|s| (name.clone(), s)))
+                .collect();
         }
         self.value.cycle = cycle;
         self.value.stamp_ns = stamp_ns;
@@ -300,7 +313,7 @@ fn memory_block(
                     state: state.get(&r.name).copied(),
                     limits: r.limits,
                     owner: decision.owners.get(&r.name).cloned().flatten(),
-                    command: decision.setpoints.get(&r.name).copied().unwrap_or(0.0),
+                    command: decision.setpoints.get(&r.name).copied(),
                 },
             )
         })

@@ -136,8 +136,9 @@ pub struct ResourceFeedback {
     pub limits: Limits,
     /// Controller that owns the resource this cycle; `None`: it gets its safe command.
     pub owner: Option<String>,
-    /// The setpoint sent this cycle.
-    pub command: f64,
+    /// The setpoint sent this cycle; `None` when none was sent (a resource to hold whose
+    /// position the driver has not reported yet).
+    pub command: Option<f64>,
 }
 
 /// `/robot/arbiter/<name>`: an arbiter's memory block.
@@ -161,7 +162,9 @@ pub struct ResourceCommand {
     pub arbiter: String,
     pub cycle: u64,
     pub stamp_ns: u64,
-    /// Resource name to setpoint (the owner's, clamped, or the safe command).
+    /// Resource name to setpoint (the owner's, clamped, or the safe command). A resource to
+    /// hold whose position the driver has not reported yet is absent: the driver keeps it
+    /// where it is.
     pub setpoints: BTreeMap<String, f64>,
 }
 

@@ -166,21 +166,38 @@ fn unknown_controllers_empty_commands_and_foreign_resources() {
 }
 
 #[test]
-fn a_command_that_is_not_a_finite_number_is_no_command() {
-    // A faulty writer (the library refuses these): NaN would reach the hardware as a clamped
-    // 0, infinity as a limit. Neither is wanted; the resource goes to the next controller.
+fn a_command_that_is_not_a_finite_number_asks_for_its_resource_but_never_reaches_it() {
+    // A faulty writer (the library refuses these). Ownership follows DESIGN's rule as for any
+    // command; the value sent is the safe command, never NaN or a limit.
     let faulty = block(
         "faulty",
         NonCompromising,
         &[("arm/turret", f64::NAN), ("arm/shoulder", f64::INFINITY)],
     );
     let next = block("next", Compromising, &[("arm/shoulder", 0.25)]);
-    let d = run(&[&faulty, &next]);
-    assert_eq!(d.outcomes["faulty"], Outcome::Idle);
-    assert_eq!(owner(&d, "shoulder").as_deref(), Some("next"));
-    assert_eq!(d.setpoints["shoulder"], 0.25);
-    assert_eq!(owner(&d, "turret"), None);
+    let state: BTreeMap<String, f64> = [("shoulder".to_string(), 0.5)].into();
+    let candidates = [&faulty, &next].map(|b| Candidate {
+        name: &b.name,
+        block: Some(b),
+        writer_alive: true,
+    });
+    let d = arbitrate("arm", &arm(), &candidates, &state, None, NOW);
+    assert_eq!(d.outcomes["faulty"], Outcome::Full);
+    assert_eq!(d.outcomes["next"], Outcome::Denied);
+    assert_eq!(owner(&d, "shoulder").as_deref(), Some("faulty"));
+    assert_eq!(d.setpoints["shoulder"], 0.5, "held where it is");
+    assert!(!d.setpoints.contains_key("turret"), "not measured: no setpoint");
     assert!(d.setpoints.values().all(|v| v.is_finite()));
+    // Non-compromising: a NaN command for a taken resource keeps it from the rest.
+    let a = block("a", NonCompromising, &[("arm/shoulder", 0.3)]);
+    let n = block(
+        "n",
+        NonCompromising,
+        &[("arm/shoulder", f64::NAN), ("arm/elbow1", 0.2)],
+    );
+    let d = run(&[&a, &n]);
+    assert_eq!(d.outcomes["n"], Outcome::Denied);
+    assert_eq!(owner(&d, "elbow1"), None);
 }
 
 #[test]
@@ -230,9 +247,9 @@ fn uncommitted_resources_get_their_safe_commands() {
     let first = arbitrate("arm", &specs, &candidates, &state, None, NOW);
     assert_eq!(first.setpoints["turret"], 0.25, "fixed safe value");
     assert_eq!(first.setpoints["shoulder"], 0.7, "hold where it is");
-    assert_eq!(
-        first.setpoints["elbow2"], 0.0,
-        "no state, nothing sent before: 0"
+    assert!(
+        !first.setpoints.contains_key("elbow2"),
+        "no state, nothing sent before: nowhere known to hold, no setpoint"
     );
     assert_eq!(
         first.setpoints["wheel"], 1.0,
@@ -249,6 +266,52 @@ fn uncommitted_resources_get_their_safe_commands() {
         second.setpoints["shoulder"], 0.7,
         "latched when released, not chasing state"
     );
+    assert!(!second.setpoints.contains_key("elbow2"));
+    // The driver reports elbow2 (and NaN for elbow1): elbow2 holds where it is measured; a
+    // NaN measures nothing, elbow1 keeps its latch.
+    let reported: BTreeMap<String, f64> =
+        [("elbow2".to_string(), 0.4), ("elbow1".to_string(), f64::NAN)].into();
+    let third = arbitrate("arm", &specs, &[], &reported, Some(&second), NOW);
+    assert_eq!(third.setpoints["elbow2"], 0.4);
+    assert_eq!(third.setpoints["elbow1"], -1.5);
+    let fourth = arbitrate("arm", &specs, &[], &moved, Some(&third), NOW);
+    assert_eq!(fourth.setpoints["elbow2"], 0.4, "latched once measured");
+}
+
+#[test]
+fn a_hold_never_measured_takes_the_first_measurement() {
+    let nan: BTreeMap<String, f64> = [("shoulder".to_string(), f64::NAN)].into();
+    let first = arbitrate("arm", &arm(), &[], &nan, None, NOW);
+    assert!(first.setpoints.is_empty(), "{:?}", first.setpoints);
+    let measured: BTreeMap<String, f64> = [("shoulder".to_string(), 0.7)].into();
+    let second = arbitrate("arm", &arm(), &[], &measured, Some(&first), NOW);
+    assert_eq!(second.setpoints["shoulder"], 0.7);
+}
+
+#[test]
+fn a_name_listed_twice_keeps_its_higher_place_even_without_a_block_there() {
+    let x = block("x", NonCompromising, &[("arm/shoulder", 1.0)]);
+    let y = block("y", NonCompromising, &[("arm/turret", 1.0)]);
+    let candidates = [
+        Candidate {
+            name: "x",
+            block: None,
+            writer_alive: false,
+        },
+        Candidate {
+            name: "y",
+            block: Some(&y),
+            writer_alive: true,
+        },
+        Candidate {
+            name: "x",
+            block: Some(&x),
+            writer_alive: true,
+        },
+    ];
+    let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
+    assert_eq!(owner(&d, "shoulder"), None);
+    assert!(!d.outcomes.contains_key("x"));
 }
 
 #[test]
