@@ -175,10 +175,7 @@ pub fn arbitrate(
     now_ns: u64,
 ) -> Decision {
     let mut seen = std::collections::BTreeSet::new();
-    let distinct: Vec<&Candidate> = candidates
-        .iter()
-        .filter(|c| seen.insert(c.name))
-        .collect();
+    let distinct: Vec<&Candidate> = candidates.iter().filter(|c| seen.insert(c.name)).collect();
     let requests: Vec<Option<Request>> = distinct
         .iter()
         .map(|c| c.block.map(|b| Request::parse(arbiter, resources, b)))

@@ -186,7 +186,10 @@ fn a_command_that_is_not_a_finite_number_asks_for_its_resource_but_never_reaches
     assert_eq!(d.outcomes["next"], Outcome::Denied);
     assert_eq!(owner(&d, "shoulder").as_deref(), Some("faulty"));
     assert_eq!(d.setpoints["shoulder"], 0.5, "held where it is");
-    assert!(!d.setpoints.contains_key("turret"), "not measured: no setpoint");
+    assert!(
+        !d.setpoints.contains_key("turret"),
+        "not measured: no setpoint"
+    );
     assert!(d.setpoints.values().all(|v| v.is_finite()));
     // Non-compromising: a NaN command for a taken resource keeps it from the rest.
     let a = block("a", NonCompromising, &[("arm/shoulder", 0.3)]);
@@ -269,8 +272,11 @@ fn uncommitted_resources_get_their_safe_commands() {
     assert!(!second.setpoints.contains_key("elbow2"));
     // The driver reports elbow2 (and NaN for elbow1): elbow2 holds where it is measured; a
     // NaN measures nothing, elbow1 keeps its latch.
-    let reported: BTreeMap<String, f64> =
-        [("elbow2".to_string(), 0.4), ("elbow1".to_string(), f64::NAN)].into();
+    let reported: BTreeMap<String, f64> = [
+        ("elbow2".to_string(), 0.4),
+        ("elbow1".to_string(), f64::NAN),
+    ]
+    .into();
     let third = arbitrate("arm", &specs, &[], &reported, Some(&second), NOW);
     assert_eq!(third.setpoints["elbow2"], 0.4);
     assert_eq!(third.setpoints["elbow1"], -1.5);
