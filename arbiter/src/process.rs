@@ -36,8 +36,8 @@ struct Watched {
 }
 
 /// Most controllers one arbiter follows: a group waits on at most `WAITV_MAX - 1` slots, two
-/// of them the manager's and the resource state's.
-const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 3;
+/// of them the manager's and the resource state's. The robot manager refuses a longer list.
+pub const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 3;
 
 impl Watched {
     /// Watches `controllers` (distinct names) in that order. A controller that cannot be

@@ -213,6 +213,14 @@ impl<T, C: Codec<T>> Publication<T, C> {
     pub fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
         self.endpoint.wait_bound(timeout)
     }
+
+    /// Why this publication cannot be bound, while that lasts: the registry refused it (its
+    /// name has another live publisher, its slot holds another type, ...) or its slot could
+    /// not be mapped. A publication created before the registry ran learns this only when the
+    /// registry answers; `write` fails with the same error.
+    pub fn bind_error(&self) -> Option<BusError> {
+        self.endpoint.error()
+    }
 }
 
 /// Metadata of the value a subscription holds.

@@ -261,10 +261,16 @@ impl RobotController {
         self.staged.commands.clone()
     }
 
-    /// Checks every command against the arbiters known now.
+    /// Pulls (`refresh`) and checks every command against the arbiters known now.
     pub fn validate(&mut self) -> Result<(), ControllerError> {
         self.refresh()?;
-        for resource in self.commands().keys() {
+        self.check_commands()
+    }
+
+    /// Checks every command against the arbiters known as last pulled: a resource an arbiter
+    /// does not have, an arbiter the manager does not list.
+    pub fn check_commands(&self) -> Result<(), ControllerError> {
+        for resource in self.staged.commands.keys() {
             self.check(resource)?;
         }
         Ok(())
@@ -313,8 +319,11 @@ impl RobotController {
             .collect()
     }
 
-    /// Pulls the manager config and the arbiters' blocks. `true` if anything changed.
+    /// Pulls the manager config and the arbiters' blocks. `true` if anything changed. Fails
+    /// when this controller's block cannot be published (the registry refused it: another
+    /// live controller has its name).
     pub fn refresh(&mut self) -> Result<bool, ControllerError> {
+        self.check_publication()?;
         let changed = self.watched.group.update_all()?;
         self.take_errors(&changed);
         self.follow_manager(&changed)?;
@@ -325,10 +334,21 @@ impl RobotController {
     /// After a wake-up only the block that woke it is pulled; blocks that changed at the same
     /// moment come with the next call, which then returns at once (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
+        self.check_publication()?;
         let changed = self.watched.group.wait_any(timeout)?;
         self.take_errors(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
+    }
+
+    /// The registry's refusal of this controller's block, if any: started before the registry
+    /// ran, two controllers of one name both carry on until it answers, and the one refused
+    /// must not go on as if it were arbitrated (the feedback it reads is the other's).
+    fn check_publication(&self) -> Result<(), ControllerError> {
+        match lock(&self.shared).publication.bind_error() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// Logs the failures the group reported (a slot of another type under an arbiter's name,
@@ -378,6 +398,16 @@ impl RobotController {
     /// does not, no arbiter is known and `feedback` is empty.
     pub fn manager_running(&self) -> bool {
         self.watched.group.get(self.watched.manager).writer() == Some(bus::WriterState::Alive)
+    }
+
+    /// Whether a manager's order is on the bus (also when the manager that wrote it has
+    /// stopped: the arbiters keep following it).
+    pub fn manager_order_known(&self) -> bool {
+        self.watched
+            .group
+            .get(self.watched.manager)
+            .value()
+            .is_some()
     }
 
     /// Whether the manager places controllers it does not list last (`unlisted = "last"`): an

@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+use arbiter::process::MAX_CONTROLLERS;
 use arbiter::protocol::{ManagerConfig, Unlisted};
 use serde::Deserialize;
 
@@ -45,6 +46,12 @@ fn check_names(what: &str, names: &[String]) -> Result<(), String> {
 impl ManagerFile {
     pub fn parse(text: &str) -> Result<ManagerFile, String> {
         let file: ManagerFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        if file.controllers.len() > MAX_CONTROLLERS {
+            return Err(format!(
+                "{} controllers listed; an arbiter follows at most {MAX_CONTROLLERS}",
+                file.controllers.len()
+            ));
+        }
         check_names("controller", &file.controllers)?;
         check_names("arbiter", &file.arbiters)?;
         Ok(file)
@@ -57,11 +64,15 @@ impl ManagerFile {
     }
 
     /// The config to publish: the listed controllers, then (policy `last`) the discovered ones
-    /// the list does not name, in order of appearance.
+    /// the list does not name, in order of appearance, as many as an arbiter follows
+    /// ([`MAX_CONTROLLERS`]; see [`ManagerFile::unplaced`] for the rest).
     pub fn effective(&self, discovered: &[String], revision: u64) -> ManagerConfig {
         let mut controllers = self.controllers.clone();
         if self.unlisted == Unlisted::Last {
             for d in discovered {
+                if controllers.len() == MAX_CONTROLLERS {
+                    break;
+                }
                 if !controllers.contains(d) {
                     controllers.push(d.clone());
                 }
@@ -73,6 +84,18 @@ impl ManagerFile {
             unlisted: self.unlisted,
             revision,
         }
+    }
+
+    /// How many discovered controllers policy `last` cannot place: the order is full.
+    pub fn unplaced(&self, discovered: &[String]) -> usize {
+        if self.unlisted != Unlisted::Last {
+            return 0;
+        }
+        let unlisted = discovered
+            .iter()
+            .filter(|d| !self.controllers.contains(d))
+            .count();
+        (self.controllers.len() + unlisted).saturating_sub(MAX_CONTROLLERS)
     }
 }
 
@@ -130,6 +153,17 @@ mod tests {
         assert_eq!(c.revision, 3);
         let f = ManagerFile::parse("controllers = [\"a\"]\narbiters = []").unwrap();
         assert_eq!(f.effective(&["x".into()], 1).controllers, ["a"]);
+        // The order holds as many as an arbiter follows; policy `last` places no more.
+        let names: Vec<String> = (0..130).map(|i| format!("\"c{i}\"")).collect();
+        let full = format!(
+            "controllers = [{}]\narbiters = []\nunlisted = \"last\"",
+            names[..124].join(",")
+        );
+        let f = ManagerFile::parse(&full).unwrap();
+        let discovered = ["x".to_string(), "y".to_string(), "c0".to_string()];
+        assert_eq!(f.effective(&discovered, 1).controllers.len(), 125);
+        assert_eq!(f.unplaced(&discovered), 1);
+        let too_many = format!("controllers = [{}]\narbiters = []", names.join(","));
         for (bad, needle) in [
             (
                 "controllers = [\"a\", \"a\"]\narbiters = []",
@@ -145,6 +179,7 @@ mod tests {
                 "unknown variant",
             ),
             ("arbiters = []", "missing field"),
+            (&too_many, "an arbiter follows at most 125"),
         ] {
             let e = ManagerFile::parse(bad).unwrap_err();
             assert!(e.contains(needle), "{bad}: {e}");

@@ -94,9 +94,11 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let (directory, directory_wake) = watch_directory(&bus)?;
     let mut discovered: Vec<String> = Vec::new();
+    let mut unplaced = 0;
     let mut revision = 1;
     let mut published = file.effective(&discovered, revision);
     publication.write(&published).map_err(|e| e.to_string())?;
+    let mut fingerprint = Fingerprint::of(&args.config);
     tracing::info!("priority order: {:?}", published.controllers);
     daemon::ready("publishing /robot/manager");
     let health = daemon::Health::new();
@@ -108,11 +110,24 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
             PollFd::new(directory_wake.as_fd(), PollFlags::POLLIN),
         ];
-        match poll(&mut fds, PollTimeout::NONE) {
+        // inotify misses some replacements (the config's directory replaced, a symlink on
+        // the way re-pointed); a look at the file every few seconds catches those. Until the
+        // registry has bound the order's slot, also look for its refusal.
+        let timeout = if publication.is_bound() {
+            LOOK_EVERY
+        } else {
+            REFUSAL_LOOK_EVERY
+        };
+        match poll(&mut fds, PollTimeout::from(timeout)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(format!("poll: {e}")),
         }
         health.begin();
+        if let Some(e) = publication.bind_error() {
+            // Two managers started before the registry: the one refused must not go on
+            // logging an order that is not in force.
+            return Err(e.to_string());
+        }
         let mut reload = false;
         while let Ok(Some(_)) = signals.read_signal() {
             tracing::info!("SIGHUP: reloading {}", args.config.display());
@@ -150,30 +165,85 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
                 tracing::info!("controller {c} appeared on the bus");
             }
         }
+        let now = Fingerprint::of(&args.config);
+        if now != fingerprint {
+            fingerprint = now;
+            reload = true;
+        }
+        let mut candidate = None;
         if reload {
             match ManagerFile::load(&args.config) {
-                Ok(new) => file = new,
-                // One log line per event: a TOML error's excerpt spans several.
-                Err(e) => tracing::error!(
-                    "keeping the previous config: {}",
-                    e.split_whitespace().collect::<Vec<_>>().join(" ")
-                ),
+                Ok(new) => candidate = Some(new),
+                Err(e) => keep_previous(&e),
             }
         }
-        let next = file.effective(&discovered, revision + 1);
+        let proposed = candidate.as_ref().unwrap_or(&file);
+        let next = proposed.effective(&discovered, revision + 1);
         if next.controllers != published.controllers
             || next.arbiters != published.arbiters
             || next.unlisted != published.unlisted
         {
-            revision += 1;
-            published = next;
-            publication.write(&published).map_err(|e| e.to_string())?;
-            tracing::info!(
-                "priority order (revision {revision}): {:?}",
-                published.controllers
+            match publication.write(&next) {
+                Ok(()) => {
+                    revision += 1;
+                    published = next;
+                    tracing::info!(
+                        "priority order (revision {revision}): {:?}",
+                        published.controllers
+                    );
+                }
+                Err(bus::BusError::TooLarge { size, capacity, .. }) => {
+                    candidate = None;
+                    keep_previous(&format!(
+                        "the new order takes {size} bytes, more than the {capacity} bytes \
+                         {} holds",
+                        arbiter::protocol::MANAGER_SLOT
+                    ));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        if let Some(new) = candidate {
+            file = new;
+        }
+        let now_unplaced = file.unplaced(&discovered);
+        if now_unplaced != std::mem::replace(&mut unplaced, now_unplaced) && now_unplaced > 0 {
+            tracing::warn!(
+                "{now_unplaced} unlisted controller(s) not placed: the order holds at most {} \
+                 (an arbiter follows no more)",
+                arbiter::process::MAX_CONTROLLERS
             );
         }
         health.end();
+    }
+}
+
+/// How often, in milliseconds, the config file is looked at besides inotify's events.
+const LOOK_EVERY: u16 = 2000;
+/// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
+const REFUSAL_LOOK_EVERY: u16 = 200;
+
+/// One log line per rejected config (a TOML error's excerpt spans several).
+fn keep_previous(why: &str) {
+    tracing::error!(
+        "keeping the previous config: {}",
+        why.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+}
+
+/// What identifies the config file's content without reading it: the file the path leads to
+/// (through any symlinks) and its size and modification time. `None` while it cannot be read.
+#[derive(PartialEq)]
+struct Fingerprint(Option<(u64, u64, u64, i64, i64)>);
+
+impl Fingerprint {
+    fn of(path: &Path) -> Fingerprint {
+        use std::os::unix::fs::MetadataExt;
+        Fingerprint(
+            std::fs::metadata(path)
+                .ok()
+                .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
+        )
     }
 }
 

@@ -99,12 +99,37 @@ fn run(args: &Args) -> Result<(), String> {
     let end = args.duration_s.map(|d| Instant::now() + d);
     let mut printed = Vec::new();
     let mut said = None;
+    // Until every command has been accepted by its running arbiter, a command an arbiter
+    // refuses is a mistake on the command line (an arbiter that appears later is checked
+    // too) and ends the program. After that, it comes from a change of configuration while
+    // running (the manager dropped an arbiter, an arbiter lost a resource): said, not fatal.
+    let mut accepted = false;
+    let mut problem = None;
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller
             .wait_feedback(Duration::from_millis(50))
             .map_err(|e| e.to_string())?;
-        // Arbiters that appear later are checked too.
-        controller.validate().map_err(|e| e.to_string())?;
+        match controller.check_commands() {
+            Err(e) if !accepted => return Err(e.to_string()),
+            Err(e) => {
+                let text = e.to_string();
+                if problem.as_ref() != Some(&text) {
+                    print_problem(args, &text);
+                    problem = Some(text);
+                }
+            }
+            Ok(()) => {
+                if problem.take().is_some() {
+                    printed.clear();
+                }
+                let running = controller.arbiters();
+                accepted |= commands.iter().all(|(resource, _)| {
+                    resource
+                        .split_once('/')
+                        .is_some_and(|(arbiter, _)| running.contains_key(arbiter))
+                });
+            }
+        }
         let waiting = waiting_for(&bus, &controller, &args.domain);
         if waiting != said {
             match &waiting {
@@ -153,9 +178,27 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
             "waiting for registry-server on domain '{domain}' (start it, or check --domain)"
         ))
     } else if !controller.manager_running() {
-        Some("waiting for the robot manager (nothing publishes /robot/manager)".to_owned())
+        Some(if controller.manager_order_known() {
+            "the robot manager is not running; its last order stays in force".to_owned()
+        } else {
+            "waiting for the robot manager (nothing publishes /robot/manager)".to_owned()
+        })
     } else {
         None
+    }
+}
+
+fn print_problem(args: &Args, what: &str) {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"controller": args.name, "problem": what})
+        );
+    } else {
+        println!(
+            "{}: {what} (the command is kept: it counts again once its arbiter has it)",
+            args.name
+        );
     }
 }
 

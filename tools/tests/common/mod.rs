@@ -146,6 +146,11 @@ impl TestBus {
         std::fs::read_to_string(self.output_files(child).0).unwrap_or_default()
     }
 
+    /// What a child logged so far.
+    pub fn stderr_of(&self, child: usize) -> String {
+        std::fs::read_to_string(self.output_files(child).1).unwrap_or_default()
+    }
+
     /// Whether a child is still running (not exited, not reaped).
     pub fn is_running(&mut self, child: usize) -> bool {
         self.children[child]

@@ -1,0 +1,158 @@
+//! Arbitration while the configuration changes under running programs, across real processes:
+//! the manager's file edited, its directory replaced, rejected; an arbiter leaving the
+//! manager's list under a running controller; two programs of one name started before the
+//! registry.
+
+#[path = "../../tools/tests/common/mod.rs"]
+mod common;
+mod robot;
+
+use common::eventually;
+use nix::sys::signal::Signal;
+use robot::{manager_toml, Robot};
+use serde_json::{json, Value};
+
+/// `/robot/manager` as `bus-inspect get --json` prints it.
+fn manager_order(r: &Robot) -> Option<Value> {
+    let out = r.t.inspect(&["get", "/robot/manager", "--json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("one line of JSON"))
+}
+
+fn order_is(r: &Robot, controllers: Value) -> bool {
+    manager_order(r).is_some_and(|m| m["controllers"] == controllers)
+}
+
+#[test]
+fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let x = r.x_holding_the_turret("60");
+    let held = || json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null});
+    r.expect("x holds the turret", held(), json!({"x": "full"}));
+    std::fs::write(&r.manager_file, "controllers = [\"x\"]\narbiters = []\n").unwrap();
+    eventually("x says its command's arbiter is no longer listed", || {
+        r.t.stdout_of(x).contains("unknown arbiter in arm/turret")
+    });
+    assert!(r.t.is_running(x), "{}", r.t.stderr_of(x));
+    std::fs::write(&r.manager_file, manager_toml(&["x"])).unwrap();
+    eventually("x says where it stands again", || {
+        let out = r.t.stdout_of(x);
+        out.split("unknown arbiter")
+            .nth(1)
+            .is_some_and(|after| after.contains("x arm: full (owns: turret)"))
+    });
+    r.expect("x still holds the turret", held(), json!({"x": "full"}));
+    r.t.signal(x, Signal::SIGTERM);
+    let out = r.t.finish(x);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn of_two_controllers_of_one_name_started_before_the_registry_the_refused_one_ends() {
+    let mut r = Robot::new(&["x"]);
+    let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
+    let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    eventually("one of the two ends", || {
+        !r.t.is_running(first) || !r.t.is_running(second)
+    });
+    let (refused, kept, value) = if r.t.is_running(first) {
+        (second, first, 0.5)
+    } else {
+        (first, second, -0.5)
+    };
+    let out = r.t.finish(refused);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already has a live publisher"), "{err}");
+    r.expect(
+        "the other one holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+    let out =
+        r.t.inspect(&["get", "/robot/arbiter/arm/command", "--json"]);
+    let command: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(command["setpoints"]["turret"], value, "{command}");
+    assert!(r.t.is_running(kept));
+}
+
+#[test]
+fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
+    let mut r = Robot::new(&["a"]);
+    let first = r.manager();
+    let second = r.manager();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.t.start_registry();
+    eventually("one of the two ends", || {
+        !r.t.is_running(first) || !r.t.is_running(second)
+    });
+    let refused = if r.t.is_running(first) { second } else { first };
+    let out = r.t.finish(refused);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already has a live publisher"), "{err}");
+    eventually("the other publishes the order", || {
+        order_is(&r, json!(["a"]))
+    });
+}
+
+#[test]
+fn the_manager_keeps_its_order_when_a_new_file_is_too_long_or_too_large() {
+    let mut r = Robot::new(&["a"]);
+    r.t.start_registry();
+    let m = r.manager();
+    eventually("the order is published", || order_is(&r, json!(["a"])));
+    let too_long: Vec<String> = (0..126).map(|i| format!("c{i}")).collect();
+    std::fs::write(
+        &r.manager_file,
+        format!("controllers = {too_long:?}\narbiters = [\"arm\"]\n"),
+    )
+    .unwrap();
+    eventually("the manager refuses 126 controllers", || {
+        r.t.stderr_of(m).contains("126 controllers listed")
+    });
+    // 1,100 arbiter names of 60 characters: more than the order's slot holds.
+    let too_large: Vec<String> = (0..1100)
+        .map(|i| format!("a{i:04}{}", "x".repeat(55)))
+        .collect();
+    std::fs::write(
+        &r.manager_file,
+        format!("controllers = [\"b\"]\narbiters = {too_large:?}\n"),
+    )
+    .unwrap();
+    eventually(
+        "the manager refuses an order too large for its slot",
+        || r.t.stderr_of(m).contains("more than the 65536 bytes"),
+    );
+    assert!(r.t.is_running(m), "{}", r.t.stderr_of(m));
+    let order = manager_order(&r).unwrap();
+    assert_eq!(order["controllers"], json!(["a"]), "{order}");
+    assert_eq!(order["revision"], 1, "{order}");
+    std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
+    eventually("a good file is taken again", || order_is(&r, json!(["b"])));
+}
+
+#[test]
+fn the_manager_follows_its_file_through_a_replaced_directory() {
+    let mut r = Robot::new(&["a"]);
+    let etc = r.t.dir().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    r.manager_file = etc.join("manager.toml");
+    std::fs::write(&r.manager_file, manager_toml(&["a"])).unwrap();
+    r.t.start_registry();
+    r.manager();
+    eventually("the order is published", || order_is(&r, json!(["a"])));
+    // As a deployment tool may: the whole directory goes, a new one comes.
+    std::fs::remove_dir_all(&etc).unwrap();
+    std::fs::create_dir(&etc).unwrap();
+    std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
+    eventually("the new file is taken", || order_is(&r, json!(["b"])));
+}
