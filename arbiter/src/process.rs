@@ -18,8 +18,33 @@ use crate::protocol::{
 
 /// Longest sleep when no block is due to expire; a wake-up then only re-runs the cycle.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
-/// Controller blocks grow with the number of commands; this bounds a block at 64 KiB.
+/// Controller blocks grow with the number of commands; this bounds a block at 64 KiB. An
+/// arbiter's own slots are at least this big, more when its resources need it
+/// (`feedback_capacity`).
 pub const BLOCK_CAPACITY: usize = 64 * 1024;
+
+/// Bytes the arbiter's memory block can take at most, in the bus's fixed-width encoding
+/// (strings and maps carry an 8-byte length): every resource owned by a controller of the
+/// longest name a slot allows, and an outcome for each controller it can follow. Its slot is
+/// made this big (at least `BLOCK_CAPACITY`), so that no cycle ever fails to publish.
+fn feedback_capacity(config: &ArbiterConfig) -> usize {
+    let owner = 1 + 8 + bus::names::MAX_NAME_LEN;
+    let per_resource = |r: &ResourceSpec| {
+        let name = 8 + r.name.len();
+        // resources: name, state, limits, owner, command; owners: name, owner.
+        (name + 9 + 16 + owner + 9) + (name + owner)
+    };
+    let outcomes = MAX_CONTROLLERS * (8 + bus::names::MAX_NAME_LEN + 4);
+    let fixed = 8 + config.name.len() + 8 + 8 + 3 * 8;
+    let bound = fixed + config.resources.iter().map(per_resource).sum::<usize>() + outcomes;
+    bound.max(BLOCK_CAPACITY)
+}
+
+/// Bytes the coherent command can take at most (see `feedback_capacity`).
+fn command_capacity(config: &ArbiterConfig) -> usize {
+    let setpoints: usize = config.resources.iter().map(|r| 8 + r.name.len() + 8).sum();
+    (8 + config.name.len() + 8 + 8 + 8 + setpoints).max(BLOCK_CAPACITY)
+}
 
 /// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
 /// controller's block parsed and its writer's liveness read once per change (`requests`,
@@ -131,11 +156,11 @@ pub fn run(
     let name = config.name.as_str();
     let mut block_pub: Publication<ArbiterBlock> = bus
         .publication(&arbiter_slot(name))?
-        .capacity(BLOCK_CAPACITY)
+        .capacity(feedback_capacity(config))
         .create()?;
     let mut command_pub: Publication<ResourceCommand> = bus
         .publication(&command_slot(name))?
-        .capacity(BLOCK_CAPACITY)
+        .capacity(command_capacity(config))
         .create()?;
     let mut command = CommandValue::new(name, &config.resources);
     let mut watched = Watched::new(bus, name, &[])?;
@@ -342,5 +367,77 @@ fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision) 
                 owner.as_deref().unwrap_or("(safe)")
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Limits, Outcome};
+
+    /// The bound holds for the largest block an arbiter of many long-named resources can
+    /// publish: every resource owned by a controller of the longest name, every controller it
+    /// follows with an outcome.
+    #[test]
+    fn the_memory_block_never_outgrows_its_slot() {
+        let resources: String = (0..430)
+            .map(|i| format!("[[resources]]\nname = \"joint{i:04}{}\"\n", "x".repeat(55)))
+            .collect();
+        let config =
+            ArbiterConfig::parse(&format!("name = \"{}\"\n{resources}", "a".repeat(64))).unwrap();
+        let longest = |i: usize| format!("{i:03}{}", "c".repeat(bus::names::MAX_NAME_LEN - 3));
+        let block = ArbiterBlock {
+            name: config.name.clone(),
+            cycle: u64::MAX,
+            stamp_ns: u64::MAX,
+            resources: config
+                .resources
+                .iter()
+                .map(|r| {
+                    let feedback = ResourceFeedback {
+                        state: Some(1.0),
+                        limits: Limits { min: 0.0, max: 1.0 },
+                        owner: Some(longest(0)),
+                        command: Some(1.0),
+                    };
+                    (r.name.clone(), feedback)
+                })
+                .collect(),
+            owners: config
+                .resources
+                .iter()
+                .map(|r| (r.name.clone(), Some(longest(0))))
+                .collect(),
+            outcomes: (0..MAX_CONTROLLERS)
+                .map(|i| (longest(i), Outcome::Partial))
+                .collect(),
+        };
+        let mut bytes = Vec::new();
+        bus::codec::encode_into(&block, &mut bytes).unwrap();
+        assert!(
+            bytes.len() > BLOCK_CAPACITY,
+            "the case is big enough to matter"
+        );
+        assert!(
+            bytes.len() <= feedback_capacity(&config),
+            "{} bytes",
+            bytes.len()
+        );
+        let command = ResourceCommand {
+            arbiter: config.name.clone(),
+            cycle: 1,
+            stamp_ns: 1,
+            setpoints: config
+                .resources
+                .iter()
+                .map(|r| (r.name.clone(), 1.0))
+                .collect(),
+        };
+        bus::codec::encode_into(&command, &mut bytes).unwrap();
+        assert!(
+            bytes.len() <= command_capacity(&config),
+            "{} bytes",
+            bytes.len()
+        );
     }
 }
