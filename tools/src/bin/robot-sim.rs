@@ -135,8 +135,8 @@ fn run(args: &Args) -> Result<(), String> {
                 tracing::warn!("{which} command: {err}");
             }
         }
-        // Hardware fails safe: a command whose arbiter is gone (killed, stopped) is not
-        // executed any more; joints hold where they are and the wheels stop.
+        // Hardware fails safe: a command whose arbiter is gone (its process ended or was
+        // killed) is not executed any more; joints hold where they are and the wheels stop.
         let empty = Default::default();
         let arm = live(commands.get(arm_cmd)).unwrap_or(&empty);
         let drive = live(commands.get(drive_cmd)).unwrap_or(&empty);
