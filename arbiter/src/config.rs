@@ -123,7 +123,19 @@ impl ArbiterConfig {
                         r.name
                     ))
                 }
-                (Some(RawSafe::Word(w)), _) if w == "hold" => SafeCommand::Hold,
+                (Some(RawSafe::Word(w)), Kind::Position) if w == "hold" => SafeCommand::Hold,
+                // Holding a velocity (or an output) keeps the robot moving once released.
+                (Some(RawSafe::Word(w)), kind) if w == "hold" => {
+                    return Err(format!(
+                        "resource {:?}: safe = \"hold\" holds a position; a {} resource would \
+                         keep its last command once released (use \"zero\", \"off\" or a number)",
+                        r.name,
+                        match kind {
+                            Kind::Velocity => "velocity",
+                            _ => "switch",
+                        }
+                    ))
+                }
                 (Some(RawSafe::Word(w)), _) if w == "zero" || w == "off" => SafeCommand::Value(0.0),
                 (Some(RawSafe::Word(w)), _) => {
                     return Err(format!(
@@ -194,6 +206,10 @@ mod tests {
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = inf",
                 "finite number",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"velocity\"\nsafe = \"hold\"",
+                "holds a position",
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"torque\"",
