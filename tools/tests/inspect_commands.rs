@@ -502,21 +502,33 @@ fn clean_removes_a_killed_domains_segments_and_nothing_else() {
     let err = refused(&dead.inspect(&["clean"]));
     assert!(err.contains("--yes"), "{err}");
     assert_eq!(dead.domain.segment_files().unwrap().len(), 2);
-    let removed = json(&dead.inspect(&["clean", "--yes", "--json"]));
+    let removed = json_lines(&dead.inspect(&["clean", "--yes", "--json"]));
     assert_eq!(
         removed,
-        serde_json::json!([
-            {"name": "/baton/registry/directory", "removed": true, "error": null},
-            {"name": "/k/x", "removed": true, "error": null}
-        ])
+        [
+            serde_json::json!({"name": "/baton/registry/directory", "removed": true, "error": null}),
+            serde_json::json!({"name": "/k/x", "removed": true, "error": null})
+        ]
     );
     assert!(dead.domain.segment_files().unwrap().is_empty());
     // The live domain lost nothing and has nothing stale.
     assert_eq!(live.domain.segment_files().unwrap().len(), 2 + 1);
-    assert_eq!(
-        json(&live.inspect(&["clean", "--yes", "--json"])),
-        serde_json::json!([])
-    );
+    assert!(json_lines(&live.inspect(&["clean", "--yes", "--json"])).is_empty());
     assert_eq!(live.domain.segment_files().unwrap().len(), 2 + 1);
     assert_eq!(json(&live.inspect(&["get", "/k/y", "--json"])), 7);
+}
+
+#[test]
+fn rates_and_watch_of_a_slot_that_never_exists_exit_1() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let out = t.inspect(&["hz", "/nope", "--window", "0.2"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("does not exist"));
+    let out = t.inspect(&["bw", "/nope", "--window", "0.2", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["exists"], false, "{report}");
+    let err = refused(&t.inspect(&["watch", "/nope", "--timeout", "0.2"]));
+    assert!(err.contains("no slot /nope"), "{err}");
 }

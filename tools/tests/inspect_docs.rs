@@ -6,15 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{TestBus, WATCHDOG};
-
-use common::sample::{Mode, Status};
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
-struct Config {
-    max_speed: f64,
-    mode: String,
-}
+use common::TestBus;
 
 const GUIDE: &str = include_str!("../../docs/debugging.md");
 
@@ -73,35 +65,12 @@ fn every_command_in_the_debugging_guide_runs() {
 
     let mut t = TestBus::new();
     t.start_registry();
-    t.spawn_stress(&[
-        "write",
-        "--name",
-        "/demo/counter",
-        "--interval-ms",
-        "10",
-        "--max-size",
-        "64",
-    ]);
-    let bus = t.bus();
-    let mut status = bus.publish::<Status>("/demo/status").unwrap();
-    status
-        .write(&Status {
-            name: "arm".into(),
-            joints: vec![0.5, -1.0],
-            mode: Mode::Moving { speed: 0.25 },
-            battery: Some(87),
-        })
-        .unwrap();
-    status.wait_bound(WATCHDOG).unwrap();
-    let mut config = bus.publish::<Config>("/demo/config").unwrap();
-    config
-        .write(&Config {
-            max_speed: 1.0,
-            mode: "normal".into(),
-        })
-        .unwrap();
-    config.wait_bound(WATCHDOG).unwrap();
-    drop(config);
+    // The bus the guide describes, made as it tells readers to make it.
+    let example = common::bin("bus-inspect")
+        .parent()
+        .expect("binary directory")
+        .join("examples/demo_bus");
+    t.spawn(example, &[]);
     common::eventually("the guide's bus is ready", || {
         let out = t.inspect(&["list", "--json"]);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

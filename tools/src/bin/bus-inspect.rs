@@ -320,11 +320,13 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
                 }
             })
             .map_err(err)?;
-            Ok(if end == watch::End::TimedOut && count.is_some() {
-                TIMED_OUT
-            } else {
-                0
-            })
+            match end {
+                watch::End::NeverAppeared => Err(format!(
+                    "no slot {name} on domain '{domain}' during the --timeout"
+                )),
+                watch::End::TimedOut if count.is_some() => Ok(TIMED_OUT),
+                _ => Ok(0),
+            }
         }
         Command::Hz(r) => rates(domain, &r.names, r.window, r.json.json, false),
         Command::Bw(r) => rates(domain, &r.names, r.window, r.json.json, true),
@@ -439,15 +441,13 @@ fn rates(
     } else {
         print!("{}", render::hz(&reports));
     }
-    Ok(0)
+    Ok(i32::from(reports.iter().any(|r| !r.exists)))
 }
 
 fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
     let report = doctor::diagnose(domain);
     if report.stale.is_empty() {
-        if json {
-            json_line(&Vec::<doctor::Removed>::new())?;
-        } else {
+        if !json {
             say(&format!("nothing to clean in domain '{domain}'"));
         }
         return Ok(0);
@@ -475,7 +475,9 @@ fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
     }
     let removed = doctor::clean(&report.stale);
     if json {
-        json_line(&removed)?;
+        for r in &removed {
+            json_line(r)?;
+        }
     } else {
         for r in &removed {
             match &r.error {

@@ -5,7 +5,8 @@
 //!
 //! A segment is *stale* when nothing can use it any more:
 //! - without a running registry: no process maps it and its writer does not run (or its header
-//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it.
+//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it. For a
+//!   user other than root, only when every process's memory maps could be read.
 //! - with a running registry, which maps every slot: only a private slot (named `%<pid>-...`,
 //!   reachable by no one but its dead creator) whose writer does not run, for which the registry
 //!   lists no endpoint and which no other process maps. Public slots of a running registry are
@@ -167,6 +168,7 @@ pub fn diagnose(domain: &Domain) -> Report {
         .collect();
     let files = domain.segment_files().unwrap_or_default();
     let (mapped, unreadable) = mapped_files();
+    let root = nix::unistd::geteuid().is_root();
     let mut stale = Vec::new();
     let mut modes: Vec<String> = Vec::new();
     let mut owners = HashSet::new();
@@ -206,7 +208,10 @@ pub fn diagnose(domain: &Domain) -> Report {
         let is_stale = if registry_pid.is_some() {
             name.is_private() && !writer_runs && !with_endpoints.contains(name) && users.is_empty()
         } else {
-            !writer_runs && users.is_empty()
+            // Another user's process, whose maps a non-root user cannot read, may map it (a
+            // registry that refuses this user among them): then nothing is called stale. As
+            // root only protected processes stay unreadable, and the segments check names them.
+            !writer_runs && users.is_empty() && (root || unreadable.is_empty())
         };
         if is_stale {
             stale.push(Stale {
@@ -225,11 +230,7 @@ pub fn diagnose(domain: &Domain) -> Report {
         "{} segment(s) in {}{}",
         files.len(),
         bus::names::SHM_DIR,
-        unreadable_maps(
-            &unreadable,
-            nix::unistd::geteuid().is_root(),
-            super::program_of
-        )
+        unreadable_maps(&unreadable, root, super::program_of)
     );
     checks.push(Check::new(
         "segments",

@@ -58,6 +58,9 @@ impl Spread {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub name: String,
+    /// Whether the slot existed at the end of the window (else there are no numbers and
+    /// `note` says so).
+    pub exists: bool,
     /// Seconds sampled.
     pub window_s: f64,
     /// Writes during the window (from sequence numbers, so also the ones not seen).
@@ -115,6 +118,7 @@ impl Tracked {
     fn report(&self, window: Duration, began_ns: u64, sample_every: Duration) -> Report {
         let mut report = Report {
             name: self.slot.name().to_string(),
+            exists: self.slot.slot().is_some(),
             window_s: window.as_secs_f64(),
             writes: 0,
             seen: 0,

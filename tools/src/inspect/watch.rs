@@ -27,6 +27,8 @@ pub enum End {
     Count,
     /// `--timeout` passed first.
     TimedOut,
+    /// `--timeout` passed and the slot never existed meanwhile.
+    NeverAppeared,
     /// The callback asked to stop (its output went away).
     Stopped,
 }
@@ -46,6 +48,7 @@ pub fn watch(
     let mut slot = Followed::new(domain, name)?;
     let mut last = 0u64;
     let mut shown = 0u64;
+    let mut existed = false;
     loop {
         if count.is_some_and(|c| shown >= c) {
             return Ok(End::Count);
@@ -53,12 +56,17 @@ pub fn watch(
         // Checked before reading: a writer faster than the reader must not keep it past its
         // timeout.
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(End::TimedOut);
+            return Ok(if existed {
+                End::TimedOut
+            } else {
+                End::NeverAppeared
+            });
         }
         if slot.refresh(domain)? {
             // Appeared, or re-created by the registry: a new series of sequence numbers.
             last = 0;
         }
+        existed |= slot.slot().is_some();
         if let Some(s) = slot.slot() {
             if let Some(reading) = read_newer(s, last)? {
                 let skipped = if last == 0 {
