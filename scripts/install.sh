@@ -11,20 +11,22 @@
 #                          baton-sim baton-controller@teleop
 set -euo pipefail
 self="$(readlink -f "$0")"
-cd "$(dirname "$self")/.."
 
 root=""
 prefix=/usr/local
 bin_dir=""
+# Relative directories are the caller's: made absolute before moving to the repository.
 while (($#)); do
     case "$1" in
-        --root) root="${2:?--root needs a directory}"; shift 2 ;;
+        --root) root="$(realpath -m "${2:?--root needs a directory}")"; shift 2 ;;
         --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
-        --bin-dir) bin_dir="${2:?--bin-dir needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --bin-dir) bin_dir="$(realpath -m "${2:?--bin-dir needs a directory}")"; shift 2 ;;
+        # The comment block at the top, without its '#'.
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$self"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+cd "$(dirname "$self")/.."
 binaries=(registry-server robot-manager arbiter robot-controller robot-sim bus-inspect)
 if [[ -z "$bin_dir" ]]; then
     cargo build --release --quiet -p registry-server -p robot-manager -p arbiter -p controllers -p tools

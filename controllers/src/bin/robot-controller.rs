@@ -17,6 +17,7 @@ enum StatusArg {
 
 #[derive(Parser)]
 #[command(
+    name = "robot-controller",
     version,
     about = "Hold commands for robot resources and print what the arbiters grant",
     long_about = "Hold commands for robot resources and print what the arbiters grant.\n\n\

@@ -76,11 +76,13 @@ fn check_mode(path: &std::path::Path, mode: u32) -> Result<(), String> {
         (true, false) => "readable by every user: anyone could forge this bus's datagrams",
         _ => "writable by every user: anyone could replace the key",
     };
+    // Keep what the owner and group have; 0600 is the usual choice.
+    let fixed = mode & 0o770;
+    let or_usual = if fixed == 0o600 { "" } else { " (or 0600)" };
     Err(format!(
-        "key file {} is mode {:04o}, {what}. Run `chmod {:04o} {}` (or 0600) and start again",
+        "key file {} is mode {:04o}, {what}. Run `chmod {fixed:04o} {}`{or_usual} and start again",
         path.display(),
         mode & 0o7777,
-        mode & 0o770,
         path.display()
     ))
 }

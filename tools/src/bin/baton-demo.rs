@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
+    name = "baton-demo",
     version,
     about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters decide",
     long_about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters \

@@ -28,6 +28,7 @@ const EXAMPLES: &str = "Examples:
 
 #[derive(Parser)]
 #[command(
+    name = "bus-inspect",
     version,
     about = "See what is on a Baton bus, without disturbing it",
     long_about = "See what is on a Baton bus, without disturbing it.\n\nSlots are read straight \

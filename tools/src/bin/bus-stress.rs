@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use tools::stress::{cycling_size, Checked};
 
 #[derive(Parser)]
-#[command(version, about = "Write or check self-checking values on a Baton slot")]
+#[command(
+    name = "bus-stress",
+    version,
+    about = "Write or check self-checking values on a Baton slot"
+)]
 struct Args {
     /// Bus domain.
     #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]

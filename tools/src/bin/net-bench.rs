@@ -24,6 +24,7 @@ use tools::hosts::Lab;
 
 #[derive(Parser)]
 #[command(
+    name = "net-bench",
     version,
     about = "Measure Baton's network reflection against raw UDP (needs root)"
 )]
