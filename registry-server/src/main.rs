@@ -83,6 +83,13 @@ struct NetArgs {
     /// bytes each; at most 4,096 are held whatever their size).
     #[arg(long, default_value_t = 256 << 20)]
     reassembly_limit: usize,
+    /// Directory for what must outlive a restart: with --net, the last network session number,
+    /// so that peers take this registry's datagrams as a new run even if the clock went back
+    /// since (a computer without a real-time clock). systemd's StateDirectory= sets it. Without
+    /// it, a registry restarted with its clock set back is refused by the peers that heard its
+    /// previous run, until they restart.
+    #[arg(long, env = "STATE_DIRECTORY", value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -207,6 +214,11 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         .as_deref()
         .map(|p| registry::net::auth::Key::from_file(p, domain.as_str()))
         .transpose()?;
+    // One file per domain and host: two registries may share the directory.
+    let session_file = a
+        .state_dir
+        .as_ref()
+        .map(|d| d.join(format!("net-session.{}.{host}", domain.as_str())));
     let faults = registry::net::faults::Faults::from_env()?;
     if faults.is_some() {
         tracing::warn!(
@@ -233,6 +245,7 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         max_message: a.max_value.saturating_add(1024),
         reassembly_limit: a.reassembly_limit,
         faults,
+        session_file,
     })
 }
 

@@ -350,3 +350,45 @@ fn a_mirror_follows_an_origin_restarted_with_its_clock_set_back() {
     );
     assert_eq!(s["backwards"], 0, "{s}");
 }
+
+#[test]
+fn a_registry_restarted_with_its_clock_set_back_is_taken_at_once_with_a_state_dir() {
+    let state = std::env::temp_dir().join(format!("baton-state-{}", std::process::id()));
+    std::fs::create_dir_all(&state).unwrap();
+    let state_dir = state.to_str().unwrap().to_owned();
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--state-dir", &state_dir], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/rtc",
+            "--interval-ms",
+            "20",
+            "--count",
+            "100000",
+        ],
+    );
+    let r = lab.read_until(B, "/rtc", "5", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
+    // A computer without a real-time clock reboots an hour in the past. B keeps running: it
+    // heard A's previous run, whose session (its start time) is later than the new start.
+    lab.kill_registry(A);
+    lab.start_registry(
+        A,
+        &["--state-dir", &state_dir],
+        &[("BATON_NET_FAULTS", "clock_back_s=3600")],
+    );
+    let r = lab.read_for(B, "/rtc", "4");
+    let s = summary(&lab.finish(r));
+    std::fs::remove_dir_all(&state).unwrap();
+    assert!(
+        s["reads"].as_u64() >= Some(20),
+        "B follows A's new run without restarting: {s}"
+    );
+    assert_eq!(s["backwards"], 0, "{s}");
+    assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
+}

@@ -115,7 +115,8 @@ pub enum Stream {
 /// evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
 /// e.g. a computer without a real-time clock booting before time synchronisation) is refused as a
 /// replay until its windows are evicted or this registry restarts; its datagrams are counted as
-/// `replayed`. (Mirrors then follow it again: a value of the session the peers follow now is
+/// `replayed`. A registry with a state directory (`--state-dir`, the systemd unit's) never
+/// restarts with a smaller session (`session.rs`). (Mirrors then follow it again: a value of the session the peers follow now is
 /// taken as a new series even when that session is smaller, see `receive.rs`.)
 #[derive(Default)]
 pub struct Replay {

@@ -9,7 +9,8 @@
 //! announcement cut into parts that fit a datagram, and put together again), `peers` (what
 //! each remote host announced and the decisions drawn from it), `send` (datagrams out),
 //! `receive` (datagrams in), `reflector` (the thread that sends values, announces and ticks),
-//! `reconcile` (announcements applied to the registry's state). This module owns the
+//! `reconcile` (announcements applied to the registry's state), `session` (this run's session
+//! number, above the last one recorded). This module owns the
 //! configuration, the sockets and the state those share, and starts the threads.
 //!
 //! Threads: two receivers (the discovery socket on the multicast port, the data socket on an
@@ -26,6 +27,7 @@ mod receive;
 mod reconcile;
 mod reflector;
 mod send;
+mod session;
 pub mod stats;
 pub mod wire;
 
@@ -71,6 +73,9 @@ pub struct NetConfig {
     /// Bytes held at most for incomplete messages.
     pub reassembly_limit: usize,
     pub faults: Option<Faults>,
+    /// Where this registry records its session number (`session.rs`); `None`: the session is
+    /// the start time only.
+    pub session_file: Option<std::path::PathBuf>,
 }
 
 /// Longest time an incomplete message may wait for its missing fragments.
@@ -267,7 +272,17 @@ impl Net {
             .faults
             .as_ref()
             .map_or(0, |f| f.clock_back.as_nanos() as u64);
-        let session = bus::slot::now_ns().saturating_sub(back).max(1);
+        let wall = bus::slot::now_ns().saturating_sub(back).max(1);
+        let session = match &cfg.session_file {
+            Some(file) => session::next(wall, file).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "{e}; this run's network session is its start time only: if the clock \
+                     went back since the last run, the peers that heard it refuse this one"
+                );
+                wall
+            }),
+            None => wall,
+        };
         let now = Instant::now();
         Ok(Net {
             domain_id: wire::fnv1a(domain.as_str().as_bytes()),
