@@ -19,7 +19,8 @@ bin_dir=""
 while (($#)); do
     case "$1" in
         --root) root="$(realpath -m "${2:?--root needs a directory}")"; shift 2 ;;
-        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
+        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2
+                  [[ "$prefix" == /* ]] || { echo "install.sh: --prefix must be absolute (it is written into the units)" >&2; exit 2; } ;;
         --bin-dir) bin_dir="$(realpath -m "${2:?--bin-dir needs a directory}")"; shift 2 ;;
         # The comment block at the top, without its '#'.
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$self"; exit 0 ;;

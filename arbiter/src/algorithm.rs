@@ -25,7 +25,7 @@
 //! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
 //! resource gets no setpoint at all (the driver keeps it where it is).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,8 @@ pub struct Decision {
     /// Resources' setpoints: the owner's command clamped to the limits, or the safe command;
     /// a resource to hold whose position is not known yet has none.
     pub setpoints: BTreeMap<String, f64>,
+    /// Resources sent their safe command: no owner, or an owner whose command is not a number.
+    pub holding: BTreeSet<String>,
     pub outcomes: BTreeMap<String, Outcome>,
     /// Earliest time (ns since the epoch) at which a live block expires: the arbiter must run
     /// again then even if nothing else changes.
@@ -134,6 +136,8 @@ pub struct Allocation {
     pub owners: Vec<Option<usize>>,
     /// Per resource: the setpoint sent (`None`: none, a hold with no known position).
     pub setpoints: Vec<Option<f64>>,
+    /// Per resource: whether that is its safe command (as in `Decision::holding`).
+    pub holding: Vec<bool>,
     /// Per controller: its outcome, `None` when it has no block.
     pub outcomes: Vec<Option<Outcome>>,
     /// As in `Decision`.
@@ -152,6 +156,11 @@ impl Allocation {
             decision.owners.insert(spec.name.clone(), owner);
             if let Some(setpoint) = setpoint {
                 decision.setpoints.insert(spec.name.clone(), *setpoint);
+            }
+        }
+        for (spec, holding) in resources.iter().zip(&self.holding) {
+            if *holding {
+                decision.holding.insert(spec.name.clone());
             }
         }
         for (name, outcome) in names.iter().zip(&self.outcomes) {
@@ -184,7 +193,7 @@ pub fn arbitrate(
     let previous = |r: usize| {
         let spec = &resources[r];
         previous.map(|p| Released {
-            held: matches!(p.owners.get(&spec.name), Some(None)),
+            held: p.holding.contains(&spec.name),
             setpoint: p.setpoints.get(&spec.name).copied(),
         })
     };
@@ -218,15 +227,15 @@ pub fn allocate(
 ) {
     let previous = |r: usize| {
         previous.map(|p| Released {
-            held: p.owners[r].is_none(),
+            held: p.holding[r],
             setpoint: p.setpoints[r],
         })
     };
     allocate_with(resources, requests, alive, state, previous, now_ns, out)
 }
 
-/// What the previous cycle did with an uncommitted resource: whether it was already released
-/// (its safe position latched) and the setpoint it was sent.
+/// What the previous cycle did with a resource now sent its safe command: whether it was
+/// sent its safe command then too (its hold position latched) and the setpoint it was sent.
 struct Released {
     held: bool,
     setpoint: Option<f64>,
@@ -290,10 +299,15 @@ fn allocate_with(
         };
         out.outcomes[i] = Some(outcome);
     }
+    out.holding.clear();
+    out.holding.resize(resources.len(), false);
     for (r, spec) in resources.iter().enumerate() {
         out.setpoints[r] = match (out.owners[r], out.setpoints[r]) {
             (Some(_), Some(v)) if v.is_finite() => Some(spec.limits.clamp(v)),
-            _ => safe_setpoint(spec, state, previous(r)),
+            _ => {
+                out.holding[r] = true;
+                safe_setpoint(spec, state, previous(r))
+            }
         };
     }
 }

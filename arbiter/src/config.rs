@@ -5,10 +5,10 @@
 //! [[resources]]
 //! name = "shoulder"
 //! kind = "position"             # position (default) | velocity | switch
-//! min = -1.5                    # limits; default ±inf (switch: 0..1)
+//! min = -1.5                    # limits, finite; left out: unbounded (switch: 0..1)
 //! max = 1.5
-//! safe = "hold"                 # "hold" | "zero" | a number; default: hold for position,
-//!                               # zero for velocity and switch
+//! safe = "hold"                 # "hold" (position only) | "zero" | "off" | a number;
+//!                               # default: hold for position, zero for velocity and switch
 //! ```
 
 use std::path::Path;

@@ -54,6 +54,8 @@ fn main() {
 
 fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    // Before the load: an edit made between the two is then seen as a change.
+    let mut fingerprint = Fingerprint::of(&args.config);
     let mut file = ManagerFile::load(&args.config)?;
     let block_hash = controller_block_hash()?;
     let signals =
@@ -98,7 +100,8 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let mut revision = 1;
     let mut published = file.effective(&discovered, revision);
     publication.write(&published).map_err(|e| e.to_string())?;
-    let mut fingerprint = Fingerprint::of(&args.config);
+    // The controllers of the last order found too large for the slot: said once.
+    let mut too_large: Option<Vec<String>> = None;
     tracing::info!("priority order: {:?}", published.controllers);
     daemon::ready("publishing /robot/manager");
     let health = daemon::Health::new();
@@ -193,12 +196,18 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
                     );
                 }
                 Err(bus::BusError::TooLarge { size, capacity, .. }) => {
-                    candidate = None;
-                    keep_previous(&format!(
-                        "the new order takes {size} bytes, more than the {capacity} bytes \
-                         {} holds",
+                    let why = format!(
+                        "the new order takes {size} bytes, more than the {capacity} bytes {} \
+                         holds",
                         arbiter::protocol::MANAGER_SLOT
-                    ));
+                    );
+                    if candidate.take().is_some() {
+                        keep_previous(&why);
+                    } else if too_large.as_ref() != Some(&next.controllers) {
+                        // Grown by discovered controllers: they stay unplaced.
+                        tracing::error!("not placing the controllers that appeared: {why}");
+                    }
+                    too_large = Some(next.controllers);
                 }
                 Err(e) => return Err(e.to_string()),
             }

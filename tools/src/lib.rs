@@ -4,6 +4,7 @@
 pub mod arbitration_bench;
 pub mod bench;
 pub mod demo;
+pub mod demo_bus;
 pub mod hosts;
 pub mod inspect;
 pub mod sim;

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::TestBus;
+use common::{TestBus, WATCHDOG};
 
 const GUIDE: &str = include_str!("../../docs/debugging.md");
 
@@ -65,12 +65,8 @@ fn every_command_in_the_debugging_guide_runs() {
 
     let mut t = TestBus::new();
     t.start_registry();
-    // The bus the guide describes, made as it tells readers to make it.
-    let example = common::bin("bus-inspect")
-        .parent()
-        .expect("binary directory")
-        .join("examples/demo_bus");
-    t.spawn(example, &[]);
+    // The bus the guide describes, as its `demo_bus` example makes it.
+    let _demo = tools::demo_bus::start(&t.bus(), WATCHDOG).expect("the guide's bus");
     common::eventually("the guide's bus is ready", || {
         let out = t.inspect(&["list", "--json"]);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

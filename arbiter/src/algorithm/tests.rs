@@ -182,6 +182,13 @@ fn a_command_that_is_not_a_finite_number_asks_for_its_resource_but_never_reaches
         writer_alive: true,
     });
     let d = arbitrate("arm", &arm(), &candidates, &state, None, NOW);
+    // The arm sags while the faulty owner keeps it: the hold stays where it was latched.
+    let sagged: BTreeMap<String, f64> = [("shoulder".to_string(), 0.3)].into();
+    let later = arbitrate("arm", &arm(), &candidates, &sagged, Some(&d), NOW);
+    assert_eq!(
+        later.setpoints["shoulder"], 0.5,
+        "latched, not following the state"
+    );
     assert_eq!(d.outcomes["faulty"], Outcome::Full);
     assert_eq!(d.outcomes["next"], Outcome::Denied);
     assert_eq!(owner(&d, "shoulder").as_deref(), Some("faulty"));

@@ -96,14 +96,35 @@ impl Packer {
     }
 }
 
+/// Bytes of announcement parts held at most per host (about ten thousand publications): parts
+/// past it are not taken. Announcement parts bypass the reassembler's memory bound when they
+/// fit one datagram, so without this a made-up sender could park 4,096 parts of 64 KiB each.
+pub const MAX_HELD_BYTES: usize = 4 << 20;
+
+/// Bytes a part is counted for: its strings and schemas, and a fixed amount per item for the
+/// rest (the heap copies of the view and of the last whole generation are at most as big).
+fn held_size(part: &Announce) -> usize {
+    let publications: usize = part
+        .publications
+        .iter()
+        .map(|p| p.name.len() + p.type_name.len() + p.schema.len() + 64)
+        .sum();
+    let wants: usize = part.wants.iter().map(|w| w.len() + 16).sum();
+    part.host.len() + 64 + publications + wants
+}
+
 /// The parts of one host's announcement heard in one of its sessions, and the view drawn
 /// from them (see the module's invariant).
 #[derive(Default)]
 pub struct Assembly {
     /// The newest part heard at each index (below the newest generation's part count).
     parts: BTreeMap<u16, Announce>,
-    /// The items of the last generation held whole.
+    /// `held_size` of `parts`, summed.
+    held: usize,
+    /// The items of the last generation held whole, and that generation (older parts are late
+    /// and never laid over it).
     whole: Option<(Vec<PubInfo>, Vec<String>)>,
+    whole_generation: u64,
 }
 
 impl Assembly {
@@ -111,32 +132,44 @@ impl Assembly {
     /// were its last whole generation.
     pub fn resumed(before: &Announce) -> Assembly {
         Assembly {
-            parts: BTreeMap::new(),
             whole: Some((before.publications.clone(), before.wants.clone())),
+            ..Assembly::default()
         }
     }
 
     /// Takes one part. Returns the host's announcement as now known (its part fields those of
-    /// the part taken), or `None` for a part older than the one held at its index, or an
-    /// older generation's part past the newest generation's count (a late duplicate).
+    /// the part taken), or `None` when the part brings nothing new: a repetition of the part
+    /// held at its index (the usual case: a generation's parts are the same every time), a
+    /// part older than the one held there or than the last whole generation, an older
+    /// generation's part past the newest generation's count, or a part past `MAX_HELD_BYTES`.
     pub fn take(&mut self, part: Announce) -> Option<Announce> {
+        if part.generation < self.whole_generation {
+            return None;
+        }
         let newest = self.parts.values().map(|p| (p.generation, p.parts)).max();
         if let Some((generation, parts)) = newest {
             if part.generation < generation && part.part >= parts {
                 return None;
             }
         }
-        if self
-            .parts
-            .get(&part.part)
-            .is_some_and(|held| held.generation > part.generation)
-        {
-            return None;
+        if let Some(held) = self.parts.get(&part.part) {
+            if held.generation > part.generation || *held == part {
+                return None;
+            }
         }
         if newest.is_none_or(|(generation, _)| part.generation >= generation) {
             // This generation has `part.parts` parts: indices past them no longer exist.
-            self.parts.retain(|&i, _| i < part.parts);
+            let gone: Vec<u16> = self.parts.range(part.parts..).map(|(i, _)| *i).collect();
+            for i in gone {
+                self.remove(i);
+            }
         }
+        let size = held_size(&part);
+        let replaced = self.parts.get(&part.part).map_or(0, held_size);
+        if self.held - replaced + size > MAX_HELD_BYTES {
+            return None;
+        }
+        self.held = self.held - replaced + size;
         let (generation, count) = (part.generation, part.parts);
         self.parts.insert(part.part, part);
         let whole = self.parts.len() == usize::from(count)
@@ -153,8 +186,15 @@ impl Assembly {
                 .flat_map(|p| p.wants.iter().cloned())
                 .collect();
             self.whole = Some((publications, wants));
+            self.whole_generation = generation;
         }
         self.view()
+    }
+
+    fn remove(&mut self, index: u16) {
+        if let Some(p) = self.parts.remove(&index) {
+            self.held -= held_size(&p);
+        }
     }
 
     /// The last whole generation's items with every held part's laid over them, oldest
@@ -262,8 +302,12 @@ mod tests {
         let view = asm.take(g1[0].clone()).unwrap();
         assert!(names(&view).contains(&"/a"));
         for p in &g1 {
-            asm.take(p.clone()).unwrap();
+            asm.take(p.clone());
         }
+        assert!(
+            asm.take(g1[1].clone()).is_none(),
+            "a repetition brings nothing"
+        );
         // Generation 2 drops /b and adds /a0 in front: the others move to later parts.
         let g2 = parts_of(&whole(&["/a", "/a0", "/c", "/d", "/e", "/f"], &[]), 2);
         let view = asm.take(g2[0].clone()).unwrap();
@@ -313,8 +357,42 @@ mod tests {
         assert_eq!(names(&view), names(&before));
         let mut view = view;
         for p in &g1 {
-            view = asm.take(p.clone()).unwrap();
+            view = asm.take(p.clone()).unwrap_or(view);
         }
         assert_eq!(names(&view), ["/a", "/c", "/d", "/e", "/f"]);
+    }
+
+    #[test]
+    fn a_late_part_of_a_generation_older_than_the_last_whole_one_is_not_taken() {
+        let g1 = parts_of(&whole(&["/a", "/b", "/c", "/d", "/e", "/f"], &[]), 1);
+        let g2 = parts_of(&whole(&["/a", "/c"], &[]), 2);
+        let g3 = parts_of(&whole(&["/a", "/c", "/d", "/e", "/f", "/g", "/h"], &[]), 3);
+        assert_eq!((g1.len(), g2.len(), g3.len()), (3, 1, 4));
+        let mut asm = Assembly::default();
+        asm.take(g2[0].clone()).unwrap();
+        asm.take(g3[0].clone()).unwrap();
+        // g1's part 2 (/e, /f), delayed: past g2's count, within g3's, and older than g2, the
+        // last whole generation. /b and /e must not come back from it.
+        assert!(asm.take(g1[0].clone()).is_none());
+        assert!(asm.take(g1[2].clone()).is_none());
+    }
+
+    #[test]
+    fn parts_past_the_byte_bound_are_not_taken() {
+        let big: Vec<String> = (0..4).map(|i| format!("/big{i}")).collect();
+        let big: Vec<&str> = big.iter().map(String::as_str).collect();
+        let mut w = whole(&big, &[]);
+        for p in &mut w.publications {
+            p.schema = vec![0; MAX_HELD_BYTES / 3 - 256];
+        }
+        let parts = split(&w, 1, 1400);
+        assert_eq!(parts.len(), 4, "one oversized item per part");
+        let mut asm = Assembly::default();
+        for p in &parts[..2] {
+            assert!(asm.take(p.clone()).is_some());
+        }
+        assert!(asm.take(parts[2].clone()).is_some());
+        assert!(asm.take(parts[3].clone()).is_none(), "past the bound");
+        assert!(asm.held <= MAX_HELD_BYTES);
     }
 }

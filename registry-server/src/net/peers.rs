@@ -83,20 +83,25 @@ impl Peers {
                     p.assembly = Assembly::resumed(&p.announce);
                     p.session = session;
                 }
-                let Some(view) = p.assembly.take(part) else {
-                    return Change::Nothing;
+                let moved = p.data_addr != addr;
+                p.data_addr = addr;
+                p.last_heard = now;
+                // `None`: nothing new in this part (most are repetitions).
+                let content_changed = match p.assembly.take(part) {
+                    Some(view) => {
+                        let changed = !same_content(&p.announce, &view);
+                        p.announce = view;
+                        changed
+                    }
+                    None => false,
                 };
-                let change = if restarted {
+                if restarted {
                     Change::New
-                } else if !same_content(&p.announce, &view) || p.data_addr != addr {
+                } else if content_changed || moved {
                     Change::Changed
                 } else {
                     Change::Nothing
-                };
-                p.announce = view;
-                p.data_addr = addr;
-                p.last_heard = now;
-                change
+                }
             }
             None => {
                 let mut assembly = Assembly::default();

@@ -32,7 +32,8 @@ pub const IP_UDP_OVERHEAD: usize = 28;
 pub const ANNOUNCE_CHANNEL: u64 = 0;
 
 /// Most parts one announcement may be cut into (about 5 MB of publications at the default
-/// MTU, far beyond any robot); a receiver holds at most this many parts per host.
+/// MTU, far beyond any robot); a receiver holds at most this many parts per host, and at most
+/// `announce::MAX_HELD_BYTES` of them.
 pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 
 const KIND_ANNOUNCE: u8 = 1;

@@ -5,8 +5,8 @@
 //!
 //! A segment is *stale* when nothing can use it any more:
 //! - without a running registry: no process maps it and its writer does not run (or its header
-//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it. For a
-//!   user other than root, only when every process's memory maps could be read.
+//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it. A
+//!   registry that refuses this user runs all the same (its maps are another user's).
 //! - with a running registry, which maps every slot: only a private slot (named `%<pid>-...`,
 //!   reachable by no one but its dead creator) whose writer does not run, for which the registry
 //!   lists no endpoint and which no other process maps. Public slots of a running registry are
@@ -156,9 +156,10 @@ pub fn diagnose(domain: &Domain) -> Report {
                 net::cmdline(*pid).map_or(String::new(), |c| format!(" ({})", c.join(" ")))
             ),
         ),
-        Err(none) => Check::new("registry", Status::Fail, none.clone()),
+        Err(none) => Check::new("registry", Status::Fail, none.to_string()),
     });
     let registry_pid = registry.as_ref().ok().copied();
+    let registry_runs = registry_pid.is_some() || registry.as_ref().is_err_and(|e| e.refuses);
     let listing = super::registry::listing(domain).ok();
     let with_endpoints: HashSet<SlotName> = listing
         .iter()
@@ -205,19 +206,16 @@ pub fn diagnose(domain: &Domain) -> Report {
             Some(w) if w.state == WriterState::None => "never written".to_owned(),
             Some(w) => format!("writer pid {} gone", w.pid),
         };
-        let is_stale = if registry_pid.is_some() {
+        let is_stale = if registry_runs {
             name.is_private() && !writer_runs && !with_endpoints.contains(name) && users.is_empty()
         } else {
-            // Another user's process, whose maps a non-root user cannot read, may map it (a
-            // registry that refuses this user among them): then nothing is called stale. As
-            // root only protected processes stay unreadable, and the segments check names them.
-            !writer_runs && users.is_empty() && (root || unreadable.is_empty())
+            !writer_runs && users.is_empty()
         };
         if is_stale {
             stale.push(Stale {
                 name: name.to_string(),
                 path: path.clone(),
-                reason: if registry_pid.is_some() {
+                reason: if registry_runs {
                     format!("private slot, {what}, no endpoint")
                 } else {
                     format!("no registry, {what}, mapped by no process")

@@ -38,19 +38,42 @@ pub fn registry_pid(domain: &Domain) -> Result<u32, bus::BusError> {
 /// Whether a registry-server answers for `domain`, as `doctor`'s registry check decides it:
 /// its pid, or the sentence that says none does and how to start one (doctor's detail, and the
 /// note `list`, `get` and `info` print without a registry).
-pub fn answers(domain: &Domain) -> Result<u32, String> {
+pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
     registry_pid(domain).map_err(|e| match e {
         // It runs: starting one would not help.
-        bus::BusError::Refused { reason, .. } => {
-            format!("the registry-server of domain '{domain}' refuses this user: {reason}")
-        }
-        bus::BusError::RegistryUnreachable { reason, .. } => format!(
-            "no registry-server answers on domain '{domain}' (socket @{}: {reason}); start \
-             `registry-server --domain {domain}`",
-            domain.registry_socket()
-        ),
-        other => other.to_string(),
+        bus::BusError::Refused { reason, .. } => NoAnswer {
+            message: format!(
+                "the registry-server of domain '{domain}' refuses this user: {reason}"
+            ),
+            refuses: true,
+        },
+        bus::BusError::RegistryUnreachable { reason, .. } => NoAnswer {
+            message: format!(
+                "no registry-server answers on domain '{domain}' (socket @{}: {reason}); start \
+                 `registry-server --domain {domain}`",
+                domain.registry_socket()
+            ),
+            refuses: false,
+        },
+        other => NoAnswer {
+            message: other.to_string(),
+            refuses: false,
+        },
     })
+}
+
+/// Why no registry answered, in doctor's words.
+#[derive(Debug)]
+pub struct NoAnswer {
+    pub message: String,
+    /// One runs, but refuses this user (outside the bus's group): its pid is not known.
+    pub refuses: bool,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// One endpoint, for printing.
