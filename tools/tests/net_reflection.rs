@@ -43,6 +43,13 @@ fn writer(lab: &mut Lab, name: &str, count: &str, interval_ms: &str, size: &str)
     )
 }
 
+/// A writer on A every 20 ms (until the lab ends), its values read on B.
+fn reflect_from_a(lab: &mut Lab, name: &str) {
+    writer(lab, name, "100000", "20", "64");
+    let r = lab.read_until(B, name, "5", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
+}
+
 fn check(lab: &mut Lab, child: usize, last: u64, what: &str) -> serde_json::Value {
     let out = lab.finish(child);
     let s = summary(&out);
@@ -323,21 +330,7 @@ fn a_mirror_follows_an_origin_restarted_with_its_clock_set_back() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/clock",
-            "--interval-ms",
-            "20",
-            "--count",
-            "100000",
-        ],
-    );
-    let r = lab.read_until(B, "/clock", "5", "20");
-    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
+    reflect_from_a(&mut lab, "/clock");
     lab.kill_registry(A);
     lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
     lab.kill_registry(B);
@@ -359,21 +352,7 @@ fn a_registry_restarted_with_its_clock_set_back_is_taken_at_once_with_a_state_di
     let mut lab = Lab::new(2);
     lab.start_registry(A, &["--state-dir", &state_dir], &[]);
     lab.start_registry(B, &[], &[]);
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/rtc",
-            "--interval-ms",
-            "20",
-            "--count",
-            "100000",
-        ],
-    );
-    let r = lab.read_until(B, "/rtc", "5", "20");
-    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
+    reflect_from_a(&mut lab, "/rtc");
     // A computer without a real-time clock reboots an hour in the past. B keeps running: it
     // heard A's previous run, whose session (its start time) is later than the new start.
     lab.kill_registry(A);

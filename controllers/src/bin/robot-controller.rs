@@ -115,7 +115,13 @@ fn run(args: &Args) -> Result<(), String> {
             Err(e) => {
                 let text = e.to_string();
                 if problem.as_ref() != Some(&text) {
-                    print_problem(args, &text);
+                    print_note(
+                        args,
+                        "problem",
+                        &format!(
+                            "{text} (the command is kept: it counts again once its arbiter has it)"
+                        ),
+                    );
                     problem = Some(text);
                 }
             }
@@ -134,7 +140,7 @@ fn run(args: &Args) -> Result<(), String> {
         let waiting = waiting_for(&bus, &controller, &args.domain);
         if waiting != said {
             match &waiting {
-                Some(w) => print_waiting(args, w),
+                Some(w) => print_note(args, "waiting", w),
                 // The wait is over: say where things stand again, so that the last line
                 // printed is never a wait that has ended.
                 None => printed.clear(),
@@ -189,28 +195,15 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
     }
 }
 
-fn print_problem(args: &Args, what: &str) {
+/// A line about the controller itself (not one arbiter): `kind` is its JSON field.
+fn print_note(args: &Args, kind: &str, text: &str) {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"controller": args.name, "problem": what})
+            serde_json::json!({"controller": args.name, kind: text})
         );
     } else {
-        println!(
-            "{}: {what} (the command is kept: it counts again once its arbiter has it)",
-            args.name
-        );
-    }
-}
-
-fn print_waiting(args: &Args, what: &str) {
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"controller": args.name, "waiting": what})
-        );
-    } else {
-        println!("{}: {what}", args.name);
+        println!("{}: {text}", args.name);
     }
 }
 
