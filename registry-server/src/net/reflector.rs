@@ -23,9 +23,14 @@ impl Net {
         let mut next_tick = Instant::now();
         loop {
             let now = Instant::now();
+            // A change of the registry's endpoints (`poke`) is reconciled at once, not at the
+            // next tick: `sleep` does not sleep while it is pending.
+            let dirty = lock(&self.state).dirty;
             if now >= next_tick {
                 self.tick(shared, now, &mut message);
                 next_tick = now + TICK;
+            } else if dirty {
+                self.tick(shared, now, &mut message);
             }
             self.send_new_values(&mut value, &mut message);
             let watched: Vec<Arc<Slot>> = {
