@@ -15,16 +15,19 @@ self="$(readlink -f "$0")"
 root=""
 prefix=/usr/local
 bin_dir=""
+usage_error() { echo "install.sh: $1 (see --help)" >&2; exit 2; }
+# An option's value: present and not empty.
+need() { [[ $# -ge 2 && -n "$2" ]] || usage_error "$1 needs a directory"; }
 # Relative directories are the caller's: made absolute before moving to the repository.
 while (($#)); do
     case "$1" in
-        --root) root="$(realpath -m "${2:?--root needs a directory}")"; shift 2 ;;
-        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2
-                  [[ "$prefix" == /* ]] || { echo "install.sh: --prefix must be absolute (it is written into the units)" >&2; exit 2; } ;;
-        --bin-dir) bin_dir="$(realpath -m "${2:?--bin-dir needs a directory}")"; shift 2 ;;
+        --root) need "$@"; root="$(realpath -m "$2")"; shift 2 ;;
+        --prefix) need "$@"; prefix="$2"; shift 2
+                  [[ "$prefix" == /* ]] || usage_error "--prefix must be absolute (it is written into the units)" ;;
+        --bin-dir) need "$@"; bin_dir="$(realpath -m "$2")"; shift 2 ;;
         # The comment block at the top, without its '#'.
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$self"; exit 0 ;;
-        *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) usage_error "unknown option $1" ;;
     esac
 done
 cd "$(dirname "$self")/.."

@@ -101,10 +101,15 @@ impl ArbiterConfig {
             // Infinite limits written out would let an infinity through to the hardware (a
             // min of +inf clamps every command to +inf); leaving one out means no limit.
             if r.min.is_some_and(|v| !v.is_finite()) || r.max.is_some_and(|v| !v.is_finite()) {
+                let written: Vec<String> = [("min", r.min), ("max", r.max)]
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+                    .collect();
                 return Err(format!(
                     "resource {:?}: min and max must be finite numbers (or left out for no \
-                     limit), got min {} and max {}",
-                    r.name, limits.min, limits.max
+                     limit), got {}",
+                    r.name,
+                    written.join(" and ")
                 ));
             }
             if limits.min > limits.max {

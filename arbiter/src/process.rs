@@ -64,6 +64,10 @@ struct Watched {
 /// of them the manager's and the resource state's. The robot manager refuses a longer list.
 pub const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 3;
 
+/// Most arbiters a robot controller follows: its group waits on the manager's slot and one
+/// per arbiter, at most `WAITV_MAX - 1`. The robot manager refuses a longer list.
+pub const MAX_ARBITERS: usize = bus::futex::WAITV_MAX - 2;
+
 impl Watched {
     /// Watches `controllers` (distinct names) in that order. A controller that cannot be
     /// followed is logged and counts as absent, so that one bad slot never stops the arbiter.

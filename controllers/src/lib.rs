@@ -44,6 +44,11 @@ pub enum ControllerError {
     Ttl(Duration),
     #[error("command for {resource} must be a finite number, got {value}")]
     NotFinite { resource: String, value: f64 },
+    #[error(
+        "the controller block takes {size} bytes, more than the {capacity} a block holds: give \
+         fewer commands or shorter names"
+    )]
+    BlockTooLarge { size: usize, capacity: usize },
 }
 
 /// What one arbiter did with this controller's request, as last read back.
@@ -249,7 +254,12 @@ impl RobotController {
         } = &mut *s;
         block.clone_from(&self.staged);
         block.stamp_ns = now_ns();
-        publication.write(block)?;
+        publication.write(block).map_err(|e| match e {
+            BusError::TooLarge { size, capacity, .. } => {
+                ControllerError::BlockTooLarge { size, capacity }
+            }
+            e => e.into(),
+        })?;
         if !std::mem::replace(&mut s.published, true) {
             daemon::ready(&format!("robot controller {} publishing", self.name));
         }
@@ -463,7 +473,15 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
     let mut group = SubscriptionGroup::new();
     let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
     let mut members = Vec::new();
-    for a in arbiters {
+    if arbiters.len() > arbiter::process::MAX_ARBITERS {
+        tracing::warn!(
+            "the robot manager lists {} arbiters; following the first {} (no feedback from \
+             the rest)",
+            arbiters.len(),
+            arbiter::process::MAX_ARBITERS
+        );
+    }
+    for a in arbiters.iter().take(arbiter::process::MAX_ARBITERS) {
         // A slot of another type under an arbiter's name (a stray process, an older build)
         // gives no feedback rather than stopping the application.
         match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {

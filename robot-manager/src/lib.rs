@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use arbiter::process::MAX_CONTROLLERS;
+use arbiter::process::{MAX_ARBITERS, MAX_CONTROLLERS};
 use arbiter::protocol::{ManagerConfig, Unlisted};
 use serde::Deserialize;
 
@@ -50,6 +50,12 @@ impl ManagerFile {
             return Err(format!(
                 "{} controllers listed; an arbiter follows at most {MAX_CONTROLLERS}",
                 file.controllers.len()
+            ));
+        }
+        if file.arbiters.len() > MAX_ARBITERS {
+            return Err(format!(
+                "{} arbiters listed; a robot controller follows at most {MAX_ARBITERS}",
+                file.arbiters.len()
             ));
         }
         check_names("controller", &file.controllers)?;
@@ -164,6 +170,7 @@ mod tests {
         assert_eq!(f.effective(&discovered, 1).controllers.len(), 125);
         assert_eq!(f.unplaced(&discovered), 1);
         let too_many = format!("controllers = [{}]\narbiters = []", names.join(","));
+        let too_many_arbiters = format!("controllers = []\narbiters = [{}]", names.join(","));
         for (bad, needle) in [
             (
                 "controllers = [\"a\", \"a\"]\narbiters = []",
@@ -180,6 +187,7 @@ mod tests {
             ),
             ("arbiters = []", "missing field"),
             (&too_many, "an arbiter follows at most 125"),
+            (&too_many_arbiters, "a robot controller follows at most 126"),
         ] {
             let e = ManagerFile::parse(bad).unwrap_err();
             assert!(e.contains(needle), "{bad}: {e}");

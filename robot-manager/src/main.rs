@@ -53,6 +53,14 @@ fn main() {
 }
 
 fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
+    // Absolute from the start: a relative path would stay relative to the directory the
+    // manager started in, even after that directory is replaced.
+    let config =
+        std::path::absolute(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let args = &Args {
+        config,
+        domain: args.domain.clone(),
+    };
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     // Before the load: an edit made between the two is then seen as a change.
     let mut fingerprint = Fingerprint::of(&args.config);
@@ -99,7 +107,14 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let mut unplaced = 0;
     let mut revision = 1;
     let mut published = file.effective(&discovered, revision);
-    publication.write(&published).map_err(|e| e.to_string())?;
+    publication.write(&published).map_err(|e| match e {
+        bus::BusError::TooLarge { size, capacity, .. } => format!(
+            "{}: {}",
+            args.config.display(),
+            order_too_large(size, capacity)
+        ),
+        e => e.to_string(),
+    })?;
     // The controllers of the last order found too large for the slot: said once.
     let mut too_large: Option<Vec<String>> = None;
     tracing::info!("priority order: {:?}", published.controllers);
@@ -196,11 +211,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
                     );
                 }
                 Err(bus::BusError::TooLarge { size, capacity, .. }) => {
-                    let why = format!(
-                        "the new order takes {size} bytes, more than the {capacity} bytes {} \
-                         holds",
-                        arbiter::protocol::MANAGER_SLOT
-                    );
+                    let why = order_too_large(size, capacity);
                     if candidate.take().is_some() {
                         keep_previous(&why);
                     } else if too_large.as_ref() != Some(&next.controllers) {
@@ -231,6 +242,13 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
 const LOOK_EVERY: u16 = 2000;
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
+
+fn order_too_large(size: usize, capacity: usize) -> String {
+    format!(
+        "the new order takes {size} bytes, more than the {capacity} bytes {} holds",
+        arbiter::protocol::MANAGER_SLOT
+    )
+}
 
 /// One log line per rejected config (a TOML error's excerpt spans several).
 fn keep_previous(why: &str) {

@@ -105,3 +105,20 @@ fn the_arm_and_the_drive_need_two_arbiters() {
         .collect();
     assert!(created.is_empty(), "{created:?}");
 }
+
+#[test]
+fn of_two_simulators_started_before_the_registry_the_refused_one_ends() {
+    let mut t = TestBus::new();
+    let first = t.spawn_bin("robot-sim", &[]);
+    let second = t.spawn_bin("robot-sim", &[]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.start_registry();
+    eventually("one of the two ends", || {
+        !t.is_running(first) || !t.is_running(second)
+    });
+    let refused = if t.is_running(first) { second } else { first };
+    let out = t.finish(refused);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already has a live publisher"), "{err}");
+}

@@ -124,6 +124,12 @@ fn run(args: &Args) -> Result<(), String> {
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     loop {
         health.begin();
+        // Two simulators started before the registry: the one refused must not run on.
+        for state in [&arm_state, &drive_state] {
+            if let Some(refused) = state.bind_error() {
+                return Err(refused.to_string());
+            }
+        }
         commands.update_all().map_err(e)?;
         for (member, which) in [
             (arm_cmd.index(), &args.arm),
@@ -170,8 +176,15 @@ fn run(args: &Args) -> Result<(), String> {
         }
         health.end();
         if at_rest {
-            // Nothing moves until a command, or the arbiter behind it, changes.
-            commands.wait_any(Duration::from_secs(3600)).map_err(e)?;
+            // Nothing moves until a command, or the arbiter behind it, changes. Until the
+            // registry has bound the state slots, wake now and then to see a refusal.
+            let bound = arm_state.is_bound() && drive_state.is_bound();
+            let rest = if bound {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_millis(200)
+            };
+            commands.wait_any(rest).map_err(e)?;
             next = Instant::now();
             continue;
         }
