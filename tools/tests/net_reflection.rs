@@ -371,3 +371,34 @@ fn a_registry_restarted_with_its_clock_set_back_is_taken_at_once_with_a_state_di
     assert_eq!(s["backwards"], 0, "{s}");
     assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
 }
+
+#[test]
+fn a_registry_restart_never_shows_its_live_publications_as_gone_elsewhere() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    reflect_from_a(&mut lab, "/steady");
+    // B's subscriber stops as soon as it sees the writer gone: it never should, the writer
+    // runs throughout. A's registry is down for 1.2 s (less than B takes to forget a host);
+    // restarted, it announces before A's writer, backing off, has registered again.
+    let watcher = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/steady",
+            "--seconds",
+            "7",
+            "--wait",
+            "--until-writer-gone",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    lab.kill_registry(A);
+    std::thread::sleep(Duration::from_millis(1200));
+    lab.start_registry(A, &[], &[]);
+    let s = summary(&lab.finish(watcher));
+    assert_ne!(s["writer"], "Gone", "{s}");
+    assert_eq!(s["bad"], 0, "{s}");
+}

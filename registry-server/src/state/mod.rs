@@ -111,6 +111,15 @@ impl SlotEntry {
                 .iter()
                 .any(|e| e.kind == EndpointKind::Publication)
     }
+
+    /// A slot adopted at start-up whose writer still runs and has not registered again yet
+    /// (within `ADOPTION_GRACE`): it is published here, its process is reconnecting. Announced
+    /// as such, so that peers never see its publication go and come back over a restart.
+    fn writer_reconnecting(&self) -> bool {
+        self.origin.is_none()
+            && self.adopted_until.is_some_and(|t| Instant::now() < t)
+            && self.slot.as_ref().is_some_and(|s| s.writer().is_running())
+    }
 }
 
 /// A public name published on another host, as the network layer learnt it.

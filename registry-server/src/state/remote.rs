@@ -25,7 +25,7 @@ impl Registry {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && e.origin.is_none()
-                    && e.published_here()
+                    && (e.published_here() || e.writer_reconnecting())
             })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
@@ -49,6 +49,7 @@ impl Registry {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && !e.published_here()
+                    && !e.writer_reconnecting()
                     && (e.origin.is_some()
                         || e.endpoints
                             .iter()
