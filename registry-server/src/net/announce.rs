@@ -5,16 +5,18 @@
 //! would wait many intervals to be learnt. So the announcement is cut into parts that each fit
 //! one datagram and stand alone.
 //!
-//! A peer takes what any part adds or changes at once, and what disappeared only once it holds
-//! every part of one generation: when a publication is added, the ones after it may move to the
-//! next part, and taking an item's absence from one part as its removal would make it flicker.
-//! Invariant kept by [`Assembly`]: the view it gives is the last whole generation, with every
-//! item of a newer part laid over it; so it never loses an item the host still announces, and
-//! it equals what the host announces once all parts of a generation have arrived.
+//! Each item (a publication, a wanted name) goes in the part its name hashes to: with `n`
+//! parts, part `fnv1a(name) % n`. An item never moves to another part while `n` stays, so a
+//! part received is the whole truth about its names: a peer takes what it adds, changes and
+//! removes at once, part by part, whatever the loss of the others. `n` is a power of two
+//! chosen for about half-full datagrams; it changes only when the announcement grows or
+//! shrinks past one. Then the items move, and a peer keeps what it knew under the old `n`
+//! (`Assembly`'s `carried`) until the part each such name hashes to under the new `n`
+//! arrives, so a name the host still announces never drops out of the peer's view.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use super::wire::{Announce, PubInfo, MAX_ANNOUNCE_PARTS};
+use super::wire::{fnv1a, Announce, PubInfo, MAX_ANNOUNCE_PARTS};
 
 /// Bytes of an announcement message besides its items: the kind byte and the fixed fields.
 fn fixed_size(whole: &Announce) -> usize {
@@ -32,68 +34,52 @@ fn encoded_size<T: serde::Serialize>(item: &T) -> usize {
     bus::codec::encode_into(item, &mut out).map_or(0, |()| out.len())
 }
 
+/// The part of `parts` a name belongs in.
+pub fn part_of(name: &str, parts: u16) -> u16 {
+    (fnv1a(name.as_bytes()) % u64::from(parts.max(1))) as u16
+}
+
+/// How many parts for `items` bytes of items when a part has room for `room` bytes of them:
+/// one if they fit, else the power of two that fills parts about half (hashing fills them
+/// unevenly), at most `MAX_ANNOUNCE_PARTS`.
+fn part_count(items: usize, room: usize) -> u16 {
+    if items <= room {
+        return 1;
+    }
+    let wanted = (2 * items).div_ceil(room.max(1));
+    wanted
+        .next_power_of_two()
+        .min(usize::from(MAX_ANNOUNCE_PARTS)) as u16
+}
+
 /// Cuts `whole` (its part fields are ignored) into the parts of `generation`, each an
-/// announcement message of at most `budget` bytes, but for an item bigger than that on its
-/// own, which goes alone in its part (the part is then sent in fragments). Publications come
-/// first, then wants, each in the order given. Never more than `MAX_ANNOUNCE_PARTS` parts:
-/// past that the last part takes the rest (and is fragmented).
+/// announcement message meant to fit `budget` bytes. Items go where their names hash to, so a
+/// part can come out larger than `budget` (it is then sent in fragments); at the part counts
+/// chosen that is rare. Every part is sent, also an empty one: it says its names are gone.
 pub fn split(whole: &Announce, generation: u64, budget: usize) -> Vec<Announce> {
-    let empty = Announce {
-        generation,
-        part: 0,
-        parts: 1,
-        publications: Vec::new(),
-        wants: Vec::new(),
-        ..whole.clone()
-    };
-    let mut packer = Packer {
-        fixed: fixed_size(whole),
-        budget,
-        size: fixed_size(whole),
-        parts: vec![empty.clone()],
-        empty,
-    };
+    let fixed = fixed_size(whole);
+    let items: usize = whole.publications.iter().map(encoded_size).sum::<usize>()
+        + whole.wants.iter().map(encoded_size).sum::<usize>();
+    let count = part_count(items, budget.saturating_sub(fixed));
+    let mut parts: Vec<Announce> = (0..count)
+        .map(|i| Announce {
+            generation,
+            part: i,
+            parts: count,
+            publications: Vec::new(),
+            wants: Vec::new(),
+            ..whole.clone()
+        })
+        .collect();
     for p in &whole.publications {
-        packer.room(encoded_size(p)).publications.push(p.clone());
+        parts[usize::from(part_of(&p.name, count))]
+            .publications
+            .push(p.clone());
     }
     for w in &whole.wants {
-        packer.room(encoded_size(w)).wants.push(w.clone());
-    }
-    let mut parts = packer.parts;
-    let count = parts.len() as u16;
-    for (i, p) in parts.iter_mut().enumerate() {
-        p.part = i as u16;
-        p.parts = count;
+        parts[usize::from(part_of(w, count))].wants.push(w.clone());
     }
     parts
-}
-
-/// Parts being filled by `split`.
-struct Packer {
-    fixed: usize,
-    budget: usize,
-    /// Message bytes of the last part so far.
-    size: usize,
-    parts: Vec<Announce>,
-    empty: Announce,
-}
-
-impl Packer {
-    /// The part an item of `bytes` goes in: the last one, or a new one if it would overflow
-    /// (and holds something already, and the parts are not at their limit).
-    fn room(&mut self, bytes: usize) -> &mut Announce {
-        let used = self.size > self.fixed;
-        if used
-            && self.size + bytes > self.budget
-            && self.parts.len() < usize::from(MAX_ANNOUNCE_PARTS)
-        {
-            self.parts.push(self.empty.clone());
-            self.size = self.fixed;
-        }
-        self.size += bytes;
-        let last = self.parts.len() - 1;
-        &mut self.parts[last]
-    }
 }
 
 /// Bytes of announcement parts held at most per host (about ten thousand publications): parts
@@ -102,37 +88,44 @@ impl Packer {
 pub const MAX_HELD_BYTES: usize = 4 << 20;
 
 /// Bytes a part is counted for: its strings and schemas, and a fixed amount per item for the
-/// rest (the heap copies of the view and of the last whole generation are at most as big).
+/// rest (the heap copies of the view and of the carried items are at most as big).
 fn held_size(part: &Announce) -> usize {
-    let publications: usize = part
-        .publications
+    part.host.len() + 64 + items_size(&part.publications, &part.wants)
+}
+
+fn items_size(publications: &[PubInfo], wants: &[String]) -> usize {
+    let p: usize = publications
         .iter()
         .map(|p| p.name.len() + p.type_name.len() + p.schema.len() + 64)
         .sum();
-    let wants: usize = part.wants.iter().map(|w| w.len() + 16).sum();
-    part.host.len() + 64 + publications + wants
+    p + wants.iter().map(|w| w.len() + 16).sum::<usize>()
 }
 
 /// The parts of one host's announcement heard in one of its sessions, and the view drawn
-/// from them (see the module's invariant).
+/// from them: the items of the parts held, and the carried items whose part has not been
+/// heard under the current part count.
 #[derive(Default)]
 pub struct Assembly {
-    /// The newest part heard at each index (below the newest generation's part count).
+    /// The newest part heard at each index, all of the current part count.
     parts: BTreeMap<u16, Announce>,
+    /// The current part count (0 before the first part).
+    count: u16,
+    /// The newest generation heard: older parts are late, and not taken.
+    newest: u64,
     /// `held_size` of `parts`, summed.
     held: usize,
-    /// The items of the last generation held whole, and that generation (older parts are late
-    /// and never laid over it).
-    whole: Option<(Vec<PubInfo>, Vec<String>)>,
-    whole_generation: u64,
+    /// What was known before the part count changed (or before the host restarted).
+    carried: Vec<PubInfo>,
+    carried_wants: Vec<String>,
 }
 
 impl Assembly {
-    /// An assembly for a restarted host that starts from what it announced before, as if that
-    /// were its last whole generation.
+    /// An assembly for a restarted host that starts from what it announced before: kept until
+    /// the new session's parts say otherwise, name by name.
     pub fn resumed(before: &Announce) -> Assembly {
         Assembly {
-            whole: Some((before.publications.clone(), before.wants.clone())),
+            carried: before.publications.clone(),
+            carried_wants: before.wants.clone(),
             ..Assembly::default()
         }
     }
@@ -140,79 +133,65 @@ impl Assembly {
     /// Takes one part. Returns the host's announcement as now known (its part fields those of
     /// the part taken), or `None` when the part brings nothing new: a repetition of the part
     /// held at its index (the usual case: a generation's parts are the same every time), a
-    /// part older than the one held there or than the last whole generation, an older
-    /// generation's part past the newest generation's count, or a part past `MAX_HELD_BYTES`.
+    /// part of a generation older than one heard, or a part past `MAX_HELD_BYTES`.
     pub fn take(&mut self, part: Announce) -> Option<Announce> {
-        if part.generation < self.whole_generation {
+        if part.generation < self.newest {
             return None;
         }
-        let newest = self.parts.values().map(|p| (p.generation, p.parts)).max();
-        if let Some((generation, parts)) = newest {
-            if part.generation < generation && part.part >= parts {
-                return None;
+        if part.parts != self.count {
+            // The items moved: what is known now is carried until their new parts come. At
+            // most `MAX_HELD_BYTES` of it: a sender flipping its part count must not pile up
+            // carried items (no real host comes near the bound).
+            if let Some(view) = self.view() {
+                let size = items_size(&view.publications, &view.wants);
+                if size <= MAX_HELD_BYTES {
+                    (self.carried, self.carried_wants) = (view.publications, view.wants);
+                } else {
+                    self.carried = self
+                        .parts
+                        .values()
+                        .flat_map(|p| p.publications.clone())
+                        .collect();
+                    self.carried_wants =
+                        self.parts.values().flat_map(|p| p.wants.clone()).collect();
+                }
             }
+            self.parts.clear();
+            self.held = 0;
+            self.count = part.parts;
         }
-        if let Some(held) = self.parts.get(&part.part) {
-            if held.generation > part.generation || *held == part {
-                return None;
-            }
-        }
-        if newest.is_none_or(|(generation, _)| part.generation >= generation) {
-            // This generation has `part.parts` parts: indices past them no longer exist.
-            let gone: Vec<u16> = self.parts.range(part.parts..).map(|(i, _)| *i).collect();
-            for i in gone {
-                self.remove(i);
-            }
-        }
+        let replaced = match self.parts.get(&part.part) {
+            Some(held) if *held == part => return None,
+            Some(held) => held_size(held),
+            None => 0,
+        };
         let size = held_size(&part);
-        let replaced = self.parts.get(&part.part).map_or(0, held_size);
         if self.held - replaced + size > MAX_HELD_BYTES {
             return None;
         }
         self.held = self.held - replaced + size;
-        let (generation, count) = (part.generation, part.parts);
-        self.parts.insert(part.part, part);
-        let whole = self.parts.len() == usize::from(count)
-            && self.parts.values().all(|p| p.generation == generation);
-        if whole {
-            let publications = self
-                .parts
-                .values()
-                .flat_map(|p| p.publications.iter().cloned())
-                .collect();
-            let wants = self
-                .parts
-                .values()
-                .flat_map(|p| p.wants.iter().cloned())
-                .collect();
-            self.whole = Some((publications, wants));
-            self.whole_generation = generation;
-        }
+        self.newest = part.generation;
+        let (index, count) = (part.part, self.count);
+        self.parts.insert(index, part);
+        // The part heard is the truth about the names that hash to it.
+        self.carried.retain(|p| part_of(&p.name, count) != index);
+        self.carried_wants.retain(|w| part_of(w, count) != index);
         self.view()
     }
 
-    fn remove(&mut self, index: u16) {
-        if let Some(p) = self.parts.remove(&index) {
-            self.held -= held_size(&p);
-        }
-    }
-
-    /// The last whole generation's items with every held part's laid over them, oldest
-    /// generation first; the fixed fields of the newest part.
+    /// Every item held, sorted by name; the fixed fields of the newest part.
     fn view(&self) -> Option<Announce> {
-        let mut held: Vec<&Announce> = self.parts.values().collect();
-        held.sort_by_key(|p| p.generation);
-        let newest = *held.last()?;
+        let newest = self.parts.values().max_by_key(|p| p.generation)?;
         let mut publications: BTreeMap<&str, &PubInfo> = BTreeMap::new();
-        let mut wants: BTreeSet<&str> = BTreeSet::new();
-        if let Some((pubs, w)) = &self.whole {
-            publications.extend(pubs.iter().map(|p| (p.name.as_str(), p)));
-            wants.extend(w.iter().map(String::as_str));
-        }
-        for part in held {
+        let mut wants: Vec<&str> = Vec::new();
+        publications.extend(self.carried.iter().map(|p| (p.name.as_str(), p)));
+        wants.extend(self.carried_wants.iter().map(String::as_str));
+        for part in self.parts.values() {
             publications.extend(part.publications.iter().map(|p| (p.name.as_str(), p)));
             wants.extend(part.wants.iter().map(String::as_str));
         }
+        wants.sort_unstable();
+        wants.dedup();
         Some(Announce {
             publications: publications.into_values().cloned().collect(),
             wants: wants.into_iter().map(str::to_owned).collect(),
@@ -237,7 +216,7 @@ mod tests {
         }
     }
 
-    fn whole(pubs: &[&str], wants: &[&str]) -> Announce {
+    fn whole(pubs: &[String], wants: &[&str]) -> Announce {
         Announce {
             host: "a".into(),
             data_port: 9,
@@ -250,149 +229,160 @@ mod tests {
         }
     }
 
-    fn names(a: &Announce) -> Vec<&str> {
-        a.publications.iter().map(|p| p.name.as_str()).collect()
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("/{prefix}{i:03}")).collect()
+    }
+
+    fn view_names(a: &Announce) -> Vec<String> {
+        a.publications.iter().map(|p| p.name.clone()).collect()
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    /// Takes every part; the last view.
+    fn take_all(asm: &mut Assembly, parts: &[Announce]) -> Option<Announce> {
+        parts.iter().fold(None, |v, p| asm.take(p.clone()).or(v))
     }
 
     #[test]
-    fn parts_fit_the_budget_and_hold_everything_once() {
-        let pubs: Vec<String> = (0..100).map(|i| format!("/robot/p{i:03}")).collect();
-        let pubs: Vec<&str> = pubs.iter().map(String::as_str).collect();
-        let mut w = whole(&pubs, &["/w1", "/w2"]);
-        w.publications[50].schema = vec![1; 5000];
+    fn every_item_is_in_the_part_its_name_hashes_to_once() {
+        let pubs = names("robot/p", 100);
+        let w = whole(&pubs, &["/w1", "/w2"]);
         let parts = split(&w, 3, 1400);
-        assert!(parts.len() > 5, "{} parts", parts.len());
+        let count = parts.len() as u16;
+        assert!(count.is_power_of_two() && count >= 8, "{count} parts");
         let mut message = Vec::new();
         let (mut all, mut wants) = (Vec::new(), Vec::new());
         for (i, p) in parts.iter().enumerate() {
-            assert_eq!(
-                (p.part, p.parts, p.generation),
-                (i as u16, parts.len() as u16, 3)
-            );
+            assert_eq!((p.part, p.parts, p.generation), (i as u16, count, 3));
             encode_announce(p, &mut message).unwrap();
-            let big = p.publications.iter().any(|p| p.schema.len() == 5000);
-            assert!(message.len() <= 1400 || (big && p.publications.len() == 1));
+            assert!(message.len() <= 1400, "part {i}: {} bytes", message.len());
             let Message::Announce(back) = decode_message(&message).unwrap() else {
                 panic!("not an announcement");
             };
-            all.extend(back.publications);
+            assert!(back
+                .publications
+                .iter()
+                .all(|x| part_of(&x.name, count) == p.part));
+            all.extend(back.publications.into_iter().map(|x| x.name));
             wants.extend(back.wants);
         }
-        assert_eq!(all, w.publications);
-        assert_eq!(wants, w.wants);
+        assert_eq!(sorted(all), sorted(pubs));
+        assert_eq!(sorted(wants), ["/w1", "/w2"]);
         let one = split(&whole(&[], &[]), 1, 1400);
         assert_eq!(one.len(), 1);
         assert_eq!((one[0].part, one[0].parts), (0, 1));
     }
 
-    /// Parts of `w` at `generation`, two publications each: a publication with its 40-byte
-    /// schema encodes to 84 bytes, the fixed fields to 44.
+    /// Parts of `w` at `generation`: 40-byte schemas, a small budget, many parts.
     fn parts_of(w: &Announce, generation: u64) -> Vec<Announce> {
-        split(w, generation, 250)
+        split(w, generation, 400)
     }
 
     #[test]
-    fn any_part_adds_at_once_and_removals_wait_for_a_whole_generation() {
-        let g1 = parts_of(&whole(&["/a", "/b", "/c", "/d", "/e", "/f"], &["/w"]), 1);
-        assert!(g1.len() >= 3, "{} parts", g1.len());
+    fn a_part_adds_changes_and_removes_its_names_at_once() {
+        let pubs = names("p", 24);
+        let g1 = parts_of(&whole(&pubs, &["/w"]), 1);
         let mut asm = Assembly::default();
-        // Parts arrive in any order; each adds what it holds.
-        let view = asm.take(g1[2].clone()).unwrap();
-        assert!(!names(&view).contains(&"/a"));
-        let view = asm.take(g1[0].clone()).unwrap();
-        assert!(names(&view).contains(&"/a"));
-        for p in &g1 {
-            asm.take(p.clone());
-        }
+        let view = take_all(&mut asm, &g1).unwrap();
+        assert_eq!(view_names(&view), pubs);
         assert!(
-            asm.take(g1[1].clone()).is_none(),
+            asm.take(g1[0].clone()).is_none(),
             "a repetition brings nothing"
         );
-        // Generation 2 drops /b and adds /a0 in front: the others move to later parts.
-        let g2 = parts_of(&whole(&["/a", "/a0", "/c", "/d", "/e", "/f"], &[]), 2);
-        let view = asm.take(g2[0].clone()).unwrap();
-        assert_eq!(
-            names(&view),
-            ["/a", "/a0", "/b", "/c", "/d", "/e", "/f"],
-            "nothing removed, nothing lost while the generation is incomplete"
+        // Generation 2: /p005 goes, /p100 comes, /p000 changes.
+        let mut next: Vec<String> = pubs.iter().filter(|n| *n != "/p005").cloned().collect();
+        next.push("/p100".into());
+        let mut w2 = whole(&next, &["/w"]);
+        w2.publications[0].writer_alive = false;
+        let g2 = parts_of(&w2, 2);
+        assert_eq!(g2.len(), g1.len(), "the same part count");
+        let count = g2.len() as u16;
+        let gone = &g2[usize::from(part_of("/p005", count))];
+        let view = asm.take(gone.clone()).unwrap();
+        assert!(
+            !view_names(&view).contains(&"/p005".to_string()),
+            "removed at once"
         );
-        assert_eq!(view.wants, ["/w"]);
-        // A late part of generation 1 changes nothing.
-        assert!(asm.take(g1[0].clone()).is_none());
-        let mut view = view;
-        for p in &g2[1..] {
-            view = asm.take(p.clone()).unwrap();
-        }
-        assert_eq!(names(&view), ["/a", "/a0", "/c", "/d", "/e", "/f"]);
-        assert!(view.wants.is_empty());
-        // A changed item is taken from the newer part at once.
-        let mut changed = whole(&["/a", "/a0", "/c", "/d", "/e", "/f"], &[]);
-        changed.publications[0].writer_alive = false;
-        let g3 = parts_of(&changed, 3);
-        let view = asm.take(g3[0].clone()).unwrap();
-        assert!(!view.publications[0].writer_alive);
+        assert_eq!(view.publications.len(), 23, "nothing else lost");
+        let view = asm
+            .take(g2[usize::from(part_of("/p100", count))].clone())
+            .unwrap_or(view);
+        assert!(
+            view_names(&view).contains(&"/p100".to_string()),
+            "added at once"
+        );
+        let view = asm
+            .take(g2[usize::from(part_of("/p000", count))].clone())
+            .unwrap_or(view);
+        assert!(!view.publications[0].writer_alive, "changed at once");
+        // A late part of generation 1 is not taken.
+        assert!(asm
+            .take(g1[usize::from(part_of("/p005", count))].clone())
+            .is_none());
     }
 
     #[test]
-    fn a_generation_with_fewer_parts_drops_the_parts_past_its_count() {
-        let g1 = parts_of(&whole(&["/a", "/b", "/c", "/d", "/e", "/f", "/g"], &[]), 1);
-        let g2 = parts_of(&whole(&["/a"], &[]), 2);
-        assert_eq!(g2.len(), 1);
+    fn names_still_announced_stay_while_the_part_count_changes() {
+        let small = names("p", 6);
+        let g1 = parts_of(&whole(&small, &[]), 1);
         let mut asm = Assembly::default();
-        for p in &g1 {
-            asm.take(p.clone()).unwrap();
+        take_all(&mut asm, &g1).unwrap();
+        // Grown, without /p002: more parts, so every name may move.
+        let mut big: Vec<String> = small.iter().filter(|n| *n != "/p002").cloned().collect();
+        big.extend(names("q", 40));
+        let g2 = parts_of(&whole(&big, &[]), 2);
+        assert!(g2.len() > g1.len());
+        let count = g2.len() as u16;
+        for (i, part) in g2.iter().enumerate() {
+            let view = asm.take(part.clone()).unwrap();
+            let known = view_names(&view);
+            for name in &small {
+                let heard = usize::from(part_of(name, count)) <= i;
+                let expected = name != "/p002" || !heard;
+                assert_eq!(known.contains(name), expected, "{name} after part {i}");
+            }
         }
-        let view = asm.take(g2[0].clone()).unwrap();
-        assert_eq!(names(&view), ["/a"], "one part is the whole generation");
-        // A late last part of generation 1 is past generation 2's count: ignored.
-        assert!(asm.take(g1[g1.len() - 1].clone()).is_none());
+        let view = take_all(&mut asm, &g2).unwrap_or_else(|| asm.view().unwrap());
+        assert_eq!(view_names(&view), sorted(big));
     }
 
     #[test]
-    fn a_resumed_assembly_keeps_the_previous_view_until_a_whole_generation() {
-        let before = whole(&["/a", "/b", "/c", "/d", "/e", "/f"], &["/w"]);
+    fn a_restarted_host_keeps_its_previous_view_until_its_parts_say_otherwise() {
+        let before = whole(&names("p", 24), &["/w"]);
         let mut asm = Assembly::resumed(&before);
-        let g1 = parts_of(&whole(&["/a", "/c", "/d", "/e", "/f"], &["/w"]), 1);
-        let view = asm.take(g1[g1.len() - 1].clone()).unwrap();
-        assert_eq!(names(&view), names(&before));
-        let mut view = view;
-        for p in &g1 {
-            view = asm.take(p.clone()).unwrap_or(view);
-        }
-        assert_eq!(names(&view), ["/a", "/c", "/d", "/e", "/f"]);
-    }
-
-    #[test]
-    fn a_late_part_of_a_generation_older_than_the_last_whole_one_is_not_taken() {
-        let g1 = parts_of(&whole(&["/a", "/b", "/c", "/d", "/e", "/f"], &[]), 1);
-        let g2 = parts_of(&whole(&["/a", "/c"], &[]), 2);
-        let g3 = parts_of(&whole(&["/a", "/c", "/d", "/e", "/f", "/g", "/h"], &[]), 3);
-        assert_eq!((g1.len(), g2.len(), g3.len()), (3, 1, 4));
-        let mut asm = Assembly::default();
-        asm.take(g2[0].clone()).unwrap();
-        asm.take(g3[0].clone()).unwrap();
-        // g1's part 2 (/e, /f), delayed: past g2's count, within g3's, and older than g2, the
-        // last whole generation. /b and /e must not come back from it.
-        assert!(asm.take(g1[0].clone()).is_none());
-        assert!(asm.take(g1[2].clone()).is_none());
+        let mut now: Vec<String> = names("p", 24);
+        now.retain(|n| n != "/p003");
+        let parts = parts_of(&whole(&now, &["/w"]), 1);
+        let count = parts.len() as u16;
+        let other = (part_of("/p003", count) + 1) % count;
+        let view = asm.take(parts[usize::from(other)].clone()).unwrap();
+        assert_eq!(view.publications.len(), 24, "still every name");
+        assert_eq!(view.wants, ["/w"]);
+        let view = take_all(&mut asm, &parts).unwrap();
+        assert_eq!(view_names(&view), now);
     }
 
     #[test]
     fn parts_past_the_byte_bound_are_not_taken() {
-        let big: Vec<String> = (0..4).map(|i| format!("/big{i}")).collect();
-        let big: Vec<&str> = big.iter().map(String::as_str).collect();
-        let mut w = whole(&big, &[]);
+        let mut w = whole(&names("big", 4), &[]);
         for p in &mut w.publications {
             p.schema = vec![0; MAX_HELD_BYTES / 3 - 256];
         }
         let parts = split(&w, 1, 1400);
-        assert_eq!(parts.len(), 4, "one oversized item per part");
+        let full: Vec<&Announce> = parts
+            .iter()
+            .filter(|p| !p.publications.is_empty())
+            .collect();
+        assert_eq!(full.len(), 4, "one item per part");
         let mut asm = Assembly::default();
-        for p in &parts[..2] {
-            assert!(asm.take(p.clone()).is_some());
+        for p in &full[..3] {
+            assert!(asm.take((*p).clone()).is_some());
         }
-        assert!(asm.take(parts[2].clone()).is_some());
-        assert!(asm.take(parts[3].clone()).is_none(), "past the bound");
+        assert!(asm.take(full[3].clone()).is_none(), "past the bound");
         assert!(asm.held <= MAX_HELD_BYTES);
     }
 }

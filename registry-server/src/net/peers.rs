@@ -77,8 +77,8 @@ impl Peers {
             Some(p) => {
                 let restarted = p.session != session;
                 if restarted {
-                    // What it announced before stays until a whole generation of the new
-                    // session says otherwise: a restarted registry adopts its slots, so its
+                    // What it announced before stays until the new session's parts say
+                    // otherwise, name by name: a restarted registry adopts its slots, so its
                     // publications are mostly the same, and they must not flicker.
                     p.assembly = Assembly::resumed(&p.announce);
                     p.session = session;
@@ -132,9 +132,9 @@ impl Peers {
     }
 
     /// Any datagram of `sender` in the session followed now (checked and not a replay) shows
-    /// the host alive. A host with many publications announces in many fragments; on a lossy
-    /// link whole announcements may seldom get through while its other datagrams do, and it
-    /// must not be forgotten for that (its publication list then waits for a whole one).
+    /// the host alive. A host with many publications announces in many parts; on a lossy link
+    /// a given part may seldom get through while its other datagrams do, and the host must not
+    /// be forgotten for that.
     pub fn touch(&mut self, sender: u64, session: u64, now: Instant) {
         let Some(host) = self.host_of_sender.get(&sender) else {
             return;

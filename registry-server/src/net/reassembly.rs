@@ -10,8 +10,8 @@
 //!
 //! Announcements are the exception for one-fragment messages: a host's announcement parts go
 //! out as consecutive messages on one channel, an older one is not superseded by a newer one
-//! (it is another part), so they are delivered whatever their order (`announce.rs` orders them
-//! by their generation). Replays are the replay window's business.
+//! (it is another part), so they are delivered whatever their order (`announce.rs` sorts them
+//! out by their generation). Replays are the replay window's business.
 //!
 //! The sender and channel come off the wire: without a key anyone can make up new ones, so the
 //! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
