@@ -166,7 +166,12 @@ impl Net {
             m.origin_session = session;
             m.last_sequence = 0;
         }
-        if v.sequence <= m.last_sequence {
+        if v.sequence == m.last_sequence {
+            // The value the mirror holds: a refresh, not news and not a fault.
+            Counters::add(&self.counters.values_unchanged, 1);
+            return Ok(());
+        }
+        if v.sequence < m.last_sequence {
             return Err(Drop::Older);
         }
         if v.bytes.len() > m.slot.capacity() {

@@ -31,6 +31,10 @@ pub fn next(wall_ns: u64, file: &Path) -> Result<u64, String> {
 /// Writes `session` to `file` so that a crash never leaves it empty or half written: a
 /// temporary file, flushed to disk, renamed over it.
 fn record(session: u64, file: &Path) -> std::io::Result<()> {
+    // The state directory is made if missing (systemd makes it for the unit).
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
     let tmp = file.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
     writeln!(f, "{session}")?;
@@ -49,9 +53,9 @@ mod tests {
     #[test]
     fn sessions_grow_even_when_the_clock_goes_back() {
         let dir = std::env::temp_dir().join(format!("baton-session-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        // A missing state directory is made.
         let file = dir.join("net-session");
-        let _ = std::fs::remove_file(&file);
         assert_eq!(next(1_000, &file).unwrap(), 1_000, "first start: the clock");
         assert_eq!(next(5_000, &file).unwrap(), 5_000, "the clock went on");
         assert_eq!(next(10, &file).unwrap(), 5_001, "the clock went back");

@@ -15,6 +15,7 @@ pub struct Counters {
     pub received_bytes: AtomicU64,
     pub values_reflected: AtomicU64,
     pub values_mirrored: AtomicU64,
+    pub values_unchanged: AtomicU64,
     pub conflicts: AtomicU64,
     pub send_errors: AtomicU64,
     dropped: [AtomicU64; Drop::ALL.len()],
@@ -70,6 +71,9 @@ pub struct NetStats {
     pub values_reflected: u64,
     /// Remote values written into local mirror slots.
     pub values_mirrored: u64,
+    /// Remote values that the mirror held already: the periodic refresh (and network
+    /// duplicates of the newest value). Not drops: nothing was lost or out of order.
+    pub values_unchanged: u64,
     /// Incomplete fragmented values held.
     pub reassemblies_pending: u64,
     /// Memory counted for them against `--reassembly-limit`: their buffers plus a fixed
@@ -94,6 +98,7 @@ impl NetStats {
             dropped: c.dropped(),
             values_reflected: r(&c.values_reflected),
             values_mirrored: r(&c.values_mirrored),
+            values_unchanged: r(&c.values_unchanged),
             reassemblies_pending: 0,
             reassembly_bytes: 0,
             conflicts: r(&c.conflicts),

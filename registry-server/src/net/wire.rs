@@ -65,7 +65,7 @@ pub enum Drop {
     Evicted,
     /// A value for a slot this registry does not mirror (or not from that host).
     Unexpected,
-    /// A value older than (or equal to) the one the mirror holds.
+    /// A value older than the one the mirror holds (the same one counts as unchanged).
     Older,
     /// The sender is a loopback address.
     Loopback,
