@@ -118,9 +118,8 @@ fn run(args: &Args) -> Result<(), String> {
                     print_note(
                         args,
                         "problem",
-                        &format!(
-                            "{text} (the command is kept: it counts again once its arbiter has it)"
-                        ),
+                        &text,
+                        " (the command is kept: it counts again once its arbiter has it)",
                     );
                     problem = Some(text);
                 }
@@ -140,7 +139,7 @@ fn run(args: &Args) -> Result<(), String> {
         let waiting = waiting_for(&bus, &controller, &args.domain);
         if waiting != said {
             match &waiting {
-                Some(w) => print_note(args, "waiting", w),
+                Some(w) => print_note(args, "waiting", w, ""),
                 // The wait is over: say where things stand again, so that the last line
                 // printed is never a wait that has ended.
                 None => printed.clear(),
@@ -195,15 +194,16 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
     }
 }
 
-/// A line about the controller itself (not one arbiter): `kind` is its JSON field.
-fn print_note(args: &Args, kind: &str, text: &str) {
+/// A line about the controller itself (not one arbiter): `kind` is its JSON field; `more`
+/// is added to the text form only.
+fn print_note(args: &Args, kind: &str, text: &str, more: &str) {
     if args.json {
         println!(
             "{}",
             serde_json::json!({"controller": args.name, kind: text})
         );
     } else {
-        println!("{}: {text}", args.name);
+        println!("{}: {text}{more}", args.name);
     }
 }
 

@@ -101,6 +101,14 @@ fn items_size(publications: &[PubInfo], wants: &[String]) -> usize {
     p + wants.iter().map(|w| w.len() + 16).sum::<usize>()
 }
 
+/// Whether two parts say the same (their generations aside).
+fn same_items(a: &Announce, b: &Announce) -> bool {
+    a.publications == b.publications
+        && a.wants == b.wants
+        && a.data_port == b.data_port
+        && a.interval_ms == b.interval_ms
+}
+
 /// The parts of one host's announcement heard in one of its sessions, and the view drawn
 /// from them: the items of the parts held, and the carried items whose part has not been
 /// heard under the current part count.
@@ -131,8 +139,9 @@ impl Assembly {
     }
 
     /// Takes one part. Returns the host's announcement as now known (its part fields those of
-    /// the part taken), or `None` when the part brings nothing new: a repetition of the part
-    /// held at its index (the usual case: a generation's parts are the same every time), a
+    /// the part taken), or `None` when the part brings nothing new: the items of the part held
+    /// at its index again (the usual case: parts are repeated, and most stay the same when
+    /// another changes), a
     /// part of a generation older than one heard, or a part past `MAX_HELD_BYTES`.
     pub fn take(&mut self, part: Announce) -> Option<Announce> {
         if part.generation < self.newest {
@@ -160,8 +169,13 @@ impl Assembly {
             self.held = 0;
             self.count = part.parts;
         }
-        let replaced = match self.parts.get(&part.part) {
-            Some(held) if *held == part => return None,
+        let replaced = match self.parts.get_mut(&part.part) {
+            // The same items under a newer generation (another part changed): nothing new.
+            Some(held) if same_items(held, &part) => {
+                held.generation = part.generation;
+                self.newest = part.generation;
+                return None;
+            }
             Some(held) => held_size(held),
             None => 0,
         };
@@ -384,5 +398,16 @@ mod tests {
         }
         assert!(asm.take(full[3].clone()).is_none(), "past the bound");
         assert!(asm.held <= MAX_HELD_BYTES);
+    }
+
+    #[test]
+    fn a_part_unchanged_in_a_newer_generation_brings_nothing_but_its_generation() {
+        let pubs = names("p", 24);
+        let g1 = parts_of(&whole(&pubs, &[]), 1);
+        let g2 = parts_of(&whole(&pubs, &[]), 2);
+        let mut asm = Assembly::default();
+        take_all(&mut asm, &g1).unwrap();
+        assert!(asm.take(g2[0].clone()).is_none());
+        assert!(asm.take(g1[1].clone()).is_none(), "generation 1 is older now");
     }
 }

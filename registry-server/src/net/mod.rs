@@ -82,6 +82,8 @@ pub struct NetConfig {
 const REASSEMBLY_AGE: Duration = Duration::from_secs(5);
 /// Reflector tick: announcements, refreshes, expiry and statistics are checked this often.
 const TICK: Duration = Duration::from_millis(50);
+/// Shortest time between two reconciles started by changes of the registry's endpoints.
+const RECONCILE_GAP: Duration = Duration::from_millis(5);
 /// Statistics slot update interval.
 const STATS_EVERY: Duration = Duration::from_secs(1);
 /// Most slots one `futex_waitv` call watches (one word is the change word); with more the
@@ -150,12 +152,25 @@ struct NetState {
     last_announce: Option<Announce>,
     generation: u64,
     next_announce: Instant,
+    /// When this registry last announced: an announcement made because something changed
+    /// comes at most every `TICK` (a burst of changes must not send all parts every time).
+    last_announced: Instant,
     next_refresh: Instant,
     next_stats: Instant,
     /// Conflicts logged once each: (name, host).
     logged: BTreeSet<(String, String)>,
     stats_slot: Option<Slot>,
     dirty: bool,
+    /// When the adoption grace of the registry's adopted slots ends (reconciled again then).
+    adoption_ends: Option<Instant>,
+}
+
+impl NetState {
+    /// Announces as soon as allowed: now, or `TICK` after the last announcement.
+    fn announce_soon(&mut self) {
+        let soonest = Instant::now().max(self.last_announced + TICK);
+        self.next_announce = self.next_announce.min(soonest);
+    }
 }
 
 pub struct Net {
@@ -321,11 +336,13 @@ impl Net {
                 last_announce: None,
                 generation: 0,
                 next_announce: now,
+                last_announced: now - TICK,
                 next_refresh: now + cfg.refresh_every,
                 next_stats: now,
                 logged: BTreeSet::new(),
                 stats_slot: None,
                 dirty: true,
+                adoption_ends: None,
             }),
             counters: Counters::default(),
             change: AtomicU32::new(0),

@@ -144,7 +144,7 @@ impl Net {
         let change = st.peers.heard(a, d.header.session, addr, Instant::now());
         if change.is_new() {
             // Answer a newcomer at once so that it learns our publications without waiting.
-            st.next_announce = Instant::now();
+            st.announce_soon();
         }
         if change.changed() {
             st.dirty = true;

@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bus::schema::Schema;
 use bus::slot::Slot;
@@ -192,9 +191,9 @@ impl Net {
         }
         st.reflected.retain(|name, _| keep.contains(name));
         reg.publish_directory();
-        // Announce now if what we announce changed.
+        st.adoption_ends = reg.adoption_ends();
         if st.last_announce.as_ref() != Some(&self.our_announce(reg)) {
-            st.next_announce = Instant::now();
+            st.announce_soon();
         }
         out
     }

@@ -13,7 +13,9 @@ use bus::slot::{ReadInfo, Slot};
 use super::announce;
 use super::stats::{Counters, NetStats, PeerStats};
 use super::wire::{self, Drop, Value};
-use super::{lock, Net, NetState, Reflected, REASSEMBLY_AGE, STATS_EVERY, TICK, WATCH_MAX};
+use super::{
+    lock, Net, NetState, Reflected, REASSEMBLY_AGE, RECONCILE_GAP, STATS_EVERY, TICK, WATCH_MAX,
+};
 use crate::server::Shared;
 
 impl Net {
@@ -21,28 +23,32 @@ impl Net {
         let mut value = Vec::new();
         let mut message = Vec::new();
         let mut next_tick = Instant::now();
+        let mut last_tick = Instant::now();
         loop {
             let now = Instant::now();
-            // A change of the registry's endpoints (`poke`) is reconciled at once, not at the
-            // next tick: `sleep` does not sleep while it is pending.
-            let dirty = lock(&self.state).dirty;
-            if now >= next_tick {
+            // A change of the registry's endpoints (`poke`) is reconciled soon, not at the next
+            // tick, but at most once per `RECONCILE_GAP`: a burst of registrations (every
+            // process of a restarted registry coming back) is taken in batches.
+            let early = lock(&self.state).dirty && now >= last_tick + RECONCILE_GAP;
+            if now >= next_tick || early {
                 self.tick(shared, now, &mut message);
-                next_tick = now + TICK;
-            } else if dirty {
-                self.tick(shared, now, &mut message);
+                last_tick = now;
+                if now >= next_tick {
+                    next_tick = now + TICK;
+                }
             }
             self.send_new_values(&mut value, &mut message);
             let watched: Vec<Arc<Slot>> = {
                 let st = lock(&self.state);
                 st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
             };
-            self.sleep(&watched, next_tick);
+            self.sleep(&watched, next_tick, last_tick + RECONCILE_GAP);
         }
     }
 
-    /// Sleeps until a watched slot is written, the registry changes, or `deadline`.
-    fn sleep(&self, watched: &[Arc<Slot>], deadline: Instant) {
+    /// Sleeps until a watched slot is written, the registry changes, or `deadline` (or
+    /// `reconcile_at` when a change is waiting to be reconciled).
+    fn sleep(&self, watched: &[Arc<Slot>], deadline: Instant, reconcile_at: Instant) {
         let change_seen = self.change.load(Ordering::SeqCst);
         let deadline = if watched.len() > WATCH_MAX {
             deadline.min(Instant::now() + Duration::from_millis(2))
@@ -71,10 +77,13 @@ impl Net {
         }
         // Checked after reading the words, under one lock: anything that arrives later changes
         // a word we compare against.
+        let mut deadline = deadline;
         let pending = {
             let st = lock(&self.state);
-            st.dirty
-                || !st.owed.is_empty()
+            if st.dirty {
+                deadline = deadline.min(reconcile_at);
+            }
+            !st.owed.is_empty()
                 || st
                     .reflected
                     .values()
@@ -168,7 +177,15 @@ impl Net {
             }
             !gone.is_empty()
         };
-        let dirty = expired || lock(&self.state).dirty;
+        let dirty = expired || {
+            let mut st = lock(&self.state);
+            if st.adoption_ends.is_some_and(|t| now >= t) {
+                // What is announced as published here changes now (`writer_reconnecting`).
+                st.adoption_ends = None;
+                st.dirty = true;
+            }
+            st.dirty
+        };
         let out = if dirty {
             shared.with_state(|reg| {
                 let mut st = lock(&self.state);
@@ -229,7 +246,9 @@ impl Net {
         }
         let mut st = lock(&self.state);
         st.last_announce = Some(whole);
-        st.next_announce = Instant::now() + self.announce_every;
+        let now = Instant::now();
+        st.last_announced = now;
+        st.next_announce = now + self.announce_every;
     }
 
     fn publish_stats(&self, now: Instant, shared: &Shared) {

@@ -45,6 +45,19 @@ struct SlotEntry {
 /// nobody writes.
 const ADOPTION_GRACE: Duration = Duration::from_secs(3);
 
+impl Registry {
+    /// When the adoption grace of the slots adopted at start-up ends, while it lasts: what is
+    /// announced as published changes then without any endpoint changing.
+    pub fn adoption_ends(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.slots
+            .values()
+            .filter_map(|e| e.adopted_until)
+            .filter(|t| *t > now)
+            .max()
+    }
+}
+
 /// Why `SlotEntry::ensure_slot` gave no slot.
 enum NoSlot {
     /// The slot is smaller than asked for and mapped by endpoints, so it cannot be re-created.
@@ -115,10 +128,15 @@ impl SlotEntry {
     /// A slot adopted at start-up whose writer still runs and has not registered again yet
     /// (within `ADOPTION_GRACE`): it is published here, its process is reconnecting. Announced
     /// as such, so that peers never see its publication go and come back over a restart.
+    /// Adoption marked the writers that no longer ran as gone, so the header's state (one
+    /// load, not a look in /proc) says whether it ran then.
     fn writer_reconnecting(&self) -> bool {
         self.origin.is_none()
             && self.adopted_until.is_some_and(|t| Instant::now() < t)
-            && self.slot.as_ref().is_some_and(|s| s.writer().is_running())
+            && self
+                .slot
+                .as_ref()
+                .is_some_and(|s| s.writer_state() == WriterState::Alive)
     }
 }
 

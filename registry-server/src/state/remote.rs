@@ -49,11 +49,11 @@ impl Registry {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && !e.published_here()
-                    && !e.writer_reconnecting()
                     && (e.origin.is_some()
                         || e.endpoints
                             .iter()
                             .any(|r| r.kind == EndpointKind::Subscription))
+                    && !e.writer_reconnecting()
             })
             .map(|(name, _)| name.clone())
             .collect()
@@ -61,7 +61,9 @@ impl Registry {
 
     /// Whether the name is published by a process on this host.
     pub fn is_published_here(&self, name: &SlotName) -> bool {
-        self.slots.get(name).is_some_and(SlotEntry::published_here)
+        self.slots
+            .get(name)
+            .is_some_and(|e| e.published_here() || e.writer_reconnecting())
     }
 
     /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed (or re-creates
