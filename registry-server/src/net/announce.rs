@@ -408,6 +408,9 @@ mod tests {
         let mut asm = Assembly::default();
         take_all(&mut asm, &g1).unwrap();
         assert!(asm.take(g2[0].clone()).is_none());
-        assert!(asm.take(g1[1].clone()).is_none(), "generation 1 is older now");
+        assert!(
+            asm.take(g1[1].clone()).is_none(),
+            "generation 1 is older now"
+        );
     }
 }
