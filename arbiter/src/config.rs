@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! name = "arm"                  # the arbiter and its resource group
+//! heartbeat_ms = 100            # command re-stamped at least this often (0: never); default 100
 //! [[resources]]
 //! name = "shoulder"
 //! kind = "position"             # position (default) | velocity | switch
@@ -12,6 +13,7 @@
 //! ```
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 use thiserror::Error;
@@ -34,6 +36,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     name: String,
+    heartbeat_ms: Option<u64>,
     resources: Vec<RawResource>,
 }
 
@@ -59,8 +62,15 @@ enum RawSafe {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArbiterConfig {
     pub name: String,
+    /// The coherent command is rewritten (re-stamped) at least this often, so that a driver
+    /// can tell a live arbiter from a hung one by its age; `None` (`heartbeat_ms = 0`): only
+    /// when it changes.
+    pub heartbeat: Option<Duration>,
     pub resources: Vec<ResourceSpec>,
 }
+
+/// `heartbeat_ms` when the file does not say.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 
 impl ArbiterConfig {
     pub fn load(path: &Path) -> Result<ArbiterConfig, ConfigError> {
@@ -82,6 +92,15 @@ impl ArbiterConfig {
         if raw.resources.is_empty() {
             return Err("an arbiter needs at least one [[resources]] entry".into());
         }
+        let heartbeat = match raw.heartbeat_ms.unwrap_or(DEFAULT_HEARTBEAT_MS) {
+            0 => None,
+            ms @ 10..=60_000 => Some(Duration::from_millis(ms)),
+            ms => {
+                return Err(format!(
+                    "heartbeat_ms = {ms}: give 10 to 60000 milliseconds, or 0 for none"
+                ))
+            }
+        };
         let mut resources: Vec<ResourceSpec> = Vec::new();
         for r in raw.resources {
             if !is_valid_name(&r.name) {
@@ -158,6 +177,7 @@ impl ArbiterConfig {
         }
         Ok(ArbiterConfig {
             name: raw.name,
+            heartbeat,
             resources,
         })
     }
@@ -217,6 +237,10 @@ mod tests {
                 "holds a position",
             ),
             (
+                "name = \"a\"\nheartbeat_ms = 5\n[[resources]]\nname = \"x\"",
+                "give 10 to 60000 milliseconds",
+            ),
+            (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"torque\"",
                 "unknown variant",
             ),
@@ -224,5 +248,17 @@ mod tests {
             let err = ArbiterConfig::parse(bad).unwrap_err();
             assert!(err.contains(needle), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_heartbeat_defaults_to_100_ms_and_0_turns_it_off() {
+        let one = "[[resources]]\nname = \"x\"\n";
+        let d = ArbiterConfig::parse(&format!("name = \"a\"\n{one}")).unwrap();
+        assert_eq!(
+            d.heartbeat,
+            Some(Duration::from_millis(DEFAULT_HEARTBEAT_MS))
+        );
+        let off = ArbiterConfig::parse(&format!("name = \"a\"\nheartbeat_ms = 0\n{one}")).unwrap();
+        assert_eq!(off.heartbeat, None);
     }
 }

@@ -5,7 +5,7 @@
 //! `wait_any` over all of those slots: it never polls.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup, WriterState};
 
@@ -177,20 +177,36 @@ pub fn run(
     // Set on start and whenever the watched list is rebuilt: the allocation's positions then
     // name other controllers, so the cycle publishes even if the allocation compares equal.
     let mut renamed = true;
+    // When the command was last written: it is re-stamped every heartbeat.
+    let mut command_written = Instant::now();
     loop {
-        let timeout = previous
-            .as_ref()
-            .and_then(|d| d.next_expiry_ns)
-            .map_or(IDLE_WAIT, |t| {
-                // Wake just after the expiry instant so that the block counts as expired.
-                Duration::from_nanos(t.saturating_sub(now_ns())) + Duration::from_millis(1)
-            });
+        let next_expiry = previous.as_ref().and_then(|d| d.next_expiry_ns);
+        let mut timeout = next_expiry.map_or(IDLE_WAIT, |t| {
+            // Wake just after the expiry instant so that the block counts as expired.
+            Duration::from_nanos(t.saturating_sub(now_ns())) + Duration::from_millis(1)
+        });
+        if let Some(heartbeat) = config.heartbeat {
+            timeout = timeout.min(heartbeat.saturating_sub(command_written.elapsed()));
+        }
         let changed = if renamed {
             watched.group.update_all()?
         } else {
             watched.group.wait_any(timeout)?
         };
         health.begin();
+        if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| now_ns() < t) {
+            // Nothing to decide (no slot changed, no block expired): the heartbeat is due.
+            // The same command, stamped now, tells a driver this arbiter still runs.
+            if config
+                .heartbeat
+                .is_some_and(|h| command_written.elapsed() >= h)
+            {
+                command.restamp(&mut command_pub, now_ns())?;
+                command_written = Instant::now();
+            }
+            health.end();
+            continue;
+        }
         if changed.contains(&watched.manager.index()) {
             // The rebuilt group reads the manager's slot afresh: if the manager wrote again
             // since the value just followed, that newer list is consumed here and no later
@@ -244,6 +260,7 @@ pub fn run(
             let stamp_ns = now;
             if decided_changed {
                 command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
+                command_written = Instant::now();
             }
             let decision = allocation.to_decision(&config.resources, &watched.controller_names());
             if decided_changed {
@@ -315,6 +332,16 @@ impl CommandValue {
                 .collect();
         }
         self.value.cycle = cycle;
+        self.value.stamp_ns = stamp_ns;
+        publication.write(&self.value)
+    }
+
+    /// Writes the last command again, stamped `stamp_ns` (the heartbeat).
+    fn restamp(
+        &mut self,
+        publication: &mut Publication<ResourceCommand>,
+        stamp_ns: u64,
+    ) -> Result<(), BusError> {
         self.value.stamp_ns = stamp_ns;
         publication.write(&self.value)
     }

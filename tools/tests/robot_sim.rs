@@ -6,6 +6,7 @@ mod common;
 
 use arbiter::protocol::{ResourceCommand, ResourceState};
 use common::{eventually, TestBus, WATCHDOG};
+use nix::sys::signal::Signal;
 
 fn drive_command(left: f64, right: f64) -> ResourceCommand {
     ResourceCommand {
@@ -29,7 +30,9 @@ fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
     let mut state = bus
         .subscribe::<ResourceState>("/robot/resource/drive/state")
         .unwrap();
-    let sim = t.spawn_bin("robot-sim", &[]);
+    // Commands written by hand here are not re-stamped as an arbiter's are: they never grow
+    // old for this simulator.
+    let sim = t.spawn_bin("robot-sim", &["--command-timeout-ms", "0"]);
     let wheel = |state: &mut bus::Subscription<ResourceState>, name: &str| {
         state.update().unwrap();
         state.value().and_then(|s| s.values.get(name).copied())
@@ -121,4 +124,60 @@ fn of_two_simulators_started_before_the_registry_the_refused_one_ends() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already has a live publisher"), "{err}");
+}
+
+fn wheel(state: &mut bus::Subscription<ResourceState>, name: &str) -> Option<f64> {
+    state.update().unwrap();
+    state.value().and_then(|s| s.values.get(name).copied())
+}
+
+/// A hung arbiter (stopped, its process alive) no longer re-stamps its command: the simulator
+/// stops executing it after its command timeout, and resumes when the arbiter does.
+#[test]
+fn the_wheels_stop_while_the_drive_arbiter_hangs() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let dir = t.dir();
+    let manager = dir.join("manager.toml");
+    std::fs::write(&manager, "controllers = [\"x\"]\narbiters = [\"drive\"]\n").unwrap();
+    let drive = dir.join("drive.toml");
+    std::fs::write(
+        &drive,
+        "name = \"drive\"\n[[resources]]\nname = \"left\"\nkind = \"velocity\"\n\
+         [[resources]]\nname = \"right\"\nkind = \"velocity\"\n",
+    )
+    .unwrap();
+    t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
+    let arbiter = t.spawn_bin("arbiter", &["--config", drive.to_str().unwrap()]);
+    t.spawn_bin("robot-sim", &[]);
+    let controller = t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--set",
+            "drive/left=0.5",
+            "--set",
+            "drive/right=0.5",
+        ],
+    );
+    let mut state = t
+        .bus()
+        .subscribe::<ResourceState>("/robot/resource/drive/state")
+        .unwrap();
+    let at = |state: &mut bus::Subscription<ResourceState>, v: f64| {
+        ["left", "right"]
+            .iter()
+            .all(|w| wheel(state, w).is_some_and(|x| (x - v).abs() < 0.01))
+    };
+    eventually("the wheels turn at the command", || at(&mut state, 0.5));
+    t.signal(arbiter, Signal::SIGSTOP);
+    eventually("the wheels stop while the arbiter hangs", || {
+        at(&mut state, 0.0)
+    });
+    assert!(t.is_running(controller));
+    t.signal(arbiter, Signal::SIGCONT);
+    eventually("the wheels turn again", || at(&mut state, 0.5));
 }

@@ -33,6 +33,11 @@ struct Args {
     /// Simulation steps per second.
     #[arg(long, default_value_t = 50.0)]
     rate_hz: f64,
+    /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
+    /// (the arbiters re-stamp their commands every heartbeat_ms, 100 ms by default), or its
+    /// computer's clock is off. 0: commands never grow old.
+    #[arg(long, default_value_t = 500)]
+    command_timeout_ms: u64,
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
     domain: String,
@@ -142,10 +147,13 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
         // Hardware fails safe: a command whose arbiter is gone (its process ended or was
-        // killed) is not executed any more; joints hold where they are and the wheels stop.
+        // killed), or has not re-stamped it for the timeout (it hangs), is not executed any
+        // more; joints hold where they are and the wheels stop.
         let empty = Default::default();
-        let arm = live(commands.get(arm_cmd)).unwrap_or(&empty);
-        let drive = live(commands.get(drive_cmd)).unwrap_or(&empty);
+        let timeout =
+            (args.command_timeout_ms > 0).then(|| Duration::from_millis(args.command_timeout_ms));
+        let arm = live(commands.get(arm_cmd), timeout).unwrap_or(&empty);
+        let drive = live(commands.get(drive_cmd), timeout).unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
         let at_rest = robot.at_rest(arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
@@ -200,9 +208,21 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 /// The setpoints of a command whose arbiter still runs; `None` without one.
-fn live(command: &bus::Subscription<ResourceCommand>) -> Option<&BTreeMap<String, f64>> {
+/// The setpoints of a command to execute: its arbiter runs, and (with a timeout) has written
+/// it recently.
+fn live(
+    command: &bus::Subscription<ResourceCommand>,
+    timeout: Option<Duration>,
+) -> Option<&BTreeMap<String, f64>> {
+    let fresh = |meta: bus::ValueMeta| {
+        timeout.is_none_or(|t| {
+            // A write time ahead of our clock (another computer's) counts as fresh.
+            meta.write_time.elapsed().map_or(true, |age| age <= t)
+        })
+    };
     command
         .value()
         .filter(|_| command.writer() == Some(bus::WriterState::Alive))
+        .filter(|_| command.meta().is_some_and(fresh))
         .map(|c| &c.setpoints)
 }
