@@ -413,4 +413,58 @@ mod tests {
             "generation 1 is older now"
         );
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Over any history of a host's announcement (names coming and going, the part count
+        /// changing with its size) delivered with loss, duplication, reordering and late parts:
+        /// a name the host announces all along never leaves the view once in it, and once every
+        /// part of the last version has arrived the view is exactly that version.
+        #[test]
+        fn views_follow_any_history_of_parts(
+            versions in proptest::collection::vec(
+                proptest::collection::btree_set(0u16..120, 0..60), 1..6),
+            deliveries in proptest::collection::vec((any::<bool>(), any::<u16>(), any::<u8>()), 0..200),
+        ) {
+            let stable = names("stable", 4);
+            let announced: Vec<Vec<String>> = versions
+                .iter()
+                .map(|v| {
+                    let mut n: Vec<String> = v.iter().map(|i| format!("/n{i:03}")).collect();
+                    n.extend(stable.iter().cloned());
+                    n
+                })
+                .collect();
+            let parts: Vec<Vec<Announce>> = announced
+                .iter()
+                .enumerate()
+                .map(|(g, n)| parts_of(&whole(n, &[]), g as u64 + 1))
+                .collect();
+            let mut asm = Assembly::default();
+            let mut seen_stable = std::collections::BTreeSet::new();
+            let mut current = 0;
+            for (advance, pick, late) in deliveries {
+                if advance && current + 1 < parts.len() {
+                    current += 1;
+                }
+                // Mostly a part of the current version, sometimes a late one of an older.
+                let version = if late % 4 == 0 { usize::from(late) % (current + 1) } else { current };
+                let ps = &parts[version];
+                let part = ps[usize::from(pick) % ps.len()].clone();
+                if let Some(view) = asm.take(part) {
+                    let names = view_names(&view);
+                    for s in &seen_stable {
+                        prop_assert!(names.contains(s), "{s} left the view");
+                    }
+                    seen_stable.extend(stable.iter().filter(|s| names.contains(s)).cloned());
+                }
+            }
+            let last = parts.last().unwrap();
+            let view = take_all(&mut asm, last).or_else(|| asm.view()).unwrap();
+            prop_assert_eq!(view_names(&view), sorted(announced.last().unwrap().clone()));
+        }
+    }
 }
