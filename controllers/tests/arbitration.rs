@@ -14,10 +14,7 @@ use serde_json::{json, Value};
 
 #[test]
 fn the_patents_arm_example_across_processes() {
-    let mut r = Robot::new(&["a", "b", "n"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["a", "b", "n"]);
     let [a, b, _n] = r.abn(500);
     r.expect_patent_example("initial");
     let block = r.arm_block().unwrap();
@@ -59,10 +56,7 @@ fn the_patents_arm_example_across_processes() {
 
 #[test]
 fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
-    let mut r = Robot::new(&["a", "b", "n"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["a", "b", "n"]);
     let [a, _b, _n] = r.abn(300);
     r.expect_patent_example("initial");
     let killed = Instant::now();
@@ -80,10 +74,7 @@ fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
 
 #[test]
 fn changing_the_priority_file_changes_owners() {
-    let mut r = Robot::new(&["a", "b", "n"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["a", "b", "n"]);
     r.abn(500);
     r.expect_patent_example("initial");
     std::fs::write(&r.manager_file, manager_toml(&["n", "b", "a"])).unwrap();
@@ -245,10 +236,7 @@ fn an_arbiter_slot_of_another_type_does_not_stop_a_controller() {
 
 #[test]
 fn an_unknown_resource_is_a_clear_error() {
-    let mut r = Robot::new(&["x"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["x"]);
     r.expect(
         "arbiter up",
         json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
@@ -302,10 +290,7 @@ fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
 /// where things stand again, so its last line is never a wait that is over.
 #[test]
 fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
-    let mut r = Robot::new(&["x"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["x"]);
     let c = r.x_holding_the_turret("4");
     common::eventually("x owns the turret", || {
         r.t.stdout_of(c).contains("x arm: full (owns: turret)")

@@ -26,10 +26,7 @@ fn order_is(r: &Robot, controllers: Value) -> bool {
 
 #[test]
 fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
-    let mut r = Robot::new(&["x"]);
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
+    let mut r = Robot::running(&["x"]);
     let x = r.x_holding_the_turret("60");
     let held = || json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null});
     r.expect("x holds the turret", held(), json!({"x": "full"}));

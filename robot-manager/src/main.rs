@@ -45,7 +45,16 @@ fn main() {
         std::process::exit(1);
     }
     daemon::init_logging("info");
-    let args = Args::parse();
+    let mut args = Args::parse();
+    // Absolute from the start: a relative path would stay relative to the directory the
+    // manager started in, even after that directory is replaced.
+    match std::path::absolute(&args.config) {
+        Ok(config) => args.config = config,
+        Err(e) => {
+            eprintln!("robot-manager: {}: {e}", args.config.display());
+            std::process::exit(1);
+        }
+    }
     if let Err(e) = run(&args, &hup) {
         eprintln!("robot-manager: {e}");
         std::process::exit(1);
@@ -53,14 +62,6 @@ fn main() {
 }
 
 fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
-    // Absolute from the start: a relative path would stay relative to the directory the
-    // manager started in, even after that directory is replaced.
-    let config =
-        std::path::absolute(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let args = &Args {
-        config,
-        domain: args.domain.clone(),
-    };
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     // Before the load: an edit made between the two is then seen as a change.
     let mut fingerprint = Fingerprint::of(&args.config);

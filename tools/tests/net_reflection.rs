@@ -21,31 +21,9 @@ enum Step {
     Subscriber(usize),
 }
 
-fn writer(lab: &mut Lab, name: &str, count: &str, interval_ms: &str, size: &str) -> usize {
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            name,
-            "--count",
-            count,
-            "--interval-ms",
-            interval_ms,
-            "--min-size",
-            size,
-            "--max-size",
-            size,
-            "--linger",
-            "60",
-        ],
-    )
-}
-
 /// A writer on A every 20 ms (until the lab ends), its values read on B.
 fn reflect_from_a(lab: &mut Lab, name: &str) {
-    writer(lab, name, "100000", "20", "64");
+    lab.write_from(A, name, "100000", "20", "64");
     let r = lab.read_until(B, name, "5", "20");
     assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(5));
 }
@@ -66,7 +44,7 @@ fn run_order(order: &[Step]) {
         match *step {
             Step::Registry(h) => lab.start_registry(h, &[], &[]),
             Step::Publisher => {
-                writer(&mut lab, "/order", "5", "0", "32");
+                lab.write_from(A, "/order", "5", "0", "32");
             }
             Step::Subscriber(h) => readers.push(lab.read_until(h, "/order", "5", "20")),
         }
@@ -124,7 +102,7 @@ fn a_late_subscriber_gets_the_current_value_at_once_and_sees_the_origin() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    writer(&mut lab, "/late", "3", "0", "16");
+    lab.write_from(A, "/late", "3", "0", "16");
     let first = lab.read_until(B, "/late", "3", "20");
     check(&mut lab, first, 3, "first subscriber");
     // The mirror holds the value now: a new subscriber gets it without a new write.
@@ -145,7 +123,7 @@ fn subscribers_get_values_again_after_their_registry_restarts() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    writer(&mut lab, "/restart", "120", "50", "16");
+    lab.write_from(A, "/restart", "120", "50", "16");
     let r = lab.read_until(B, "/restart", "120", "30");
     std::thread::sleep(Duration::from_millis(1500));
     lab.kill_registry(B);
@@ -166,7 +144,7 @@ fn one_mebibyte_values_arrive_whole() {
     let size = (1 << 20).to_string();
     let rb = lab.read_until(B, "/big", "4", "30");
     let rc = lab.read_until(C, "/big", "4", "30");
-    writer(&mut lab, "/big", "4", "200", &size);
+    lab.write_from(A, "/big", "4", "200", &size);
     check(&mut lab, rb, 4, "1 MiB on B");
     check(&mut lab, rc, 4, "1 MiB on C");
 }
@@ -226,7 +204,7 @@ fn a_host_with_many_publications_is_followed_part_by_part_under_heavy_loss() {
     let long = "x".repeat(170);
     let names: Vec<String> = (0..20).map(|i| format!("/many/{long}/{i:02}")).collect();
     for name in &names {
-        writer(&mut lab, name, "1000", "200", "64");
+        lab.write_from(A, name, "1000", "200", "64");
     }
     // One more, which ends on its own after 60 values (6 s), unregistering its publication.
     let leaving = format!("/many/{long}/leaving");
@@ -343,7 +321,7 @@ fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
         &["--mcast-group", "239.255.66.2", "--peer", &peer_of_b],
         &[],
     );
-    writer(&mut lab, "/unicast", "5", "0", "3000");
+    lab.write_from(A, "/unicast", "5", "0", "3000");
     let r = lab.read_until(B, "/unicast", "5", "20");
     check(&mut lab, r, 5, "subscriber reached by unicast");
     // And the other way.

@@ -383,25 +383,7 @@ fn a_value_replayed_after_a_registry_restart_does_not_roll_the_mirror_back() {
     let capture = lab.in_netns(B, move || {
         std::thread::spawn(move || capture_value_from(a_ip))
     });
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/replay",
-            "--count",
-            "30",
-            "--interval-ms",
-            "20",
-            "--min-size",
-            "64",
-            "--max-size",
-            "64",
-            "--linger",
-            "60",
-        ],
-    );
+    lab.write_from(A, "/replay", "30", "20", "64");
     let captured = capture.join().expect("capture");
     let until_last = lab.read_until(B, "/replay", "30", "10");
     assert_eq!(

@@ -60,6 +60,15 @@ impl Robot {
         }
     }
 
+    /// A robot with the registry, the manager and the arm arbiter running.
+    pub fn running(order: &[&str]) -> Robot {
+        let mut r = Robot::new(order);
+        r.t.start_registry();
+        r.manager();
+        r.arbiter();
+        r
+    }
+
     pub fn manager(&mut self) -> usize {
         let f = self.manager_file.to_str().unwrap().to_owned();
         self.t.spawn_bin("robot-manager", &["--config", &f])

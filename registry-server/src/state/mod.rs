@@ -45,19 +45,6 @@ struct SlotEntry {
 /// nobody writes.
 const ADOPTION_GRACE: Duration = Duration::from_secs(3);
 
-impl Registry {
-    /// When the adoption grace of the slots adopted at start-up ends, while it lasts: what is
-    /// announced as published changes then without any endpoint changing.
-    pub fn adoption_ends(&self) -> Option<Instant> {
-        let now = Instant::now();
-        self.slots
-            .values()
-            .filter_map(|e| e.adopted_until)
-            .filter(|t| *t > now)
-            .max()
-    }
-}
-
 /// Why `SlotEntry::ensure_slot` gave no slot.
 enum NoSlot {
     /// The slot is smaller than asked for and mapped by endpoints, so it cannot be re-created.
@@ -187,6 +174,17 @@ impl Registry {
             conflicts: 0,
             directory: None,
         }
+    }
+
+    /// When the adoption grace of the slots adopted at start-up ends, while it lasts: what is
+    /// announced as published changes then without any endpoint changing.
+    pub fn adoption_ends(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.slots
+            .values()
+            .filter_map(|e| e.adopted_until)
+            .filter(|t| *t > now)
+            .max()
     }
 
     /// Adopts the domain's existing segments. Returns (adopted, skipped as invalid).

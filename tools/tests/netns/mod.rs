@@ -146,6 +146,37 @@ impl Lab {
         self.children.len() - 1
     }
 
+    /// `bus-stress write` of `count` values of `size` bytes to `name` in host `host`, one
+    /// every `interval_ms`, holding the publication a minute after the last.
+    pub fn write_from(
+        &mut self,
+        host: usize,
+        name: &str,
+        count: &str,
+        interval_ms: &str,
+        size: &str,
+    ) -> usize {
+        self.spawn(
+            host,
+            "bus-stress",
+            &[
+                "write",
+                "--name",
+                name,
+                "--count",
+                count,
+                "--interval-ms",
+                interval_ms,
+                "--min-size",
+                size,
+                "--max-size",
+                size,
+                "--linger",
+                "60",
+            ],
+        )
+    }
+
     /// `bus-stress read` of `name` in host `host`, waiting for each value, until value
     /// `until` arrives or `seconds` pass (its summary on stdout).
     pub fn read_until(&mut self, host: usize, name: &str, until: &str, seconds: &str) -> usize {
