@@ -65,8 +65,9 @@ pub struct Feedback {
     /// Whether the robot manager's order includes this controller (listed in its file, or
     /// placed last as unlisted); an arbiter ignores a controller it does not include.
     pub listed: bool,
-    /// Not listed yet, but the manager places unlisted controllers last: it will be once the
-    /// manager has seen this controller's block (a moment after the first `publish`).
+    /// Not listed yet, but the manager runs and places unlisted controllers last: it will be
+    /// once the manager has seen this controller's block (a moment after the first `publish`).
+    /// A stopped manager adds no one: its last order stays in force without this controller.
     pub joining: bool,
 }
 
@@ -433,7 +434,7 @@ impl RobotController {
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.
     pub fn feedback(&self) -> Vec<Feedback> {
         let listed = self.listed();
-        let joining = !listed && self.unlisted_join();
+        let joining = !listed && self.unlisted_join() && self.manager_running();
         self.watched
             .arbiters
             .iter()

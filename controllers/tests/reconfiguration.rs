@@ -149,3 +149,36 @@ fn the_manager_follows_its_file_through_a_replaced_directory() {
     std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
     eventually("the new file is taken", || order_is(&r, json!(["b"])));
 }
+
+/// An unlisted controller is told it joins only while a manager runs to place it: with the
+/// manager stopped its last order stays in force without the newcomer, and the controller says
+/// so; once a manager runs again it is placed last and gets what is free.
+#[test]
+fn an_unlisted_controller_joins_only_while_a_manager_runs() {
+    let mut r = Robot::new(&["a"]);
+    std::fs::write(&r.manager_file, robot::manager_toml_unlisted_last(&["a"])).unwrap();
+    r.t.start_registry();
+    let manager = r.manager();
+    r.arbiter();
+    eventually("the manager publishes its order", || {
+        order_is(&r, json!(["a"]))
+    });
+    r.t.kill(manager);
+    let payload = r.controller("payload", "compromising", &["arm/turret=0.2"], 500);
+    eventually("payload says the manager is not running", || {
+        r.t.stdout_of(payload)
+            .contains("the robot manager is not running")
+    });
+    eventually("payload says it is not in the order", || {
+        r.t.stdout_of(payload)
+            .contains("payload arm: not in the robot manager's order")
+    });
+    let printed = r.t.stdout_of(payload);
+    assert!(!printed.contains("joining"), "{printed}");
+    r.manager();
+    eventually("payload is placed last and gets the turret", || {
+        r.t.stdout_of(payload)
+            .contains("payload arm: full (owns: turret)")
+    });
+    assert!(order_is(&r, json!(["a", "payload"])));
+}
