@@ -116,13 +116,13 @@ impl ClientShared {
     }
 
     /// Waits until `ready()` holds, sleeping on the bind word. `false` on timeout.
-    pub(crate) fn wait_for(&self, deadline: Instant, ready: impl Fn() -> bool) -> bool {
+    pub(crate) fn wait_for(&self, deadline: Option<Instant>, ready: impl Fn() -> bool) -> bool {
         loop {
             let seen = self.bind_word.load(Ordering::SeqCst);
             if ready() {
                 return true;
             }
-            if futex::wait(&self.bind_word, seen, false, Some(deadline)) == futex::Wake::TimedOut {
+            if futex::wait(&self.bind_word, seen, false, deadline) == futex::Wake::TimedOut {
                 return ready();
             }
         }
@@ -414,7 +414,7 @@ impl Endpoint {
 
     /// Waits until the endpoint is bound (or refused).
     pub(crate) fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = futex::deadline_after(timeout);
         let done = || self.slot.get().is_some() || self.error().is_some();
         self.client.wait_for(deadline, done);
         if self.slot.get().is_some() {

@@ -49,7 +49,7 @@ impl Bus {
 
     /// Waits up to `timeout` for the registry; the error says how to start one.
     pub fn wait_for_registry(&self, timeout: Duration) -> Result<(), BusError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = futex::deadline_after(timeout);
         if self
             .client
             .wait_for(deadline, || self.client.is_connected())
@@ -289,9 +289,10 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     }
 
     /// Blocks, without spinning, until a value newer than the one held exists (and pulls it:
-    /// `Ok(true)`), or `timeout` passes (`Ok(false)`).
+    /// `Ok(true)`), or `timeout` passes (`Ok(false)`).  `Duration::MAX` waits without end (as
+    /// does every timeout of the bus too long for the clock).
     pub fn wait_update(&mut self, timeout: Duration) -> Result<bool, BusError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = futex::deadline_after(timeout);
         loop {
             if self.update()? {
                 return Ok(true);
@@ -304,7 +305,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
                     if self.endpoint.slot.get().is_some() || self.endpoint.error().is_some() {
                         continue;
                     }
-                    futex::wait(&client.bind_word, seen, false, Some(deadline))
+                    futex::wait(&client.bind_word, seen, false, deadline)
                 }
             };
             if wake == futex::Wake::TimedOut {
@@ -363,14 +364,14 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 }
 
 /// Sleeps on `slot`'s notify word unless its latest sequence already differs from `seen`.
-fn wait_on_slot(slot: &Slot, seen: u64, deadline: Instant) -> futex::Wake {
+fn wait_on_slot(slot: &Slot, seen: u64, deadline: Option<Instant>) -> futex::Wake {
     // Counted first, then the notify word read, then re-checked (see `slot::waiters`): a
     // concurrent write either sees the count or changes the word we sleep against, and a
     // count a writer dropped as stale in between means: do not sleep, count again.
     let ticket = slot.count_waiter();
     let wake = match slot.notify_to_sleep_on(&ticket) {
         Some(expected) if slot.latest_sequence() == seen => {
-            futex::wait(slot.notify_word(), expected, true, Some(deadline))
+            futex::wait(slot.notify_word(), expected, true, deadline)
         }
         _ => futex::Wake::Maybe(None),
     };

@@ -33,6 +33,19 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// The instant `timeout` from now; `None` (wait forever) when that is past what `Instant` can
+/// represent, so that `Duration::MAX` means "no timeout" instead of an overflow panic.
+pub fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// How long until `deadline`; `Duration::MAX` for none.
+pub fn time_left(deadline: Option<Instant>) -> Duration {
+    deadline.map_or(Duration::MAX, |d| {
+        d.saturating_duration_since(Instant::now())
+    })
+}
+
 /// Sleeps while `word == expected`, at most until `deadline`.
 pub fn wait(word: &AtomicU32, expected: u32, shared: bool, deadline: Option<Instant>) -> Wake {
     let op = if shared {
@@ -46,7 +59,7 @@ pub fn wait(word: &AtomicU32, expected: u32, shared: bool, deadline: Option<Inst
             if left.is_zero() {
                 return Wake::TimedOut;
             }
-            Some(timespec(left))
+            timespec(left)
         }
         None => None,
     };
@@ -109,7 +122,8 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
         })
         .collect();
     // futex_waitv takes an absolute CLOCK_MONOTONIC deadline.
-    let abs = deadline.map(|d| {
+    // A deadline too far to express is no deadline.
+    let abs = deadline.and_then(|d| {
         let left = d.saturating_duration_since(Instant::now());
         let mut now = libc::timespec {
             tv_sec: 0,
@@ -117,7 +131,7 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
         };
         // SAFETY: clock_gettime writes one timespec into the valid local.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let total = Duration::new(now.tv_sec as u64, now.tv_nsec as u32) + left;
+        let total = Duration::new(now.tv_sec as u64, now.tv_nsec as u32).checked_add(left)?;
         timespec(total)
     });
     let ts_ptr = abs
@@ -145,9 +159,10 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
     }
 }
 
-fn timespec(d: Duration) -> libc::timespec {
-    libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
+/// `d` as a timespec; `None` past what `time_t` holds (no deadline, then).
+fn timespec(d: Duration) -> Option<libc::timespec> {
+    Some(libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).ok()?,
         tv_nsec: d.subsec_nanos() as libc::c_long,
-    }
+    })
 }

@@ -207,7 +207,7 @@ impl SubscriptionGroup {
     /// all keeps a wake-up as fast with 30 members as with one. Members that changed at the
     /// same moment are reported by the next call, which then returns at once.
     pub fn wait_any(&mut self, timeout: Duration) -> Result<Vec<usize>, BusError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = futex::deadline_after(timeout);
         if self.members.len() >= WAITV_MAX {
             return Err(BusError::GroupTooLarge {
                 members: self.members.len(),
@@ -220,7 +220,7 @@ impl SubscriptionGroup {
                 return Ok(changed);
             }
             if self.members.is_empty() {
-                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                std::thread::sleep(futex::time_left(deadline));
                 return Ok(Vec::new());
             }
             match self.sleep(deadline) {
@@ -248,7 +248,7 @@ impl SubscriptionGroup {
 
     /// Sleeps until a member's notify word (or a client's bind word) moves. `Maybe(Some(i))`:
     /// member `i`'s word woke us.
-    fn sleep(&mut self, deadline: Instant) -> futex::Wake {
+    fn sleep(&mut self, deadline: Option<Instant>) -> futex::Wake {
         let mut words = Vec::with_capacity(self.members.len() + 1);
         // Per word: the member it belongs to (`None`: a client's bind word).
         let mut word_members = Vec::with_capacity(self.members.len() + 1);
@@ -302,10 +302,10 @@ impl SubscriptionGroup {
         }
         if words.is_empty() {
             // Every member left out after a failure: nothing can wake us.
-            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            std::thread::sleep(futex::time_left(deadline));
             return futex::Wake::TimedOut;
         }
-        match futex::wait_any(&words, Some(deadline)) {
+        match futex::wait_any(&words, deadline) {
             futex::Wake::Maybe(Some(w)) => {
                 futex::Wake::Maybe(word_members.get(w).copied().flatten())
             }

@@ -426,3 +426,54 @@ fn live_waiters_are_never_lost_when_stale_counts_are_dropped() {
     });
     assert!(slot.waiter_repairs() > 0, "the run made repairs");
 }
+
+/// `Duration::MAX` means "no timeout" for every wait of the bus (it used to overflow the
+/// deadline and panic): each wait below starts before what it waits for happens, and returns
+/// when it does.
+#[test]
+fn a_timeout_of_duration_max_waits_for_ever() {
+    let mut t = TestBus::new();
+    let bus = t.bus();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            bus.wait_for_registry(Duration::MAX).unwrap();
+            done.send("registry").unwrap();
+            let sub = bus.subscribe::<u32>("/forever").unwrap();
+            sub.wait_bound(Duration::MAX).unwrap();
+            let mut group = bus::SubscriptionGroup::new();
+            let member = group.add(sub);
+            group.update_all().unwrap();
+            done.send("waiting in the group").unwrap();
+            assert_eq!(group.wait_any(Duration::MAX).unwrap(), vec![member.index()]);
+            assert_eq!(group.get(member).value(), Some(&1));
+            let mut sub = bus.subscribe::<u32>("/forever").unwrap();
+            sub.wait_bound(Duration::MAX).unwrap();
+            sub.update().unwrap();
+            done.send("waiting in the subscription").unwrap();
+            assert!(sub.wait_update(Duration::MAX).unwrap());
+            *sub.value().unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    t.start_registry();
+    assert_eq!(finished.recv_timeout(WATCHDOG), Ok("registry"));
+    let mut publication = bus.publish::<u32>("/forever").unwrap();
+    publication.wait_bound(Duration::MAX).unwrap();
+    assert_eq!(finished.recv_timeout(WATCHDOG), Ok("waiting in the group"));
+    std::thread::sleep(Duration::from_millis(50));
+    publication.write(&1).unwrap();
+    assert_eq!(
+        finished.recv_timeout(WATCHDOG),
+        Ok("waiting in the subscription")
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    publication.write(&2).unwrap();
+    let deadline = Instant::now() + WATCHDOG;
+    while !waiter.is_finished() {
+        assert!(Instant::now() < deadline, "the waiter never returned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(waiter.join().unwrap(), 2);
+}
