@@ -124,9 +124,11 @@ impl Watched {
             };
             if all || changed.contains(&member.index()) {
                 if let Some(e) = self.group.take_error(member.index()) {
-                    // A value that does not decode is passed over (the last good block stays
-                    // and expires with its time to live); a slot that cannot be read at all
-                    // has left the group, and its controller counts as absent.
+                    // A value that cannot be read (it does not decode, or the slot's memory
+                    // is corrupt) is passed over: the last good block stays and expires with
+                    // its time to live, and the controller's next write is read again. A slot
+                    // the registry refused (another type) has left the group, and its
+                    // controller counts as absent.
                     tracing::warn!("{arbiter}: controller {name}: {e}");
                 }
                 let sub = self.group.get(*member);

@@ -242,8 +242,10 @@ pub struct Subscription<T, C = Serde> {
     scratch: Vec<u8>,
     value: Option<T>,
     last: Option<ReadInfo>,
-    /// Sequence of the newest value that did not decode: reported once, then passed over.
-    undecodable: u64,
+    /// The slot sequence of a value that could not be read (it did not decode, or the slot's
+    /// memory was inconsistent: a corrupt segment), when that is newer than `last`: reported
+    /// once and passed over; updates and waits look for a value written after it.
+    passed_over: Option<u64>,
     _codec: PhantomData<fn() -> C>,
 }
 
@@ -255,16 +257,18 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             scratch: Vec::new(),
             value: None,
             last: None,
-            undecodable: 0,
+            passed_over: None,
             _codec: PhantomData,
         })
     }
 
     /// Pulls the current value. `true` if it is newer than the one held before.
     ///
-    /// A value that does not decode (a corrupt slot, a hostile writer) is reported once as
-    /// `BusError::Decode` and then passed over: the subscription keeps the last good value and
-    /// its metadata, and the next update or wait looks for a newer value.
+    /// A value that cannot be read is reported once and then passed over: one that does not
+    /// decode (a hostile writer) as `BusError::Decode`, one the slot's memory cannot give
+    /// (corrupted) as `BusError::Inconsistent`. The subscription keeps the last good value and
+    /// its metadata, and the next update or wait looks for a value written after that one
+    /// (a writer's next write makes a corrupted slot readable again).
     pub fn update(&mut self) -> Result<bool, BusError> {
         let Some(slot) = self.endpoint.slot.get() else {
             return match self.endpoint.error() {
@@ -276,12 +280,15 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         match C::read(slot, seen, &mut self.scratch, &mut self.value) {
             Ok(Some(info)) => {
                 self.last = Some(info);
+                self.passed_over = None;
                 Ok(true)
             }
             Ok(None) => Ok(false),
             Err(e) => {
-                if let BusError::Decode { sequence, .. } = e {
-                    self.undecodable = self.undecodable.max(sequence);
+                if let BusError::Decode { sequence, .. } | BusError::Inconsistent { sequence, .. } =
+                    e
+                {
+                    self.passed_over = Some(sequence);
                 }
                 Err(e)
             }
@@ -355,7 +362,8 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// The newest sequence this subscription has dealt with: its value's, or a newer one that
     /// did not decode.
     pub(crate) fn last_sequence(&self) -> u64 {
-        self.last.map_or(0, |i| i.sequence).max(self.undecodable)
+        self.passed_over
+            .unwrap_or_else(|| self.last.map_or(0, |i| i.sequence))
     }
 
     pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {

@@ -101,7 +101,13 @@ pub enum BusError {
         sequence: u64,
     },
     #[error("{name}: slot memory is inconsistent ({reason}); the segment is corrupt")]
-    Inconsistent { name: String, reason: String },
+    Inconsistent {
+        name: String,
+        reason: String,
+        /// The slot's latest-sequence word when the read failed: the value passed over (a
+        /// writer's next write makes the slot consistent again).
+        sequence: u64,
+    },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]
     GroupTooLarge { members: usize, max: usize },
     #[error("{context}: {message}")]

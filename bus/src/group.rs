@@ -72,10 +72,11 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// learns at once that a publisher died or was dropped).
 ///
 /// One member's failure does not fail the group: a member whose update fails is reported as
-/// changed, with its error kept for [`SubscriptionGroup::take_error`]. A value that does not
-/// decode is passed over (see `Subscription::update`); any other failure (a slot of another
-/// type found when the member bound, corrupt slot memory) leaves the member out of the group's
-/// pulls and waits from then on.
+/// changed, with its error kept for [`SubscriptionGroup::take_error`]. A value that cannot be
+/// read (it does not decode, or the slot's memory is inconsistent) is passed over (see
+/// `Subscription::update`), and the member is pulled again at its slot's next write. A member
+/// that cannot bind (the registry refused it: its slot holds another type) is left out of the
+/// group's pulls and waits from then on.
 ///
 /// `wait_any` counts the group as a waiter on every member's slot and keeps it counted until the
 /// next `wait_any`, `update_all` or drop: a loop that handles a change and waits again (an
@@ -100,7 +101,7 @@ struct MemberState {
     counted: Option<crate::slot::WaiterTicket>,
     /// The error of a failed update, until taken.
     error: Option<BusError>,
-    /// Left out after a failure that would repeat at every update.
+    /// Left out after the registry refused to bind it (that would repeat at every update).
     broken: bool,
 }
 
@@ -120,7 +121,9 @@ impl MemberState {
         let new_value = match self.subscription.update() {
             Ok(new_value) => new_value,
             Err(e) => {
-                if !matches!(e, BusError::Decode { .. }) {
+                // A bound member's failure is one value passed over; an unbound one's is the
+                // registry's refusal.
+                if self.subscription.slot().is_none() {
                     self.broken = true;
                     self.uncount();
                 }

@@ -314,9 +314,10 @@ impl Slot {
             Ok(())
         })?;
         match got {
-            Some((Err(len), _)) => {
-                Err(self.inconsistent(format!("value is {len} bytes, the type is {want}")))
-            }
+            Some((Err(len), info)) => Err(self.inconsistent(
+                info.sequence,
+                format!("value is {len} bytes, the type is {want}"),
+            )),
             Some((Ok(()), info)) => Ok(Some(info)),
             None => Ok(None),
         }
@@ -347,10 +348,13 @@ impl Slot {
             if s1 == complete(n) {
                 let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
                 if len > self.layout.capacity as u64 {
-                    return Err(self.inconsistent(format!(
-                        "stored length {len} exceeds capacity {}",
-                        self.layout.capacity
-                    )));
+                    return Err(self.inconsistent(
+                        n,
+                        format!(
+                            "stored length {len} exceeds capacity {}",
+                            self.layout.capacity
+                        ),
+                    ));
                 }
                 let result = consume(PayloadView::new(&self.map, buf + BUF_HEADER, len as usize));
                 let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
@@ -373,16 +377,17 @@ impl Slot {
             if latest.load(Ordering::Acquire) == n {
                 stalled += 1;
                 if stalled > 1000 {
-                    return Err(self.inconsistent(format!(
-                        "latest value {n} points at a buffer holding sequence word {s1}"
-                    )));
+                    return Err(self.inconsistent(
+                        n,
+                        format!("latest value {n} points at a buffer holding sequence word {s1}"),
+                    ));
                 }
                 std::thread::yield_now();
             } else {
                 stalled = 0;
             }
             if attempts > 10_000_000 {
-                return Err(self.inconsistent("the writer laps every read".into()));
+                return Err(self.inconsistent(n, "the writer laps every read".into()));
             }
             std::hint::spin_loop();
         }
@@ -528,10 +533,12 @@ impl Slot {
         self.word32(OFF_NOTIFY)
     }
 
-    fn inconsistent(&self, reason: String) -> BusError {
+    /// The error of a read that found the value `sequence` unreadable.
+    fn inconsistent(&self, sequence: u64, reason: String) -> BusError {
         BusError::Inconsistent {
             name: self.name.to_string(),
             reason,
+            sequence,
         }
     }
 

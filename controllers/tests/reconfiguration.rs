@@ -182,3 +182,22 @@ fn an_unlisted_controller_joins_only_while_a_manager_runs() {
     });
     assert!(order_is(&r, json!(["a", "payload"])));
 }
+
+/// A corrupted slot stops nothing for good: with the manager's slot made inconsistent under the
+/// running arbiter (which reads it at every wake-up, here the controllers' refreshes), the
+/// arbiter passes over that value and follows the manager's next order. It used to leave the
+/// manager's slot out for good and keep the old order until restarted.
+#[test]
+fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
+    let mut r = Robot::running(&["a", "b"]);
+    r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
+    r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
+    let turret =
+        |owner: &str| json!({"turret": owner, "shoulder": null, "elbow1": null, "elbow2": null});
+    r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
+    // The latest-sequence word (offset 512) names a buffer that holds another value.
+    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&r.manager_file, manager_toml(&["b", "a"])).unwrap();
+    r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
+}

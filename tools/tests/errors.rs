@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bus::BusError;
 use common::{TestBus, WATCHDOG};
@@ -239,6 +239,54 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     let mut sub = fresh.subscribe::<u64>("/bad/magic").unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value(), Some(&7));
+}
+
+/// Offset of a slot's latest-sequence word (`bus::slot`'s layout).
+const LATEST_AT: usize = 512;
+
+/// Slot memory made inconsistent under running processes (its latest-sequence word overwritten
+/// with a value whose buffer holds another) is reported once and passed over: the subscription
+/// and the group keep their last good value and sleep, and both read the writer's next value,
+/// which makes the slot consistent again. A group used to leave such a member out for good.
+#[test]
+fn an_inconsistent_slot_is_reported_once_and_read_again_after_the_next_write() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/counter").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&1).unwrap();
+    let mut sub = bus.subscribe::<u64>("/counter").unwrap();
+    sub.wait_bound(WATCHDOG).unwrap();
+    assert!(sub.update().unwrap());
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<u64>("/counter").unwrap());
+    group.get(member).wait_bound(WATCHDOG).unwrap();
+    group.update_all().unwrap();
+
+    t.overwrite_segment("/counter", LATEST_AT, &1_000_001u64.to_le_bytes());
+    let e = sub.update().unwrap_err();
+    assert!(matches!(e, BusError::Inconsistent { .. }), "{e}");
+    assert!(e.to_string().contains("the segment is corrupt"), "{e}");
+    assert!(!sub.update().unwrap(), "reported once");
+    assert_eq!(sub.value(), Some(&1));
+    let started = Instant::now();
+    assert!(!sub.wait_update(Duration::from_millis(50)).unwrap());
+    assert!(started.elapsed() >= Duration::from_millis(50), "slept");
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+    let e = group.take_error(member.index());
+    assert!(matches!(e, Some(BusError::Inconsistent { .. })), "{e:?}");
+    assert!(group
+        .wait_any(Duration::from_millis(50))
+        .unwrap()
+        .is_empty());
+
+    publication.write(&2).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&2));
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+    assert!(group.take_error(member.index()).is_none());
+    assert_eq!(group.get(member).value(), Some(&2));
 }
 
 /// A value that does not decode (garbage written into the slot) is reported once and passed

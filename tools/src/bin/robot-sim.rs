@@ -140,8 +140,8 @@ fn run(args: &Args) -> Result<(), String> {
             (arm_cmd.index(), &args.arm),
             (drive_cmd.index(), &args.drive),
         ] {
-            // A command that does not decode is passed over (the last good one stays); the
-            // group keeps its error for us once.
+            // A command that cannot be read (it does not decode, or the slot is corrupt) is
+            // passed over (the last good one stays); the group keeps its error for us once.
             if let Some(err) = commands.take_error(member) {
                 tracing::warn!("{which} command: {err}");
             }

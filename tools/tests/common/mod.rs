@@ -191,6 +191,20 @@ impl TestBus {
     }
 
     /// Runs `bus-inspect` to completion.
+    /// Overwrites `bytes` at offset `at` of public slot `name`'s segment in place, as stray
+    /// memory corruption would (the file is not truncated: processes keep it mapped).
+    pub fn overwrite_segment(&self, name: &str, at: usize, bytes: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let segment = self
+            .domain
+            .segment_name(&bus::SlotName::public(name).unwrap());
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/dev/shm/{}", &segment[1..]))
+            .unwrap();
+        file.write_all_at(bytes, at as u64).unwrap();
+    }
+
     pub fn inspect(&self, args: &[&str]) -> Output {
         Command::new(bin("bus-inspect"))
             .args(["--domain", self.domain.as_str()])
