@@ -8,7 +8,7 @@
 //! for controller in priority order:
 //!     skip if its block is missing; outcome expired if stamp + ttl < now or its writer is gone
 //!     wanted = the resources of this arbiter that the block commands
-//!     if wanted is empty: idle
+//!     if wanted is empty: idle (denied if it only commands resources the arbiter lacks)
 //!     if wanted ⊆ uncommitted:           commit all of wanted     → full
 //!     elif status == compromising:       commit wanted ∩ uncommitted → partial (denied if empty)
 //!     else:                              commit nothing           → denied
@@ -16,6 +16,11 @@
 //! ```
 //! Once every resource is committed, later controllers that want any are denied (the patents'
 //! "stop when uncommitted is empty", with their outcomes still reported).
+//!
+//! A command keyed to this arbiter for a resource it does not have (its config lost that
+//! resource while a controller ran) is a resource asked for that can never be granted: it is
+//! never free. A non-compromising controller is then denied everything here (it never holds
+//! part of what it asked for); a compromising one takes what is free, `partial`.
 //!
 //! Values: an owner's command is clamped into the resource's limits. A command that is not a
 //! finite number (NaN, an infinity: only a faulty writer makes one, the library refuses them)
@@ -97,16 +102,19 @@ pub struct Request {
     /// The resources of this arbiter the block commands (indices into the arbiter's
     /// resources) with the commanded values, in the block's key order.
     pub wanted: Vec<(usize, f64)>,
+    /// How many commands keyed to this arbiter name a resource it does not have.
+    pub unknown: usize,
     pub expires_at_ns: u64,
 }
 
 impl Request {
     /// Reads `block` for arbiter `arbiter` (commands are keyed `<arbiter>/<resource>`; keys of
-    /// other arbiters and unknown resources are not this arbiter's business).
+    /// other arbiters are not this arbiter's business, its own unknown resources are counted).
     pub fn parse(arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) -> Request {
         let mut request = Request {
             status: block.status,
             wanted: Vec::new(),
+            unknown: 0,
             expires_at_ns: 0,
         };
         request.reparse(arbiter, resources, block);
@@ -119,12 +127,16 @@ impl Request {
         self.status = block.status;
         self.expires_at_ns = block.expires_at_ns();
         self.wanted.clear();
-        self.wanted
-            .extend(block.commands.iter().filter_map(|(key, value)| {
-                let name = key.strip_prefix(arbiter)?.strip_prefix('/')?;
-                let r = resources.iter().position(|r| r.name == name)?;
-                Some((r, *value))
-            }));
+        self.unknown = 0;
+        for (key, value) in &block.commands {
+            let Some(name) = key.strip_prefix(arbiter).and_then(|k| k.strip_prefix('/')) else {
+                continue;
+            };
+            match resources.iter().position(|r| r.name == name) {
+                Some(r) => self.wanted.push((r, *value)),
+                None => self.unknown += 1,
+            }
+        }
     }
 }
 
@@ -272,9 +284,9 @@ fn allocate_with(
         );
         let (owners, commanded) = (&mut out.owners, &mut out.setpoints);
         let wanted = &request.wanted;
-        let outcome = if wanted.is_empty() {
+        let outcome = if wanted.is_empty() && request.unknown == 0 {
             Outcome::Idle
-        } else if wanted.iter().all(|(r, _)| owners[*r].is_none()) {
+        } else if request.unknown == 0 && wanted.iter().all(|(r, _)| owners[*r].is_none()) {
             for (r, v) in wanted {
                 owners[*r] = Some(i);
                 commanded[*r] = Some(*v);

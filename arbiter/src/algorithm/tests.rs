@@ -133,11 +133,7 @@ fn expired_blocks_and_dead_writers_are_absent() {
 
 #[test]
 fn unknown_controllers_empty_commands_and_foreign_resources() {
-    let other = block(
-        "other",
-        NonCompromising,
-        &[("drive/left", 1.0), ("arm/nonexistent", 1.0)],
-    );
+    let other = block("other", NonCompromising, &[("drive/left", 1.0)]);
     let none = Candidate {
         name: "ghost",
         block: None,
@@ -163,6 +159,26 @@ fn unknown_controllers_empty_commands_and_foreign_resources() {
     );
     assert!(d.owners.values().all(Option::is_none));
     assert_eq!(d.next_expiry_ns, Some(other.expires_at_ns()));
+}
+
+/// A command for a resource this arbiter does not have (its config lost it under a running
+/// controller) asks for something never free: a non-compromising controller is denied all of
+/// it here, never given the part that exists; a compromising one takes what is free.
+#[test]
+fn a_resource_the_arbiter_lacks_is_asked_for_and_never_free() {
+    let nc = block(
+        "nc",
+        NonCompromising,
+        &[("arm/elbow1", 1.1), ("arm/gone", 0.3)],
+    );
+    let c = block("c", Compromising, &[("arm/turret", 0.5), ("arm/gone", 0.3)]);
+    let only_gone = block("g", Compromising, &[("arm/gone", 0.3)]);
+    let d = run(&[&nc, &c, &only_gone]);
+    assert_eq!(d.outcomes["nc"], Outcome::Denied);
+    assert_eq!(owner(&d, "elbow1"), None, "no part of what nc asked for");
+    assert_eq!(d.outcomes["c"], Outcome::Partial);
+    assert_eq!(owner(&d, "turret").as_deref(), Some("c"));
+    assert_eq!(d.outcomes["g"], Outcome::Denied);
 }
 
 #[test]
@@ -408,6 +424,8 @@ proptest! {
         let wants = |b: &ControllerBlock| -> Vec<&str> {
             RESOURCES.iter().copied().filter(|r| b.commands.contains_key(&format!("arm/{r}"))).collect()
         };
+        // A resource the arbiter does not have: asked for, never free.
+        let lacking = |b: &ControllerBlock| b.commands.contains_key("arm/unknown");
         // Exactly one entry per resource (so at most one owner), every setpoint within limits.
         prop_assert_eq!(d.owners.len(), 4);
         prop_assert!(d.setpoints.values().all(|v| (-2.0..=2.0).contains(v)));
@@ -424,7 +442,7 @@ proptest! {
             prop_assert!(held.iter().all(|r| wants(b).contains(r)));
             // A non-compromising controller holds all it asked for, or nothing.
             if b.status == NonCompromising {
-                prop_assert!(held.is_empty() || held.len() == wants(b).len());
+                prop_assert!(held.is_empty() || (held.len() == wants(b).len() && !lacking(b)));
             }
             // No resource goes to a lower-priority controller when a higher one wanted it and
             // could take it.
@@ -440,12 +458,12 @@ proptest! {
                             blocks.iter().position(|(x, _)| x.name == o).unwrap() < blocks.iter().position(|(x, _)| x.name == h.name).unwrap()
                         })
                     });
-                    prop_assert!(blocked, "{} could have taken {}", h.name, r);
+                    prop_assert!(blocked || lacking(h), "{} could have taken {}", h.name, r);
                 }
             }
-            let expected = if wants(b).is_empty() { Outcome::Idle }
+            let expected = if wants(b).is_empty() && !lacking(b) { Outcome::Idle }
                 else if held.is_empty() { Outcome::Denied }
-                else if held.len() == wants(b).len() { Outcome::Full }
+                else if held.len() == wants(b).len() && !lacking(b) { Outcome::Full }
                 else { Outcome::Partial };
             prop_assert_eq!(d.outcomes[&b.name], expected);
         }
