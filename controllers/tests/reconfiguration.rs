@@ -201,3 +201,30 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
     std::fs::write(&r.manager_file, manager_toml(&["b", "a"])).unwrap();
     r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
 }
+
+/// A config written in place in two steps, with a pause between them, is taken once it is
+/// closed, never half-written: the manager's periodic look at the file (every 2 s) used to
+/// publish the first half (here: the new order without its `unlisted` line).
+#[test]
+fn the_manager_never_takes_a_half_written_file() {
+    use std::io::Write;
+    let r = Robot::running(&["a", "b"]);
+    eventually("the first order", || order_is(&r, json!(["a", "b"])));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&r.manager_file)
+        .unwrap();
+    file.write_all(b"controllers = [\"b\", \"a\"]\narbiters = [\"arm\"]\n")
+        .unwrap();
+    file.sync_data().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2600));
+    let order = manager_order(&r).unwrap();
+    assert_eq!(order["controllers"], json!(["a", "b"]), "{order}");
+    file.write_all(b"unlisted = \"last\"\n").unwrap();
+    drop(file);
+    eventually("the whole new file", || {
+        manager_order(&r)
+            .is_some_and(|m| m["controllers"] == json!(["b", "a"]) && m["unlisted"] == "last")
+    });
+}

@@ -75,7 +75,9 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     // A config that is a symlink is watched where it points too (a deployment tool may edit
     // the target).
     // Not IN_CREATE: a file just created is usually still empty; its close comes next.
-    let changes = AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO;
+    // IN_MODIFY only says a write is under way (see `writing` below).
+    let changes =
+        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_MODIFY;
     let mut watches = Vec::new();
     let target = std::fs::canonicalize(&args.config).ok();
     for path in std::iter::once(args.config.as_path()).chain(target.as_deref()) {
@@ -123,6 +125,11 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
+    // Since when someone writes the config in place (modified, not closed yet): a change the
+    // periodic look finds then is a half-written file, and its close event comes next. A
+    // close never seen (the file written through a link elsewhere) stops counting after
+    // `WRITE_UNFINISHED_FOR`.
+    let mut writing: Option<std::time::Instant> = None;
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -156,11 +163,13 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             Ok(events) => {
                 for event in events {
                     // A lost event (queue overflow) may have been the config's: reload.
-                    if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
-                        || watches
-                            .iter()
-                            .any(|(wd, _, name)| event.wd == *wd && event.name == *name)
-                    {
+                    let ours = watches
+                        .iter()
+                        .any(|(wd, _, name)| event.wd == *wd && event.name == *name);
+                    if ours && event.mask == AddWatchFlags::IN_MODIFY {
+                        writing.get_or_insert_with(std::time::Instant::now);
+                    } else if ours || event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                        writing = None;
                         reload = true;
                     }
                 }
@@ -185,7 +194,8 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             }
         }
         let now = Fingerprint::of(&args.config);
-        if now != fingerprint {
+        let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
+        if now != fingerprint && (reload || !half_written) {
             fingerprint = now;
             reload = true;
         }
@@ -241,6 +251,8 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
 
 /// How often, in milliseconds, the config file is looked at besides inotify's events.
 const LOOK_EVERY: u16 = 2000;
+/// How long a write in place of the config (modified, not yet closed) defers the periodic look.
+const WRITE_UNFINISHED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
 
