@@ -228,3 +228,39 @@ fn the_manager_never_takes_a_half_written_file() {
             .is_some_and(|m| m["controllers"] == json!(["b", "a"]) && m["unlisted"] == "last")
     });
 }
+
+/// A restarted manager keeps unlisted controllers where the order in force had them (in order
+/// of appearance), so ownership does not move: it used to place them in the directory's
+/// (name) order, and a turret held by `zeta`, which came first, passed to `alpha`.
+#[test]
+fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
+    let mut r = Robot::new(&["a"]);
+    std::fs::write(&r.manager_file, robot::manager_toml_unlisted_last(&["a"])).unwrap();
+    r.t.start_registry();
+    let manager = r.manager();
+    r.arbiter();
+    r.controller("zeta", "compromising", &["arm/turret=0.5"], 500);
+    eventually("zeta is placed", || order_is(&r, json!(["a", "zeta"])));
+    r.controller("alpha", "compromising", &["arm/turret=-0.5"], 500);
+    eventually("alpha is placed after zeta", || {
+        order_is(&r, json!(["a", "zeta", "alpha"]))
+    });
+    let turret = json!({"turret": "zeta", "shoulder": null, "elbow1": null, "elbow2": null});
+    let outcomes = json!({"zeta": "full", "alpha": "denied"});
+    r.expect("zeta holds the turret", turret.clone(), outcomes.clone());
+    r.t.kill(manager);
+    r.manager();
+    // The first manager is at revision 3 ([a], [a, zeta], [a, zeta, alpha]); the new one
+    // starts again at 1.
+    eventually("the new manager publishes", || {
+        manager_order(&r).is_some_and(|m| m["revision"].as_u64() < Some(3))
+    });
+    // Long enough for the new manager to have read the registry's directory.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        order_is(&r, json!(["a", "zeta", "alpha"])),
+        "{:?}",
+        manager_order(&r)
+    );
+    r.expect("zeta still holds the turret", turret, outcomes);
+}

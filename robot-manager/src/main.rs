@@ -106,7 +106,12 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
         .create::<arbiter::protocol::ManagerConfig, bus::Serde>()
         .map_err(|e| e.to_string())?;
     let (directory, directory_wake) = watch_directory(&bus)?;
-    let mut discovered: Vec<String> = Vec::new();
+    // Unlisted controllers keep the places the order in force gave them (a restarted manager
+    // must not reorder, or for a moment drop, them); the directory then removes those gone.
+    let mut discovered: Vec<String> = order_in_force(&bus)
+        .into_iter()
+        .filter(|c| !file.controllers.contains(c))
+        .collect();
     let mut unplaced = 0;
     let mut revision = 1;
     let mut published = file.effective(&discovered, revision);
@@ -285,6 +290,26 @@ impl Fingerprint {
                 .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
         )
     }
+}
+
+/// How long a starting manager waits for the order in force (`order_in_force`).
+const ORDER_IN_FORCE_WAIT: Duration = Duration::from_millis(300);
+
+/// The order on `/robot/manager` when this manager starts (a previous manager's, kept in the
+/// slot; the arbiters follow it); empty when none can be read within `ORDER_IN_FORCE_WAIT`
+/// (no registry yet, the first start on this bus).
+fn order_in_force(bus: &bus::Bus) -> Vec<String> {
+    let Ok(mut sub) =
+        bus.subscribe::<arbiter::protocol::ManagerConfig>(arbiter::protocol::MANAGER_SLOT)
+    else {
+        return Vec::new();
+    };
+    if sub.wait_bound(ORDER_IN_FORCE_WAIT).is_err() || sub.update().is_err() {
+        return Vec::new();
+    }
+    sub.value()
+        .map(|m| m.controllers.clone())
+        .unwrap_or_default()
 }
 
 /// The directory as last read by the directory thread.
