@@ -36,7 +36,9 @@ impl Bus {
         &self.client.domain
     }
 
-    /// Whether the registry is connected right now (and accepts this process).
+    /// Whether the registry is connected right now (and accepts this process). The connection
+    /// is made by a background thread: just after `Bus::open` this is usually still `false`
+    /// (`wait_for_registry` waits for it).
     pub fn is_connected(&self) -> bool {
         self.client.is_connected()
     }

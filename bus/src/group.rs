@@ -201,8 +201,10 @@ impl SubscriptionGroup {
             .collect()
     }
 
-    /// Blocks until at least one member has a newer value, pulls the members that changed and
-    /// returns their indices; an empty list means `timeout` passed. At most 127 members can be
+    /// Blocks until at least one member changed (a newer value, its writer came or went, or
+    /// its update failed: see the type), pulls the members that changed and returns their
+    /// indices; an empty list means `timeout` passed. A member reported may have no value yet
+    /// (its publisher appeared before writing). At most 127 members can be
     /// waited on (the kernel's `futex_waitv` limit, one word kept for binding).
     ///
     /// Before sleeping every member is pulled. After a wake-up only the member whose write woke

@@ -20,6 +20,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let bus = bus::Bus::from_env()?;
     // Compromising: take whatever part of what we ask for is free.
     let mut wave = RobotController::new(&bus, "wave", Status::Compromising)?;
+    // If this loop stops publishing (hangs) for 200 ms, the turret is let go.
+    wave.set_publish_deadline(Some(Duration::from_millis(200)));
     let start = Instant::now();
     let mut owned_before = None;
     while start.elapsed().as_secs_f64() < seconds {

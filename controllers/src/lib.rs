@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arbiter::protocol::{
     arbiter_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock, ControllerBlock,
@@ -21,7 +21,10 @@ use thiserror::Error;
 /// The protocol types an application names: re-exported so that it depends on this crate only.
 pub use arbiter::protocol::{Outcome, Status};
 
-/// Default time to live of a block: how long the arbiters honour it without a refresh.
+/// Default time to live of a block: how long the arbiters honour it without a refresh. The
+/// library refreshes it while the process lives, whether or not the application's own loop
+/// runs; `RobotController::set_publish_deadline` makes it stop when the application stops
+/// publishing.
 pub const DEFAULT_TTL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Error)]
@@ -58,7 +61,8 @@ pub struct Feedback {
     /// `None` until the arbiter has seen the block (and while it does not run, or the robot
     /// manager does not list this controller).
     pub outcome: Option<Outcome>,
-    /// Resources of this arbiter the controller owns now.
+    /// Resources of this arbiter the controller owns now, named as the arbiter names them
+    /// (`shoulder`, not `arm/shoulder`).
     pub owned: Vec<String>,
     /// Whether the arbiter's process runs (its feedback block has a live writer).
     pub arbiter_running: bool,
@@ -79,6 +83,10 @@ struct Shared {
     /// Nothing is written (or refreshed) before the application's first `publish`, so the
     /// arbiters never see a half-configured controller.
     published: bool,
+    /// When the application last called `publish`.
+    last_publish: Instant,
+    /// Refresh only while `last_publish` is this recent (`set_publish_deadline`).
+    publish_deadline: Option<Duration>,
 }
 
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -143,6 +151,8 @@ impl RobotController {
             publication,
             block: block.clone(),
             published: false,
+            last_publish: Instant::now(),
+            publish_deadline: None,
         }));
         let (stop, stopped) = bounded::<()>(1);
         let last_refresh = Arc::new(AtomicU64::new(now_ns()));
@@ -155,14 +165,35 @@ impl RobotController {
                 .name("baton-controller-refresh".into())
                 .spawn(move || {
                     // Logged when refreshing starts failing and when it works again, not at
-                    // every attempt.
+                    // every attempt; the same for a missed publish deadline.
                     let mut failing = false;
+                    let mut overdue = false;
                     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                         stopped.recv_timeout(period)
                     {
                         let mut s = lock(&shared);
                         if !s.published {
                             last_refresh.store(now_ns(), Ordering::Relaxed);
+                            continue;
+                        }
+                        // The application's loop stopped publishing: let the block expire (and,
+                        // under systemd, the watchdog bite) rather than keep its last command.
+                        let late = s
+                            .publish_deadline
+                            .is_some_and(|d| s.last_publish.elapsed() > d);
+                        if late != overdue {
+                            overdue = late;
+                            if late {
+                                tracing::warn!(
+                                    "controller {}: no publish within its deadline; the block \
+                                     is no longer refreshed and expires",
+                                    s.block.name
+                                );
+                            } else {
+                                tracing::info!("controller {}: publishing again", s.block.name);
+                            }
+                        }
+                        if late {
                             continue;
                         }
                         let Shared {
@@ -214,9 +245,11 @@ impl RobotController {
     }
 
     /// Sets the command for `resource` (`<arbiter>/<resource>`). Publish with `publish`. A
-    /// resource that a known arbiter does not have is an error; while no arbiter is known yet
-    /// (start-up in any order) the command is accepted. NaN and infinities are refused: an
-    /// arbiter would pass them to the hardware, clamped to a limit at best.
+    /// resource that a known arbiter does not have is an error. The arbiters become known at
+    /// the first `refresh`, `wait_feedback` or `validate` that finds the manager's order and
+    /// their blocks on the bus: before that (a controller just made, or start-up in any order)
+    /// the command is accepted unchecked, and `validate` checks it later. NaN and infinities
+    /// are refused: an arbiter would pass them to the hardware, clamped to a limit at best.
     pub fn set(&mut self, resource: &str, value: f64) -> Result<(), ControllerError> {
         self.check(resource)?;
         if !value.is_finite() {
@@ -261,10 +294,24 @@ impl RobotController {
             }
             e => e.into(),
         })?;
+        s.last_publish = Instant::now();
         if !std::mem::replace(&mut s.published, true) {
             daemon::ready(&format!("robot controller {} publishing", self.name));
         }
         Ok(())
+    }
+
+    /// Makes the block's freshness follow the application's loop: with `Some(deadline)`, the
+    /// background thread refreshes the block only while `publish` was called within
+    /// `deadline`, so an application that hangs (a stuck loop, a deadlock) loses its resources
+    /// one time to live later instead of commanding the robot with its last command for as
+    /// long as the process lives (and, under systemd, the watchdog stops being fed). A
+    /// `publish` after that puts the block out again. `None` (the default): refreshed while the
+    /// process lives. Use a deadline a few times the loop's period.
+    pub fn set_publish_deadline(&mut self, deadline: Option<Duration>) {
+        let mut s = lock(&self.shared);
+        s.publish_deadline = deadline;
+        s.last_publish = Instant::now();
     }
 
     /// The commands currently set (published or not).

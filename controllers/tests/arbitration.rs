@@ -373,3 +373,40 @@ fn every_start_order_ends_in_the_same_ownership() {
         r.expect_patent_example(&format!("order {order:?}"));
     }
 }
+
+/// With a publish deadline, an application whose loop stops publishing loses its resources
+/// (its block is no longer refreshed, and expires) and gets them back when it publishes again;
+/// without one, the library keeps the block fresh for as long as the process lives.
+#[test]
+fn a_publish_deadline_lets_a_hung_application_lose_its_resources() {
+    use arbiter::protocol::Status::Compromising;
+    use controllers::RobotController;
+    use std::time::Duration;
+    let r = Robot::running(&["looping", "steady"]);
+    let bus = r.t.bus();
+    let ttl = Duration::from_millis(100);
+    let mut looping = RobotController::with_ttl(&bus, "looping", Compromising, ttl).unwrap();
+    looping.set_publish_deadline(Some(Duration::from_millis(300)));
+    let mut steady = RobotController::with_ttl(&bus, "steady", Compromising, ttl).unwrap();
+    looping.set("arm/turret", 0.5).unwrap();
+    looping.publish().unwrap();
+    steady.set("arm/shoulder", 0.3).unwrap();
+    steady.publish().unwrap();
+    let owners = |turret: Value| json!({"turret": turret, "shoulder": "steady", "elbow1": null, "elbow2": null});
+    let both = json!({"looping": "full", "steady": "full"});
+    r.expect("both hold", owners(json!("looping")), both.clone());
+    // Neither publishes again: only the one with a deadline lets its block expire.
+    r.expect(
+        "looping's block expired",
+        owners(Value::Null),
+        json!({"looping": "expired", "steady": "full"}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    r.expect(
+        "steady still holds",
+        owners(Value::Null),
+        json!({"looping": "expired", "steady": "full"}),
+    );
+    looping.publish().unwrap();
+    r.expect("looping holds again", owners(json!("looping")), both);
+}
