@@ -60,8 +60,9 @@ pub enum BusError {
     #[error("type {type_name} cannot be used on the bus: {reason}")]
     Schema { type_name: String, reason: String },
     #[error(
-        "type mismatch on {name}: the slot holds {slot_type} (schema {slot_hash}), \
-         this endpoint is {requested_type} (schema {requested_hash})"
+        "type mismatch on {name}: the slot is typed {slot_type} (schema {slot_hash}), \
+         this endpoint is {requested_type} (schema {requested_hash}){}",
+        same_name_hint(slot_type, requested_type)
     )]
     TypeMismatch {
         name: String,
@@ -124,3 +125,13 @@ impl BusError {
 }
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
+
+/// Two schemas under one type name: say what usually causes that.
+fn same_name_hint(slot_type: &str, requested_type: &str) -> &'static str {
+    if slot_type == requested_type {
+        "; the same name with another schema: the two programs were built from different \
+         definitions of the type, or one uses it as plain-old-data and the other as serde"
+    } else {
+        ""
+    }
+}

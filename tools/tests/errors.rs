@@ -50,6 +50,34 @@ fn a_second_type_is_refused_naming_both_types() {
     );
 }
 
+/// One type name, two schemas (plain-old-data on one side, serde on the other): the error says
+/// what usually causes that, since both sides print the same name.
+#[test]
+fn one_type_as_plain_old_data_and_as_serde_is_explained() {
+    #[repr(C)]
+    #[derive(
+        Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable, serde::Serialize, serde::Deserialize,
+    )]
+    struct Wheels {
+        left: f64,
+        right: f64,
+    }
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let _pod = bus.publish_pod::<Wheels>("/robot/wheels").unwrap();
+    let err = bus
+        .subscribe::<Wheels>("/robot/wheels")
+        .err()
+        .expect("mismatch refused");
+    let msg = err.to_string();
+    assert!(matches!(err, BusError::TypeMismatch { .. }), "{msg}");
+    assert!(
+        msg.contains("plain-old-data and the other as serde"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn an_oversized_value_is_refused_with_both_sizes() {
     let mut t = TestBus::new();
