@@ -424,8 +424,9 @@ impl Endpoint {
             return Err(e);
         }
         if self.client.is_connected() {
-            Err(BusError::Refused {
+            Err(BusError::NotBoundYet {
                 name: self.registration.name.to_string(),
+                waited: timeout,
                 reason: match self.registration.kind {
                     EndpointKind::Subscription => "no publication has created the slot yet".into(),
                     EndpointKind::Publication => "the registry has not answered".into(),

@@ -356,7 +356,9 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         self.endpoint.slot.get().is_some()
     }
 
-    /// Waits until the slot exists and is bound.
+    /// Waits until the slot exists and is bound. A timeout is `BusError::NotBoundYet` (no
+    /// publication has created the slot yet) or `RegistryUnreachable`; a refusal (the slot is
+    /// typed otherwise) is `TypeMismatch` or `Refused`.
     pub fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
         self.endpoint.wait_bound(timeout)
     }

@@ -93,6 +93,13 @@ pub enum BusError {
     },
     #[error("registry refused {name}: {reason}")]
     Refused { name: String, reason: String },
+    /// `wait_bound` timed out with the registry connected: nothing refused, not bound yet.
+    #[error("{name} is not bound after {waited:?}: {reason}")]
+    NotBoundYet {
+        name: String,
+        waited: std::time::Duration,
+        reason: String,
+    },
     #[error("cannot decode the value in {name} as {type_name}: {reason}")]
     Decode {
         name: String,

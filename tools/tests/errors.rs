@@ -661,3 +661,21 @@ fn a_second_registry_for_the_same_domain_says_so() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("already serves domain"), "{stderr}");
 }
+
+/// A subscription's `wait_bound` that times out because no publication has made the slot yet
+/// says so as a timeout, not as a refusal.
+#[test]
+fn waiting_for_a_slot_nobody_publishes_is_a_timeout_not_a_refusal() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    bus.wait_for_registry(WATCHDOG).unwrap();
+    let sub = bus.subscribe::<u64>("/nobody").unwrap();
+    let err = sub.wait_bound(Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(err, BusError::NotBoundYet { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("no publication has created the slot yet"),
+        "{err}"
+    );
+}
