@@ -13,9 +13,12 @@ use crate::error::BusError;
 use crate::futex::{self, WaitOn, WAITV_MAX};
 use crate::value::Codec;
 
-/// A typed handle on a group member, returned by `SubscriptionGroup::add`.
+/// A typed handle on a group member, returned by `SubscriptionGroup::add`; it names a member
+/// of that group only.
 pub struct Member<T, C> {
     index: usize,
+    /// The group it came from (`SubscriptionGroup::id`).
+    group: u64,
     _type: PhantomData<fn() -> (T, C)>,
 }
 
@@ -87,9 +90,20 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// always bumps the notify word and wakes, and the waiter re-checks after reading that word.
 /// A writer may drop such a count as stale (`slot::waiters`) after many wakes that found the
 /// group awake; the group then sees its ticket gone at its next wait and counts again.
-#[derive(Default)]
 pub struct SubscriptionGroup {
     members: Vec<MemberState>,
+    /// Unique in the process: a `Member` of another group is told apart.
+    id: u64,
+}
+
+impl Default for SubscriptionGroup {
+    fn default() -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        SubscriptionGroup {
+            members: Vec::new(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// One member and what the group keeps about it between calls.
@@ -157,11 +171,19 @@ impl SubscriptionGroup {
         });
         Member {
             index: self.members.len() - 1,
+            group: self.id,
             _type: PhantomData,
         }
     }
 
+    /// Member `member`'s subscription.
+    ///
+    /// # Panics
+    ///
+    /// If `member` came from another group (a mistake in the program, like indexing another
+    /// vector).
     pub fn get<T: 'static, C: Codec<T>>(&self, member: Member<T, C>) -> &Subscription<T, C> {
+        self.check(member.group);
         self.members[member.index]
             .subscription
             .as_any()
@@ -169,15 +191,24 @@ impl SubscriptionGroup {
             .expect("a Member handle always names a subscription of its own type")
     }
 
+    /// As `get`, mutable; the same panic.
     pub fn get_mut<T: 'static, C: Codec<T>>(
         &mut self,
         member: Member<T, C>,
     ) -> &mut Subscription<T, C> {
+        self.check(member.group);
         self.members[member.index]
             .subscription
             .as_any_mut()
             .downcast_mut()
             .expect("a Member handle always names a subscription of its own type")
+    }
+
+    fn check(&self, group: u64) {
+        assert!(
+            group == self.id,
+            "a Member handle used with another SubscriptionGroup than the one that made it"
+        );
     }
 
     pub fn len(&self) -> usize {

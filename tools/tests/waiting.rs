@@ -477,3 +477,17 @@ fn a_timeout_of_duration_max_waits_for_ever() {
     }
     assert_eq!(waiter.join().unwrap(), 2);
 }
+
+/// A `Member` names a member of the group that made it only: used with another group it is a
+/// clear panic, not an index out of bounds or another member's subscription.
+#[test]
+#[should_panic(expected = "another SubscriptionGroup")]
+fn a_member_of_another_group_is_a_clear_mistake() {
+    let t = TestBus::new();
+    let bus = t.bus();
+    let mut first = bus::SubscriptionGroup::new();
+    let mut second = bus::SubscriptionGroup::new();
+    second.add(bus.subscribe::<u64>("/second").unwrap());
+    let member = first.add(bus.subscribe::<u64>("/first").unwrap());
+    let _ = second.get(member);
+}
