@@ -110,22 +110,33 @@ pub struct Request {
 impl Request {
     /// Reads `block` for arbiter `arbiter` (commands are keyed `<arbiter>/<resource>`; keys of
     /// other arbiters are not this arbiter's business, its own unknown resources are counted).
-    pub fn parse(arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) -> Request {
+    pub fn parse(
+        arbiter: &str,
+        resources: &[ResourceSpec],
+        block: &ControllerBlock,
+        read_ns: u64,
+    ) -> Request {
         let mut request = Request {
             status: block.status,
             wanted: Vec::new(),
             unknown: 0,
             expires_at_ns: 0,
         };
-        request.reparse(arbiter, resources, block);
+        request.reparse(arbiter, resources, block, read_ns);
         request
     }
 
     /// `parse` into this request, reusing its storage (the arbiter re-parses a block on every
     /// change, right after waking up, where an allocation is dear).
-    pub fn reparse(&mut self, arbiter: &str, resources: &[ResourceSpec], block: &ControllerBlock) {
+    pub fn reparse(
+        &mut self,
+        arbiter: &str,
+        resources: &[ResourceSpec],
+        block: &ControllerBlock,
+        read_ns: u64,
+    ) {
         self.status = block.status;
-        self.expires_at_ns = block.expires_at_ns();
+        self.expires_at_ns = block.expires_at_ns(read_ns);
         self.wanted.clear();
         self.unknown = 0;
         for (key, value) in &block.commands {
@@ -199,7 +210,10 @@ pub fn arbitrate(
     let distinct: Vec<&Candidate> = candidates.iter().filter(|c| seen.insert(c.name)).collect();
     let requests: Vec<Option<Request>> = distinct
         .iter()
-        .map(|c| c.block.map(|b| Request::parse(arbiter, resources, b)))
+        .map(|c| {
+            c.block
+                .map(|b| Request::parse(arbiter, resources, b, now_ns))
+        })
         .collect();
     let alive: Vec<bool> = distinct.iter().map(|c| c.writer_alive).collect();
     let previous = |r: usize| {

@@ -114,7 +114,7 @@ impl Watched {
     /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
     /// as changed when its writer comes or goes as well as on a new value, so the cached
     /// liveness follows the slot.
-    fn parse(&mut self, config: &ArbiterConfig, changed: &[usize], all: bool) {
+    fn parse(&mut self, config: &ArbiterConfig, changed: &[usize], all: bool, read_ns: u64) {
         let arbiter = config.name.as_str();
         let cached = self.requests.iter_mut().zip(&mut self.alive);
         for ((name, member), (request, alive)) in self.controllers.iter().zip(cached) {
@@ -134,10 +134,11 @@ impl Watched {
                 let sub = self.group.get(*member);
                 match (sub.value(), request) {
                     (Some(block), Some(request)) => {
-                        request.reparse(arbiter, &config.resources, block)
+                        request.reparse(arbiter, &config.resources, block, read_ns)
                     }
                     (block, request) => {
-                        *request = block.map(|b| Request::parse(arbiter, &config.resources, b))
+                        *request =
+                            block.map(|b| Request::parse(arbiter, &config.resources, b, read_ns))
                     }
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);
@@ -230,7 +231,10 @@ pub fn run(
                 renamed = true;
             }
         }
-        watched.parse(config, &changed, renamed);
+        // One clock read per cycle (each one waits for the pending loads: see `Health::now_ms`):
+        // the blocks just pulled count as read now, and the cycle decides at this instant.
+        let now = now_ns();
+        watched.parse(config, &changed, renamed, now);
         // A rebuilt group has read the state afresh: take it even if the old group's wake-up
         // did not name it.
         let state_changed = renamed || changed.contains(&watched.state.index());
@@ -245,8 +249,6 @@ pub fn run(
                 state.clone_from(&s.values);
             }
         }
-        // One clock read per cycle (each one waits for the pending loads: see `Health::now_ms`).
-        let now = now_ns();
         allocate(
             &config.resources,
             &watched.requests,

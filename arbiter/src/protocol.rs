@@ -88,11 +88,18 @@ pub struct ControllerBlock {
     pub ttl_ms: u64,
 }
 
+/// Longest time to live an arbiter honours (the controller library allows no more); a block
+/// asking for more is honoured this long.
+pub const MAX_TTL_MS: u64 = 3_600_000;
+
 impl ControllerBlock {
-    /// Nanoseconds since the epoch after which the block is expired.
-    pub fn expires_at_ns(&self) -> u64 {
-        self.stamp_ns
-            .saturating_add(self.ttl_ms.saturating_mul(1_000_000))
+    /// Nanoseconds since the epoch after which the block is expired, for an arbiter that read
+    /// it at `read_ns`. A stamp later than that (a faulty writer, or another computer's clock
+    /// ahead of this one) counts from `read_ns`, and the time to live is at most
+    /// `MAX_TTL_MS`: a block never outlives its last write by more than its time to live.
+    pub fn expires_at_ns(&self, read_ns: u64) -> u64 {
+        let ttl_ns = self.ttl_ms.min(MAX_TTL_MS) * 1_000_000;
+        self.stamp_ns.min(read_ns).saturating_add(ttl_ns)
     }
 }
 

@@ -116,7 +116,7 @@ pub struct RobotController {
 }
 
 /// Longest time to live a block may have.
-const MAX_TTL: Duration = Duration::from_secs(3600);
+const MAX_TTL: Duration = Duration::from_millis(arbiter::protocol::MAX_TTL_MS);
 
 impl RobotController {
     /// A controller named `name` with the default time to live.

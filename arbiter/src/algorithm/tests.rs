@@ -128,7 +128,38 @@ fn expired_blocks_and_dead_writers_are_absent() {
     assert_eq!(d.outcomes["dead"], Outcome::Expired);
     assert_eq!(d.outcomes["live"], Outcome::Full);
     assert_eq!(owner(&d, "turret").as_deref(), Some("live"));
-    assert_eq!(d.next_expiry_ns, Some(live.expires_at_ns()));
+    assert_eq!(d.next_expiry_ns, Some(live.expires_at_ns(NOW)));
+}
+
+/// A block stamped in the future (a faulty writer, a computer whose clock is ahead) lives one
+/// time to live from when the arbiter read it, and no time to live counts past an hour: a
+/// stopped writer's block cannot outlive its last write by more than that.
+#[test]
+fn a_stamp_in_the_future_or_a_huge_time_to_live_is_capped() {
+    let mut ahead = block("ahead", NonCompromising, &[("arm/turret", 1.0)]);
+    ahead.stamp_ns = NOW + 20_000_000_000;
+    let mut forever = block("forever", NonCompromising, &[("arm/shoulder", 1.0)]);
+    forever.ttl_ms = u64::MAX;
+    assert_eq!(ahead.expires_at_ns(NOW), NOW + 100_000_000);
+    assert_eq!(
+        forever.expires_at_ns(NOW),
+        NOW + crate::protocol::MAX_TTL_MS * 1_000_000
+    );
+    let d = run(&[&ahead, &forever]);
+    assert_eq!(d.next_expiry_ns, Some(NOW + 100_000_000));
+    // Read at NOW, decided 150 ms later: the block from the future has expired.
+    let request = Request::parse("arm", &arm(), &ahead, NOW);
+    let mut allocation = Allocation::default();
+    allocate(
+        &arm(),
+        &[Some(request)],
+        &[true],
+        &BTreeMap::new(),
+        None,
+        NOW + 150_000_000,
+        &mut allocation,
+    );
+    assert_eq!(allocation.outcomes, vec![Some(Outcome::Expired)]);
 }
 
 #[test]
@@ -158,7 +189,7 @@ fn unknown_controllers_empty_commands_and_foreign_resources() {
         "no resource of this arbiter wanted"
     );
     assert!(d.owners.values().all(Option::is_none));
-    assert_eq!(d.next_expiry_ns, Some(other.expires_at_ns()));
+    assert_eq!(d.next_expiry_ns, Some(other.expires_at_ns(NOW)));
 }
 
 /// A command for a resource this arbiter does not have (its config lost it under a running
@@ -420,7 +451,7 @@ proptest! {
         let blocks = named(blocks);
         let candidates = candidates_of(&blocks);
         let d = arbitrate("arm", &arm(), &candidates, &BTreeMap::new(), None, NOW);
-        let live = |b: &ControllerBlock, alive: bool| alive && b.expires_at_ns() >= NOW;
+        let live = |b: &ControllerBlock, alive: bool| alive && b.expires_at_ns(NOW) >= NOW;
         let wants = |b: &ControllerBlock| -> Vec<&str> {
             RESOURCES.iter().copied().filter(|r| b.commands.contains_key(&format!("arm/{r}"))).collect()
         };
@@ -488,11 +519,11 @@ proptest! {
             let candidates = candidates_of(&blocks);
             let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
             let requests: Vec<Option<Request>> =
-                blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b))).collect();
+                blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b, NOW))).collect();
             // Re-parsing into the previous cycle's requests gives the same requests.
             for (old, (b, _)) in reused.iter_mut().zip(&blocks) {
-                old.reparse("arm", &arm(), b);
-                prop_assert_eq!(&*old, &Request::parse("arm", &arm(), b));
+                old.reparse("arm", &arm(), b, NOW);
+                prop_assert_eq!(&*old, &Request::parse("arm", &arm(), b, NOW));
             }
             reused = requests.iter().flatten().cloned().collect();
             let alive: Vec<bool> = blocks.iter().map(|(_, alive)| *alive).collect();
