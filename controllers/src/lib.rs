@@ -101,6 +101,37 @@ struct Watched {
     listed: Vec<String>,
     /// The arbiters followed (those of `listed` whose slot could be subscribed to).
     arbiters: Vec<(String, Member<ArbiterBlock, Serde>)>,
+    /// Per arbiter: whether its writer was alive at the last pull (`None` before the first).
+    was_alive: Vec<Option<bool>>,
+    /// Per arbiter, while its process has started but not yet written: the sequence of the
+    /// block held, which an arbiter before it left (its resources and outcomes may be those
+    /// of another config).
+    starting: Vec<Option<u64>>,
+}
+
+impl Watched {
+    /// Follows the arbiters' writers after a pull (see `starting`).
+    fn track_starts(&mut self) {
+        for (i, (_, m)) in self.arbiters.iter().enumerate() {
+            let sub = self.group.get(*m);
+            let alive = sub.writer() == Some(bus::WriterState::Alive);
+            let sequence = sub.meta().map_or(0, |m| m.sequence);
+            self.starting[i] = match (self.was_alive[i], alive) {
+                (_, false) => None,
+                (Some(false), true) => Some(sequence),
+                _ => self.starting[i].filter(|s| sequence <= *s),
+            };
+            self.was_alive[i] = Some(alive);
+        }
+    }
+
+    /// Arbiter `i`'s block, if it is the running arbiter's.
+    fn current_block(&self, i: usize) -> Option<&ArbiterBlock> {
+        let sub = self.group.get(self.arbiters[i].1);
+        let running = sub.writer() == Some(bus::WriterState::Alive);
+        sub.value()
+            .filter(|_| running && self.starting[i].is_none())
+    }
 }
 
 pub struct RobotController {
@@ -365,13 +396,17 @@ impl RobotController {
         Ok(())
     }
 
-    /// The arbiters whose blocks are on the bus, with their resources.
+    /// The running arbiters (their feedback blocks written by a live process), with their
+    /// resources, as last pulled. A block left by an arbiter that has ended says nothing of the
+    /// resources it has when it runs again (its config may have changed), also in the moment
+    /// between a new arbiter process starting and its first block.
     pub fn arbiters(&self) -> BTreeMap<String, Vec<String>> {
         self.watched
             .arbiters
             .iter()
-            .filter_map(|(name, m)| {
-                let block = self.watched.group.get(*m).value()?;
+            .enumerate()
+            .filter_map(|(i, (name, _))| {
+                let block = self.watched.current_block(i)?;
                 Some((name.clone(), block.resources.keys().cloned().collect()))
             })
             .collect()
@@ -384,6 +419,7 @@ impl RobotController {
         self.check_publication()?;
         let changed = self.watched.group.update_all()?;
         self.take_errors(&changed);
+        self.watched.track_starts();
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
     }
@@ -395,6 +431,7 @@ impl RobotController {
         self.check_publication()?;
         let changed = self.watched.group.wait_any(timeout)?;
         self.take_errors(&changed);
+        self.watched.track_starts();
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
     }
@@ -440,6 +477,7 @@ impl RobotController {
             self.watched = watch(&self.bus, &listed)?;
             let changed = self.watched.group.update_all()?;
             self.take_errors(&changed);
+            self.watched.track_starts();
         }
     }
 
@@ -485,11 +523,13 @@ impl RobotController {
         self.watched
             .arbiters
             .iter()
-            .map(|(arbiter, m)| {
+            .enumerate()
+            .map(|(i, (arbiter, m))| {
                 let sub = self.watched.group.get(*m);
                 let arbiter_running = sub.writer() == Some(bus::WriterState::Alive);
-                // A block left by an arbiter that is gone says nothing about now.
-                let block = sub.value().filter(|_| arbiter_running && listed);
+                // A block left by an arbiter that is gone (or by the one before a starting
+                // arbiter) says nothing about now.
+                let block = self.watched.current_block(i).filter(|_| listed);
                 Feedback {
                     arbiter: arbiter.clone(),
                     arbiter_running,
@@ -541,6 +581,8 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
         group,
         manager,
         listed: arbiters.to_vec(),
+        was_alive: vec![None; members.len()],
+        starting: vec![None; members.len()],
         arbiters: members,
     })
 }

@@ -264,3 +264,35 @@ fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
     );
     r.expect("zeta still holds the turret", turret, outcomes);
 }
+
+/// A command is checked against running arbiters only: the block an ended arbiter left says
+/// nothing of the resources it will have when it runs again. A controller started while the
+/// arm arbiter is down, for a resource the new arm config adds, gets it once that arbiter runs
+/// (it used to exit at once: "unknown resource", checked against the old block).
+#[test]
+fn a_command_waits_for_the_arbiter_that_will_have_its_resource() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    eventually("the old arm arbiter publishes", || r.arm_block().is_some());
+    r.t.kill(arbiter);
+    let x = r.controller("x", "compromising", &["arm/gripper=1"], 500);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(r.t.is_running(x), "{}", r.t.stderr_of(x));
+    let grown = r.t.dir().join("arm-with-gripper.toml");
+    let config = format!(
+        "{}[[resources]]\nname = \"gripper\"\nkind = \"switch\"\n",
+        robot::ARM
+    );
+    std::fs::write(&grown, config).unwrap();
+    r.t.spawn_bin("arbiter", &["--config", grown.to_str().unwrap()]);
+    r.expect(
+        "x holds the gripper",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null, "gripper": "x"}),
+        json!({"x": "full"}),
+    );
+    eventually("x says so", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: gripper)")
+    });
+}

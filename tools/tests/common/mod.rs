@@ -190,7 +190,6 @@ impl TestBus {
         }
     }
 
-    /// Runs `bus-inspect` to completion.
     /// Overwrites `bytes` at offset `at` of public slot `name`'s segment in place, as stray
     /// memory corruption would (the file is not truncated: processes keep it mapped).
     pub fn overwrite_segment(&self, name: &str, at: usize, bytes: &[u8]) {
@@ -205,6 +204,7 @@ impl TestBus {
         file.write_all_at(bytes, at as u64).unwrap();
     }
 
+    /// Runs `bus-inspect` to completion.
     pub fn inspect(&self, args: &[&str]) -> Output {
         Command::new(bin("bus-inspect"))
             .args(["--domain", self.domain.as_str()])
