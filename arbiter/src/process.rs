@@ -180,6 +180,8 @@ pub fn run(
     // Set on start and whenever the watched list is rebuilt: the allocation's positions then
     // name other controllers, so the cycle publishes even if the allocation compares equal.
     let mut renamed = true;
+    // Whether the manager's order lists this arbiter, as last followed (for the log).
+    let mut in_service_before: Option<bool> = None;
     // When the command was last written: it is re-stamped every heartbeat.
     let mut command_written = Instant::now();
     loop {
@@ -214,13 +216,31 @@ pub fn run(
             // The rebuilt group reads the manager's slot afresh: if the manager wrote again
             // since the value just followed, that newer list is consumed here and no later
             // wake-up reports it, so follow it until the list read is the list watched.
-            // A name listed twice keeps its first place only.
-            while let Some(mut listed) = watched
-                .group
-                .get(watched.manager)
-                .value()
-                .map(|m| m.controllers.clone())
+            // A name listed twice keeps its first place only. An arbiter the manager does not
+            // list is out of service: the controllers are told their commands for it do not
+            // count, so it follows no controller and sends every resource its safe command.
+            while let Some((in_service, mut listed)) =
+                watched.group.get(watched.manager).value().map(|m| {
+                    let in_service = m.arbiters.iter().any(|a| a == name);
+                    let listed = if in_service {
+                        m.controllers.clone()
+                    } else {
+                        Vec::new()
+                    };
+                    (in_service, listed)
+                })
             {
+                if in_service_before != Some(in_service) {
+                    if !in_service {
+                        tracing::warn!(
+                            "{name}: the robot manager does not list this arbiter: following \
+                             no controller, every resource gets its safe command"
+                        );
+                    } else if in_service_before.is_some() {
+                        tracing::info!("{name}: listed by the robot manager again");
+                    }
+                    in_service_before = Some(in_service);
+                }
                 dedup_keep_first(&mut listed);
                 if listed == watched.controller_names() {
                     break;

@@ -24,6 +24,9 @@ fn order_is(r: &Robot, controllers: Value) -> bool {
     manager_order(r).is_some_and(|m| m["controllers"] == controllers)
 }
 
+/// An arbiter the manager stops listing is out of service: its controllers are told their
+/// commands for it do not count, and it sends every resource its safe command (it used to keep
+/// executing them); listed again, it follows the controllers again.
 #[test]
 fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
     let mut r = Robot::running(&["x"]);
@@ -35,6 +38,12 @@ fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
         r.t.stdout_of(x).contains("unknown arbiter in arm/turret")
     });
     assert!(r.t.is_running(x), "{}", r.t.stderr_of(x));
+    // What x is told holds: the arbiter the manager no longer lists commands nothing.
+    r.expect(
+        "the unlisted arbiter follows no controller",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({}),
+    );
     std::fs::write(&r.manager_file, manager_toml(&["x"])).unwrap();
     eventually("x says where it stands again", || {
         let out = r.t.stdout_of(x);
