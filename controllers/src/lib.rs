@@ -107,6 +107,9 @@ struct Watched {
     /// block held, which an arbiter before it left (its resources and outcomes may be those
     /// of another config).
     starting: Vec<Option<u64>>,
+    /// Per arbiter: the sequence of the block held when this controller first published, until
+    /// a newer one comes: the outcome it gives this name is an earlier process's.
+    before_us: Vec<Option<u64>>,
 }
 
 impl Watched {
@@ -122,6 +125,14 @@ impl Watched {
                 _ => self.starting[i].filter(|s| sequence <= *s),
             };
             self.was_alive[i] = Some(alive);
+            self.before_us[i] = self.before_us[i].filter(|s| sequence <= *s);
+        }
+    }
+
+    /// Marks the blocks held now as older than this controller's first publish.
+    fn mark_first_publish(&mut self) {
+        for (i, (_, m)) in self.arbiters.iter().enumerate() {
+            self.before_us[i] = self.group.get(*m).meta().map(|m| m.sequence);
         }
     }
 
@@ -313,6 +324,11 @@ impl RobotController {
     /// nothing is on the bus; from then on a background thread keeps the published block
     /// fresh (re-stamped, unchanged).
     pub fn publish(&mut self) -> Result<(), ControllerError> {
+        if !lock(&self.shared).published {
+            // What the arbiters say of this name before now is about an earlier process of it.
+            self.refresh()?;
+            self.watched.mark_first_publish();
+        }
         let mut s = lock(&self.shared);
         let Shared {
             publication, block, ..
@@ -529,7 +545,12 @@ impl RobotController {
                 let arbiter_running = sub.writer() == Some(bus::WriterState::Alive);
                 // A block left by an arbiter that is gone (or by the one before a starting
                 // arbiter) says nothing about now.
-                let block = self.watched.current_block(i).filter(|_| listed);
+                // Nor does one from before this controller's first publish (the outcome for
+                // this name in it is an earlier process's).
+                let block = self
+                    .watched
+                    .current_block(i)
+                    .filter(|_| listed && self.watched.before_us[i].is_none());
                 Feedback {
                     arbiter: arbiter.clone(),
                     arbiter_running,
@@ -582,6 +603,7 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
         manager,
         listed: arbiters.to_vec(),
         was_alive: vec![None; members.len()],
+        before_us: vec![None; members.len()],
         starting: vec![None; members.len()],
         arbiters: members,
     })

@@ -305,3 +305,37 @@ fn a_command_waits_for_the_arbiter_that_will_have_its_resource() {
         r.t.stdout_of(x).contains("x arm: full (owns: gripper)")
     });
 }
+
+/// A controller started again under the same name reports its own outcome, never the one the
+/// arbiter gave the process before it (`expired`, from the arbiter's last block, read before
+/// the arbiter had seen the new block: here the arbiter is stopped meanwhile).
+#[test]
+fn a_restarted_controller_never_reports_its_predecessors_outcome() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let first = r.x_holding_the_turret("0.5");
+    assert!(r.t.finish(first).status.success());
+    r.expect(
+        "the first x has ended",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "expired"}),
+    );
+    r.t.signal(arbiter, Signal::SIGSTOP);
+    let second = r.x_holding_the_turret("1");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    r.t.signal(arbiter, Signal::SIGCONT);
+    let out = r.t.finish(second);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(!printed.contains("expired"), "{printed}");
+    let outcomes: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.starts_with("x arm:") && !l.contains("not seen yet"))
+        .collect();
+    assert_eq!(
+        outcomes.first(),
+        Some(&"x arm: full (owns: turret)"),
+        "{printed}"
+    );
+}
