@@ -230,8 +230,16 @@ fn an_arbiter_slot_of_another_type_does_not_stop_a_controller() {
             "1",
         ],
     );
+    let started = std::time::Instant::now();
     let out = r.t.finish(c);
-    assert!(out.status.success(), "{out:?}");
+    // It ran its whole second; with no arbiter to take its command, it says so at the end.
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        err.contains("ended before every command reached its running arbiter"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -261,10 +269,11 @@ fn an_unknown_resource_is_a_clear_error() {
 #[test]
 fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
     let mut r = Robot::new(&["x"]);
+    // Each run ends without reaching an arbiter: an error, after saying what it waited for.
     let run = |r: &mut Robot| {
         let c = r.x_holding_the_turret("0.5");
         let out = r.t.finish(c);
-        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let said = run(&mut r);
@@ -409,4 +418,46 @@ fn a_publish_deadline_lets_a_hung_application_lose_its_resources() {
     );
     looping.publish().unwrap();
     r.expect("looping holds again", owners(json!("looping")), both);
+}
+
+/// The command line is checked before anything runs: a resource given twice, a bad name and
+/// a time to live out of range are usage errors (exit 2); a run whose commands never reached a
+/// running arbiter ends with an error, so that `robot-controller ... && next` does not go on.
+#[test]
+fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
+    let mut r = Robot::new(&["x"]);
+    for args in [
+        &["--set", "arm/elbow1=1", "--set", "arm/elbow1=-1"][..],
+        &["--ttl-ms", "5"],
+        &["--set", "arm/elbow1"],
+    ] {
+        let mut all = vec!["--name", "x", "--status", "compromising"];
+        all.extend_from_slice(args);
+        let c = r.t.spawn_bin("robot-controller", &all);
+        let out = r.t.finish(c);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+    let c = r.t.spawn_bin(
+        "robot-controller",
+        &["--name", "a b", "--status", "compromising"],
+    );
+    assert_eq!(r.t.finish(c).status.code(), Some(2));
+    // No registry at all: it waits, and says at the end that nothing was commanded.
+    let c = r.t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=1",
+            "--duration-s",
+            "0.5",
+        ],
+    );
+    let out = r.t.finish(c);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("waiting for registry-server"), "{err}");
 }

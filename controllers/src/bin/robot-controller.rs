@@ -28,17 +28,18 @@ Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0
 )]
 struct Args {
     /// Controller name (its place in the robot manager's priority list).
-    #[arg(long)]
+    #[arg(long, value_parser = controller_name)]
     name: String,
     /// compromising: accept part of what is asked; non_compromising: all or nothing.
     #[arg(long, value_enum)]
     status: StatusArg,
-    /// A command for one resource, e.g. arm/shoulder=0.3; repeat for several.
-    #[arg(long = "set", value_name = "ARBITER/RESOURCE=VALUE")]
-    set: Vec<String>,
+    /// A command for one resource, e.g. arm/shoulder=0.3; repeat for several (each resource
+    /// once).
+    #[arg(long = "set", value_name = "ARBITER/RESOURCE=VALUE", value_parser = parse_set)]
+    set: Vec<(String, f64)>,
     /// Time to live of the published block, in milliseconds (10 to 3600000): how long the
     /// arbiters honour it if this process stops refreshing it.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     ttl_ms: u64,
     /// Run this many seconds, then release and exit (default: until interrupted).
     #[arg(long, value_parser = seconds)]
@@ -54,6 +55,16 @@ struct Args {
 fn main() {
     daemon::init_logging("warn");
     let args = Args::parse();
+    let mut given = std::collections::BTreeSet::new();
+    if let Some((resource, _)) = args.set.iter().find(|(r, _)| !given.insert(r)) {
+        use clap::CommandFactory;
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("--set {resource} is given twice: give each resource one command"),
+            )
+            .exit();
+    }
     if let Err(e) = run(&args) {
         eprintln!("robot-controller: {e}");
         std::process::exit(1);
@@ -72,12 +83,17 @@ fn parse_set(s: &str) -> Result<(String, f64), String> {
     Ok((resource.to_owned(), value))
 }
 
+/// `--name`: the robot controller naming rule.
+fn controller_name(s: &str) -> Result<String, String> {
+    if arbiter::protocol::is_valid_name(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("{s:?}: {}", arbiter::protocol::NAME_RULE))
+    }
+}
+
 fn run(args: &Args) -> Result<(), String> {
-    let commands: Vec<(String, f64)> = args
-        .set
-        .iter()
-        .map(|s| parse_set(s))
-        .collect::<Result<_, _>>()?;
+    let commands = &args.set;
     let stop = Arc::new(AtomicBool::new(false));
     // A plain flag: the main loop checks it between short waits and releases cleanly.
     stop_on_signals(Arc::clone(&stop))?;
@@ -91,7 +107,7 @@ fn run(args: &Args) -> Result<(), String> {
         RobotController::with_ttl(&bus, &args.name, status, Duration::from_millis(args.ttl_ms))
             .map_err(|e| e.to_string())?;
     controller.refresh().map_err(|e| e.to_string())?;
-    for (resource, value) in &commands {
+    for (resource, value) in commands {
         controller
             .set(resource, *value)
             .map_err(|e| e.to_string())?;
@@ -158,6 +174,14 @@ fn run(args: &Args) -> Result<(), String> {
         }
     }
     controller.release().map_err(|e| e.to_string())?;
+    // A script that runs `robot-controller --duration-s N && next-step` must not take a run
+    // whose commands never reached a running arbiter for one that commanded the robot.
+    if !accepted && !stop.load(Ordering::Relaxed) {
+        return Err(format!(
+            "--duration-s ended before every command reached its running arbiter{}",
+            said.map(|w| format!(" ({w})")).unwrap_or_default()
+        ));
+    }
     Ok(())
 }
 
