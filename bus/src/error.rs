@@ -9,8 +9,9 @@ pub enum NameError {
     #[error("invalid domain name {name:?}: a domain is 1 to 32 of the characters A-Z a-z 0-9 _ -")]
     Domain { name: String },
     #[error(
-        "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes and uses \
-         only letters, digits and _ - . /"
+        "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes, uses \
+         only letters, digits and _ - . /, and has no empty, '.' or '..' part between slashes \
+         (no '//', no '/' at the end)"
     )]
     Slot { name: String },
 }

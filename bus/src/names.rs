@@ -122,14 +122,19 @@ impl fmt::Display for Domain {
 pub struct SlotName(String);
 
 impl SlotName {
-    /// A public name: starts with `/`, at most 200 bytes of letters, digits and `_ - . /`.
+    /// A public name: starts with `/`, at most 200 bytes of letters, digits and `_ - . /`, its
+    /// parts between slashes neither empty nor `.` or `..` (names that read like paths name one
+    /// slot each: `/a//b`, `/a/b/` and `/a/./b` would look like `/a/b`).
     pub fn public(name: &str) -> Result<SlotName, NameError> {
         let ok = name.starts_with('/')
             && name.len() > 1
             && name.len() <= MAX_NAME_LEN
             && name
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
+            && name[1..]
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != "..");
         if ok {
             Ok(SlotName(name.to_owned()))
         } else {
@@ -207,7 +212,11 @@ mod tests {
     fn public_names_follow_the_rule() {
         assert!(SlotName::public("/robot/controller/teleop").is_ok());
         assert!(SlotName::public("/a_b-c.d/9").is_ok());
-        for bad in ["", "/", "robot", "/a b", "/a~b", "/é", "/a%b"] {
+        assert!(SlotName::public("/a/.hidden/..b").is_ok());
+        for bad in [
+            "", "/", "robot", "/a b", "/a~b", "/é", "/a%b", "/a//b", "/a/b/", "/../etc", "/a/./b",
+            "/a/..",
+        ] {
             assert!(SlotName::public(bad).is_err(), "{bad:?} accepted");
         }
         assert!(SlotName::public(&format!("/{}", "a".repeat(199))).is_ok());
