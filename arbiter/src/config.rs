@@ -137,6 +137,13 @@ impl ArbiterConfig {
                     r.name, limits.min, limits.max
                 ));
             }
+            if r.kind == Kind::Switch && (limits.min < 0.0 || limits.max > 1.0) {
+                return Err(format!(
+                    "resource {:?}: a switch is commanded 0 (off) to 1 (on); its min {} and \
+                     max {} must lie within 0..1",
+                    r.name, limits.min, limits.max
+                ));
+            }
             let safe = match (r.safe, r.kind) {
                 (None, Kind::Position) => SafeCommand::Hold,
                 (None, _) => SafeCommand::Value(0.0),
@@ -211,6 +218,10 @@ mod tests {
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = 2\nmax = 1",
                 "above max",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"switch\"\nmax = 5",
+                "within 0..1",
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = \"park\"",

@@ -41,6 +41,24 @@ pub enum SegmentError {
         found: u64,
         segment_size: u64,
     },
+    #[error(
+        "segment {segment} is {size} bytes, smaller than a slot's header ({header} bytes): not a \
+         Baton slot, or cut short"
+    )]
+    TooShort {
+        segment: String,
+        size: u64,
+        header: u64,
+    },
+    #[error(
+        "cannot make segment {segment}: its {what}, {found} bytes, is above the limit of {max}"
+    )]
+    TooLarge {
+        segment: String,
+        what: &'static str,
+        found: u64,
+        max: u64,
+    },
     #[error("segment {segment}: stored {what} is corrupt: {reason}")]
     BadField {
         segment: String,

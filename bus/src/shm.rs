@@ -76,11 +76,10 @@ impl Mapping {
     }
 
     fn map(name: &str, fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SegmentError> {
-        let nz_len = NonZeroUsize::new(len).ok_or_else(|| SegmentError::BadSize {
+        let nz_len = NonZeroUsize::new(len).ok_or_else(|| SegmentError::TooShort {
             segment: name.to_owned(),
-            what: "segment size",
-            found: 0,
-            segment_size: 0,
+            size: 0,
+            header: crate::slot::HEADER_SIZE as u64,
         })?;
         let prot = if writable {
             ProtFlags::PROT_READ | ProtFlags::PROT_WRITE

@@ -72,7 +72,7 @@ const ORIGIN_AREA: usize = 64;
 const OFF_ORIGIN_SEQ: usize = 664;
 /// Zero in segments made before it existed: "session unknown".
 const OFF_ORIGIN_SESSION: usize = 672;
-const HEADER_SIZE: usize = 1024;
+pub(crate) const HEADER_SIZE: usize = 1024;
 const BUF_SEQ: usize = 0;
 const BUF_LEN: usize = 8;
 const BUF_TIME: usize = 16;

@@ -50,8 +50,8 @@ struct NetArgs {
     /// Interface for multicast: a name (eth0) or its IPv4 address; default: the routing table's.
     #[arg(long)]
     interface: Option<String>,
-    /// Multicast TTL (1: this network segment only).
-    #[arg(long, default_value_t = 1)]
+    /// Multicast TTL, 0 to 255 (1: this network segment only; 0: this computer only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=255))]
     ttl: u32,
     /// Registry reached by unicast, for networks without multicast: its IPv4 address and
     /// discovery port (10.0.0.5:7447), or the address alone for the port of --mcast-port.

@@ -619,6 +619,23 @@ fn a_key_file_others_may_read_is_refused_at_start() {
     );
 }
 
+/// A directory given as the key file is named as such (the mode advice it used to get was
+/// followed in vain).
+#[test]
+fn a_directory_given_as_key_file_is_named_as_such() {
+    let t = TestBus::new();
+    let dir = t.dir();
+    let out = output_within_watchdog(
+        std::process::Command::new(common::bin("registry-server"))
+            .args(["--domain", t.domain.as_str(), "--net", "--host", "keytest"])
+            .args(["--interface", "127.0.0.1", "--ttl", "0", "--key-file"])
+            .arg(&dir),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a regular file"), "{stderr}");
+}
+
 #[test]
 fn an_unknown_group_is_refused_at_start() {
     let out = std::process::Command::new(common::bin("registry-server"))

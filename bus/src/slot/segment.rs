@@ -15,17 +15,17 @@ impl Slot {
     ) -> Result<Slot, SegmentError> {
         let schema_bytes = schema.to_bytes();
         let capacity = round_up(capacity.max(8), 64);
-        let too_big = |what, found: u64| SegmentError::BadSize {
+        let too_big = |what, found: u64, max| SegmentError::TooLarge {
             segment: segment.to_owned(),
             what,
             found,
-            segment_size: 0,
+            max,
         };
         if capacity as u64 > MAX_CAPACITY {
-            return Err(too_big("capacity", capacity as u64));
+            return Err(too_big("capacity", capacity as u64, MAX_CAPACITY));
         }
         if schema_bytes.len() as u64 > MAX_SCHEMA_LEN {
-            return Err(too_big("schema length", schema_bytes.len() as u64));
+            return Err(too_big("schema", schema_bytes.len() as u64, MAX_SCHEMA_LEN));
         }
         let buffers = round_up(HEADER_SIZE + schema_bytes.len(), 4096);
         let stride = BUF_HEADER + capacity;
@@ -75,7 +75,11 @@ impl Slot {
             segment_size: size,
         };
         if size < HEADER_SIZE as u64 {
-            return Err(bad_size("segment size", size));
+            return Err(SegmentError::TooShort {
+                segment: segment.to_owned(),
+                size,
+                header: HEADER_SIZE as u64,
+            });
         }
         let raw = RawHeader(&map);
         let magic = raw.0.word64(OFF_MAGIC).load(Ordering::Acquire);

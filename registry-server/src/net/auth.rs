@@ -33,7 +33,14 @@ impl Key {
         let cannot = |e: std::io::Error| format!("cannot read key file {}: {e}", path.display());
         let mut file = std::fs::File::open(path).map_err(cannot)?;
         // The mode of the file opened, not of whatever the path names a moment later.
-        let mode = file.metadata().map_err(cannot)?.permissions();
+        let metadata = file.metadata().map_err(cannot)?;
+        if !metadata.is_file() {
+            return Err(format!(
+                "key file {} is not a regular file: give the file that holds the key",
+                path.display()
+            ));
+        }
+        let mode = metadata.permissions();
         check_mode(path, std::os::unix::fs::PermissionsExt::mode(&mode))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(cannot)?;
