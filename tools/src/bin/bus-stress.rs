@@ -31,7 +31,7 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         max_size: usize,
         /// Stop after this many seconds (default: run until killed).
-        #[arg(long)]
+        #[arg(long, value_parser = seconds)]
         seconds: Option<f64>,
         /// Stop after this many values.
         #[arg(long)]
@@ -40,14 +40,14 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         interval_ms: u64,
         /// After the last value, keep running (holding the publication) this many seconds.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = seconds)]
         linger: f64,
     },
     /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read.
     Read {
         #[arg(long)]
         name: String,
-        #[arg(long)]
+        #[arg(long, value_parser = seconds)]
         seconds: f64,
         /// Wait for updates (futex) instead of busy polling.
         #[arg(long)]
@@ -88,10 +88,15 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             interval_ms,
             linger,
         } => {
+            if min_size > max_size {
+                return Err(format!(
+                    "--min-size {min_size} is above --max-size {max_size}"
+                ));
+            }
             let mut publication = bus
                 .publication(&name)
                 .map_err(|e| e.to_string())?
-                .capacity(max_size + 64)
+                .capacity(max_size.saturating_add(64))
                 .create::<Checked, bus::Serde>()
                 .map_err(|e| e.to_string())?;
             let end = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
@@ -165,4 +170,12 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             Ok(if bad > 0 || backwards > 0 { 2 } else { 0 })
         }
     }
+}
+
+/// A number of seconds: finite, 0 to a year.
+fn seconds(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=365.0 * 86400.0).contains(s))
+        .ok_or_else(|| format!("{text:?}: give 0 to 31536000 seconds"))
 }
