@@ -16,7 +16,14 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let seconds: f64 = std::env::args().nth(1).map_or(Ok(5.0), |s| s.parse())?;
+    let seconds = match std::env::args().nth(1) {
+        None => 5.0,
+        Some(s) => s
+            .parse()
+            .ok()
+            .filter(|s: &f64| (0.0..=3600.0).contains(s))
+            .ok_or("usage: wave [SECONDS], 0 to 3600 (default 5)")?,
+    };
     let bus = bus::Bus::from_env()?;
     // Compromising: take whatever part of what we ask for is free.
     let mut wave = RobotController::new(&bus, "wave", Status::Compromising)?;
