@@ -280,9 +280,13 @@ fn wait_prints_which_slot_changed() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let out = t.inspect(&["wait", "/w/b", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(64));
-    // A timeout too far away to represent means no timeout, not a crash.
-    let out = t.inspect(&["watch", "/w/b", "--count", "1", "--timeout", "1e19"]);
-    assert!(out.status.success(), "{out:?}");
+    // Timeouts that are no number of seconds, or past a year, are usage errors, not crashes.
+    for bad in ["1e19", "0", "nan"] {
+        let out = t.inspect(&["watch", "/w/b", "--count", "1", "--timeout", bad]);
+        assert_eq!(out.status.code(), Some(64), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("give seconds above 0"), "{bad}: {err}");
+    }
 }
 
 /// `wait` follows a slot the registry re-creates (larger, once nobody maps it) instead of

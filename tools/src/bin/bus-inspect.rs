@@ -40,7 +40,8 @@ Endpoints, connections and network counters come from the domain's registry-serv
 )]
 struct Args {
     /// Bus domain (the registry-server's --domain).
-    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = domain_arg)]
     domain: String,
     #[command(subcommand)]
     command: Command,
@@ -107,8 +108,8 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
         /// Stop after this many seconds (exit status 2 if --count values were not seen).
-        #[arg(long)]
-        timeout: Option<f64>,
+        #[arg(long, value_parser = timeout_seconds)]
+        timeout: Option<Duration>,
         /// How often to look for a new value, milliseconds.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
         poll_ms: u64,
@@ -155,8 +156,8 @@ enum Command {
         #[arg(required = true)]
         names: Vec<String>,
         /// Give up after this many seconds.
-        #[arg(long)]
-        timeout: Option<f64>,
+        #[arg(long, value_parser = timeout_seconds)]
+        timeout: Option<Duration>,
         /// How often to look, milliseconds.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
         poll_ms: u64,
@@ -200,12 +201,12 @@ enum Command {
 
 #[derive(ClapArgs, Clone, Copy)]
 struct Window {
-    /// Seconds to measure.
-    #[arg(long, default_value_t = 2.0)]
-    window: f64,
-    /// How often to sample the buffers, milliseconds.
-    #[arg(long, default_value_t = 1.0)]
-    sample_ms: f64,
+    /// Seconds to measure (above 0, at most 86400).
+    #[arg(long, default_value = "2", value_parser = window_seconds)]
+    window: Duration,
+    /// How often to sample the buffers, milliseconds (0.001 to 10000).
+    #[arg(long, default_value = "1", value_parser = sample_milliseconds)]
+    sample_ms: Duration,
 }
 
 /// Exit status of a command that ran but did not get what it waited for.
@@ -260,18 +261,45 @@ fn show<T: serde::Serialize>(
     Ok(())
 }
 
-fn seconds(what: &str, s: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(s)
+/// A number of `unit` seconds within `ok`, as a duration; `rule` says which numbers are.
+fn duration_arg(
+    text: &str,
+    ok: impl Fn(f64) -> bool,
+    unit: f64,
+    rule: &str,
+) -> Result<Duration, String> {
+    text.parse::<f64>()
         .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{what} must be a positive number of seconds, not {s}"))
+        .filter(|v| ok(*v))
+        .map(|v| Duration::from_secs_f64(v * unit))
+        .ok_or_else(|| rule.to_owned())
 }
 
-fn milliseconds(what: &str, ms: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(ms / 1000.0)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{what} must be a positive number of milliseconds, not {ms}"))
+/// `--domain`: the domain naming rule, checked with the rest of the command line.
+fn domain_arg(text: &str) -> Result<String, String> {
+    Domain::new(text)
+        .map(|d| d.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+fn timeout_seconds(text: &str) -> Result<Duration, String> {
+    let ok = |v: f64| v > 0.0 && v <= 365.0 * 86400.0;
+    duration_arg(
+        text,
+        ok,
+        1.0,
+        "give seconds above 0, at most 31536000 (a year)",
+    )
+}
+
+fn window_seconds(text: &str) -> Result<Duration, String> {
+    let ok = |v: f64| v > 0.0 && v <= 86400.0;
+    duration_arg(text, ok, 1.0, "give seconds above 0, at most 86400 (a day)")
+}
+
+fn sample_milliseconds(text: &str) -> Result<Duration, String> {
+    let ok = |v: f64| (0.001..=10_000.0).contains(&v);
+    duration_arg(text, ok, 1e-3, "give milliseconds from 0.001 to 10000")
 }
 
 fn names(names: &[String]) -> Result<Vec<bus::SlotName>, String> {
@@ -311,7 +339,6 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             json,
         } => {
             let name = inspect::slot_name(&name).map_err(err)?;
-            let timeout = timeout.map(|t| seconds("--timeout", t)).transpose()?;
             let poll = Duration::from_millis(poll_ms);
             let end = watch::watch(domain, &name, count, poll, timeout, |r, skipped| {
                 if json {
@@ -354,7 +381,6 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             json,
         } => {
             let n = names(&n)?;
-            let timeout = timeout.map(|t| seconds("--timeout", t)).transpose()?;
             let changed =
                 watch::wait(domain, &n, Duration::from_millis(poll_ms), timeout).map_err(err)?;
             if changed.is_empty() {
@@ -429,8 +455,8 @@ fn rates(
 ) -> Result<i32, String> {
     let n = names(n)?;
     let options = rate::Options {
-        window: seconds("--window", window.window)?,
-        sample_every: milliseconds("--sample-ms", window.sample_ms)?,
+        window: window.window,
+        sample_every: window.sample_ms,
     };
     let reports = rate::measure(domain, &n, options).map_err(|e| e.to_string())?;
     if json {
