@@ -443,19 +443,7 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
     );
     assert_eq!(r.t.finish(c).status.code(), Some(2));
     // No registry at all: it waits, and says at the end that nothing was commanded.
-    let c = r.t.spawn_bin(
-        "robot-controller",
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/turret=1",
-            "--duration-s",
-            "0.5",
-        ],
-    );
+    let c = r.x_holding_the_turret("0.5");
     let out = r.t.finish(c);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);

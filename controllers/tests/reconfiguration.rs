@@ -164,11 +164,7 @@ fn the_manager_follows_its_file_through_a_replaced_directory() {
 /// so; once a manager runs again it is placed last and gets what is free.
 #[test]
 fn an_unlisted_controller_joins_only_while_a_manager_runs() {
-    let mut r = Robot::new(&["a"]);
-    std::fs::write(&r.manager_file, robot::manager_toml_unlisted_last(&["a"])).unwrap();
-    r.t.start_registry();
-    let manager = r.manager();
-    r.arbiter();
+    let (mut r, manager) = Robot::running_unlisted_last(&["a"]);
     eventually("the manager publishes its order", || {
         order_is(&r, json!(["a"]))
     });
@@ -243,11 +239,7 @@ fn the_manager_never_takes_a_half_written_file() {
 /// (name) order, and a turret held by `zeta`, which came first, passed to `alpha`.
 #[test]
 fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
-    let mut r = Robot::new(&["a"]);
-    std::fs::write(&r.manager_file, robot::manager_toml_unlisted_last(&["a"])).unwrap();
-    r.t.start_registry();
-    let manager = r.manager();
-    r.arbiter();
+    let (mut r, manager) = Robot::running_unlisted_last(&["a"]);
     r.controller("zeta", "compromising", &["arm/turret=0.5"], 500);
     eventually("zeta is placed", || order_is(&r, json!(["a", "zeta"])));
     r.controller("alpha", "compromising", &["arm/turret=-0.5"], 500);

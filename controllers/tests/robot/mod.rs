@@ -69,6 +69,17 @@ impl Robot {
         r
     }
 
+    /// A running robot whose manager places unlisted controllers last; also the manager's
+    /// child index.
+    pub fn running_unlisted_last(order: &[&str]) -> (Robot, usize) {
+        let mut r = Robot::new(order);
+        std::fs::write(&r.manager_file, manager_toml_unlisted_last(order)).unwrap();
+        r.t.start_registry();
+        let manager = r.manager();
+        r.arbiter();
+        (r, manager)
+    }
+
     pub fn manager(&mut self) -> usize {
         let f = self.manager_file.to_str().unwrap().to_owned();
         self.t.spawn_bin("robot-manager", &["--config", &f])
