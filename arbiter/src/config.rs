@@ -223,6 +223,7 @@ mod tests {
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"switch\"\nmax = 5",
                 "within 0..1",
             ),
+            ("name = \"a\"\n[[resources]]\nname = \"..\"", "not . or .."),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = \"park\"",
                 "expected \"hold\"",

@@ -58,6 +58,10 @@ struct Watched {
     controllers: Vec<(String, Option<Member<ControllerBlock, Serde>>)>,
     requests: Vec<Option<Request>>,
     alive: Vec<bool>,
+    /// Per controller: the sequence of the block parsed and when it was first read, so that a
+    /// block read again (its member reported for another reason) keeps its first read time,
+    /// which caps its expiry (`ControllerBlock::expires_at_ns`).
+    read_at: Vec<Option<(u64, u64)>>,
 }
 
 /// Most controllers one arbiter follows: a group waits on at most `WAITV_MAX - 1` slots, two
@@ -103,6 +107,7 @@ impl Watched {
             state,
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
+            read_at: vec![None; members.len()],
             controllers: members,
         })
     }
@@ -116,10 +121,14 @@ impl Watched {
     /// liveness follows the slot.
     fn parse(&mut self, config: &ArbiterConfig, changed: &[usize], all: bool, read_ns: u64) {
         let arbiter = config.name.as_str();
-        let cached = self.requests.iter_mut().zip(&mut self.alive);
-        for ((name, member), (request, alive)) in self.controllers.iter().zip(cached) {
+        let cached = self
+            .requests
+            .iter_mut()
+            .zip(&mut self.alive)
+            .zip(&mut self.read_at);
+        for ((name, member), ((request, alive), read_at)) in self.controllers.iter().zip(cached) {
             let Some(member) = member else {
-                (*request, *alive) = (None, false);
+                (*request, *alive, *read_at) = (None, false, None);
                 continue;
             };
             if all || changed.contains(&member.index()) {
@@ -132,6 +141,12 @@ impl Watched {
                     tracing::warn!("{arbiter}: controller {name}: {e}");
                 }
                 let sub = self.group.get(*member);
+                let sequence = sub.sequence();
+                let read_ns = match *read_at {
+                    Some((s, first)) if Some(s) == sequence => first,
+                    _ => read_ns,
+                };
+                *read_at = sequence.map(|s| (s, read_ns));
                 match (sub.value(), request) {
                     (Some(block), Some(request)) => {
                         request.reparse(arbiter, &config.resources, block, read_ns)

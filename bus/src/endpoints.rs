@@ -328,6 +328,12 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         self.value.as_ref()
     }
 
+    /// Sequence number of the value held; `None` before the first value. Unlike `meta`, reads
+    /// nothing from the slot (for a hot path).
+    pub fn sequence(&self) -> Option<u64> {
+        self.last.map(|i| i.sequence)
+    }
+
     /// Metadata of the value held; `None` before the first value.
     pub fn meta(&self) -> Option<ValueMeta> {
         let info = self.last?;

@@ -73,7 +73,9 @@ impl Domain {
     pub fn slot_of_segment_file(&self, file_name: &str) -> Option<SlotName> {
         let rest = file_name.strip_prefix(&self.segment_prefix())?;
         match rest.as_bytes().first() {
-            Some(b'~') => SlotName::public(&rest.replace('~', "/")).ok(),
+            // By the characters only: a segment named under an older, looser rule (`/a//b`) is
+            // still this domain's, to list, adopt and clean.
+            Some(b'~') => SlotName::from_segment_chars(&rest.replace('~', "/")),
             Some(b'%') => SlotName::parse_private(rest),
             _ => None,
         }
@@ -122,26 +124,31 @@ impl fmt::Display for Domain {
 pub struct SlotName(String);
 
 impl SlotName {
-    /// A public name: starts with `/`, at most 200 bytes of letters, digits and `_ - . /`, its
-    /// parts between slashes neither empty nor `.` or `..` (names that read like paths name one
-    /// slot each: `/a//b`, `/a/b/` and `/a/./b` would look like `/a/b`).
-    pub fn public(name: &str) -> Result<SlotName, NameError> {
+    /// A public name as found in a segment file's name: the characters of the rule, and its
+    /// length, but not its parts (an older build allowed empty, `.` and `..` parts).
+    fn from_segment_chars(name: &str) -> Option<SlotName> {
         let ok = name.starts_with('/')
             && name.len() > 1
             && name.len() <= MAX_NAME_LEN
             && name
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
-            && name[1..]
-                .split('/')
-                .all(|part| !part.is_empty() && part != "." && part != "..");
-        if ok {
-            Ok(SlotName(name.to_owned()))
-        } else {
-            Err(NameError::Slot {
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
+        ok.then(|| SlotName(name.to_owned()))
+    }
+
+    /// A public name: starts with `/`, at most 200 bytes of letters, digits and `_ - . /`, its
+    /// parts between slashes neither empty nor `.` or `..` (names that read like paths name one
+    /// slot each: `/a//b`, `/a/b/` and `/a/./b` would look like `/a/b`).
+    pub fn public(name: &str) -> Result<SlotName, NameError> {
+        SlotName::from_segment_chars(name)
+            .filter(|_| {
+                name[1..]
+                    .split('/')
+                    .all(|part| !part.is_empty() && part != "." && part != "..")
+            })
+            .ok_or_else(|| NameError::Slot {
                 name: name.to_owned(),
             })
-        }
     }
 
     /// A fresh private name, unique on this machine: pid, a per-process counter and the clock.
@@ -221,6 +228,16 @@ mod tests {
         }
         assert!(SlotName::public(&format!("/{}", "a".repeat(199))).is_ok());
         assert!(SlotName::public(&format!("/{}", "a".repeat(200))).is_err());
+    }
+
+    /// Segments named under the older, looser rule (`/a//b` was a valid name) are still found
+    /// as this domain's, so that they are listed, adopted and cleaned.
+    #[test]
+    fn segments_of_names_an_older_rule_allowed_are_still_found() {
+        let d = Domain::new("d").unwrap();
+        let found = d.slot_of_segment_file("baton.d~a~~b").expect("found");
+        assert_eq!(found.as_str(), "/a//b");
+        assert!(d.slot_of_segment_file("baton.d~a b").is_none());
     }
 
     #[test]

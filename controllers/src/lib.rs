@@ -101,8 +101,10 @@ struct Watched {
     listed: Vec<String>,
     /// The arbiters followed (those of `listed` whose slot could be subscribed to).
     arbiters: Vec<(String, Member<ArbiterBlock, Serde>)>,
-    /// Per arbiter: whether its writer was alive at the last pull (`None` before the first).
+    /// Per arbiter: whether its writer was alive at the last pull (`None` before the first),
+    /// and the sequence of the block held then.
     was_alive: Vec<Option<bool>>,
+    held: Vec<u64>,
     /// Per arbiter, while its process has started but not yet written: the sequence of the
     /// block held, which an arbiter before it left (its resources and outcomes may be those
     /// of another config).
@@ -118,13 +120,17 @@ impl Watched {
         for (i, (_, m)) in self.arbiters.iter().enumerate() {
             let sub = self.group.get(*m);
             let alive = sub.writer() == Some(bus::WriterState::Alive);
-            let sequence = sub.meta().map_or(0, |m| m.sequence);
+            let sequence = sub.sequence().unwrap_or(0);
             self.starting[i] = match (self.was_alive[i], alive) {
                 (_, false) => None,
-                (Some(false), true) => Some(sequence),
+                // Started: the block held before is its predecessor's. The pull that saw it
+                // start may already hold its first block (a writer's start wakes no one, its
+                // first write does): that one is the running arbiter's.
+                (Some(false), true) => Some(self.held[i]).filter(|s| sequence <= *s),
                 _ => self.starting[i].filter(|s| sequence <= *s),
             };
             self.was_alive[i] = Some(alive);
+            self.held[i] = sequence;
             self.before_us[i] = self.before_us[i].filter(|s| sequence <= *s);
         }
     }
@@ -132,7 +138,7 @@ impl Watched {
     /// Marks the blocks held now as older than this controller's first publish.
     fn mark_first_publish(&mut self) {
         for (i, (_, m)) in self.arbiters.iter().enumerate() {
-            self.before_us[i] = self.group.get(*m).meta().map(|m| m.sequence);
+            self.before_us[i] = self.group.get(*m).sequence();
         }
     }
 
@@ -320,7 +326,9 @@ impl RobotController {
     }
 
     /// Publishes the commands and status set so far, freshly stamped: the arbiters see every
-    /// change made since the last publish at once, never part of them. Until the first call
+    /// change made since the last publish at once, never part of them. The first publish also
+    /// pulls (`refresh`), and its errors are `refresh`'s: the arbiter blocks held then are
+    /// from before this controller, and `feedback` reports no outcome from them. Until the first call
     /// nothing is on the bus; from then on a background thread keeps the published block
     /// fresh (re-stamped, unchanged).
     pub fn publish(&mut self) -> Result<(), ControllerError> {
@@ -603,6 +611,7 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
         manager,
         listed: arbiters.to_vec(),
         was_alive: vec![None; members.len()],
+        held: vec![0; members.len()],
         before_us: vec![None; members.len()],
         starting: vec![None; members.len()],
         arbiters: members,

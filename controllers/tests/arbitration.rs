@@ -430,6 +430,8 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
         &["--set", "arm/elbow1=1", "--set", "arm/elbow1=-1"][..],
         &["--ttl-ms", "5"],
         &["--set", "arm/elbow1"],
+        &["--set", "elbow1=1"],
+        &["--set", "arm/../x=1"],
     ] {
         let mut all = vec!["--name", "x", "--status", "compromising"];
         all.extend_from_slice(args);

@@ -75,6 +75,15 @@ fn parse_set(s: &str) -> Result<(String, f64), String> {
     let (resource, value) = s
         .split_once('=')
         .ok_or_else(|| format!("--set {s:?}: expected <arbiter>/<resource>=<value>"))?;
+    let well_formed = resource.split_once('/').is_some_and(|(arbiter, name)| {
+        arbiter::protocol::is_valid_name(arbiter) && arbiter::protocol::is_valid_name(name)
+    });
+    if !well_formed {
+        return Err(format!(
+            "--set {s:?}: resources are named <arbiter>/<resource>, each part: {}",
+            arbiter::protocol::NAME_RULE
+        ));
+    }
     let value: f64 = value
         .parse()
         .ok()
@@ -120,7 +129,7 @@ fn run(args: &Args) -> Result<(), String> {
     // refuses is a mistake on the command line (an arbiter that appears later is checked
     // too) and ends the program. After that, it comes from a change of configuration while
     // running (the manager dropped an arbiter, an arbiter lost a resource): said, not fatal.
-    let mut accepted = false;
+    let mut accepted = commands.is_empty();
     let mut problem = None;
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller

@@ -106,8 +106,12 @@ pub fn check_host_name(host: &str) -> Result<(), String> {
 
 /// Name of a host's statistics slot: `/baton/registry/<host>/net`.
 pub fn stats_slot_name(host: &str) -> Result<SlotName, String> {
-    SlotName::public(&format!("/baton/registry/{host}/net"))
-        .map_err(|_| format!("host name {host:?} must be letters, digits, '_', '-' or '.'"))
+    SlotName::public(&format!("/baton/registry/{host}/net")).map_err(|_| {
+        format!(
+            "host name {host:?} must be 1 or more letters, digits, '_', '-' or '.' (not . or \
+                 .. alone)"
+        )
+    })
 }
 
 struct SendState {
