@@ -311,9 +311,10 @@ fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
     r.t.start_registry();
     let out = r.t.finish(c);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = said.lines().collect();
     assert_eq!(
-        said.lines().last(),
-        Some("x arm: full (owns: turret)"),
+        lines[lines.len().saturating_sub(2)..],
+        ["x arm: full (owns: turret)", "x: released every resource"],
         "{said}"
     );
 }

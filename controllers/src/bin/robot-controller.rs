@@ -183,6 +183,8 @@ fn run(args: &Args) -> Result<(), String> {
         }
     }
     controller.release().map_err(|e| e.to_string())?;
+    // The lines above said what it held; the last one says that is over.
+    print_note(args, "released", "released every resource", "");
     // A script that runs `robot-controller --duration-s N && next-step` must not take a run
     // whose commands never reached a running arbiter for one that commanded the robot.
     if !accepted && !stop.load(Ordering::Relaxed) {
