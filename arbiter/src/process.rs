@@ -43,7 +43,8 @@ fn feedback_capacity(config: &ArbiterConfig) -> usize {
 /// Bytes the coherent command can take at most (see `feedback_capacity`).
 fn command_capacity(config: &ArbiterConfig) -> usize {
     let setpoints: usize = config.resources.iter().map(|r| 8 + r.name.len() + 8).sum();
-    (8 + config.name.len() + 8 + 8 + 8 + setpoints).max(BLOCK_CAPACITY)
+    // arbiter (length + name), cycle, stamp, heartbeat, map length, setpoints.
+    (8 + config.name.len() + 8 + 8 + 8 + 8 + setpoints).max(BLOCK_CAPACITY)
 }
 
 /// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
@@ -184,7 +185,7 @@ pub fn run(
         .publication(&command_slot(name))?
         .capacity(command_capacity(config))
         .create()?;
-    let mut command = CommandValue::new(name, &config.resources);
+    let mut command = CommandValue::new(name, &config.resources, config.heartbeat);
     let mut watched = Watched::new(bus, name, &[])?;
     let mut previous: Option<Allocation> = None;
     // This cycle's result; its storage is the one from two cycles back (swapped below).
@@ -331,7 +332,7 @@ struct CommandValue {
 }
 
 impl CommandValue {
-    fn new(arbiter: &str, resources: &[ResourceSpec]) -> CommandValue {
+    fn new(arbiter: &str, resources: &[ResourceSpec], heartbeat: Option<Duration>) -> CommandValue {
         let names: Vec<String> = resources.iter().map(|r| r.name.clone()).collect();
         let mut sorted: Vec<usize> = (0..names.len()).collect();
         sorted.sort_by_key(|&r| &names[r]);
@@ -340,6 +341,7 @@ impl CommandValue {
                 arbiter: arbiter.to_owned(),
                 cycle: 0,
                 stamp_ns: 0,
+                heartbeat_ms: heartbeat.map_or(0, |h| h.as_millis() as u64),
                 setpoints: BTreeMap::new(),
             },
             names,
@@ -497,6 +499,7 @@ mod tests {
             arbiter: config.name.clone(),
             cycle: 1,
             stamp_ns: 1,
+            heartbeat_ms: 100,
             setpoints: config
                 .resources
                 .iter()

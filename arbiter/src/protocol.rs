@@ -171,6 +171,10 @@ pub struct ResourceCommand {
     pub arbiter: String,
     pub cycle: u64,
     pub stamp_ns: u64,
+    /// How often the arbiter re-stamps this command while nothing changes, milliseconds (its
+    /// config's `heartbeat_ms`; 0: never). A command much older than that comes from an
+    /// arbiter that hangs.
+    pub heartbeat_ms: u64,
     /// Resource name to setpoint (the owner's, clamped, or the safe command). A resource to
     /// hold whose position the driver has not reported yet is absent: the driver keeps it
     /// where it is.

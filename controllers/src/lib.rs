@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arbiter::protocol::{
-    arbiter_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock, ControllerBlock,
-    ManagerConfig, MANAGER_SLOT,
+    arbiter_slot, command_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock,
+    ControllerBlock, ManagerConfig, ResourceCommand, MANAGER_SLOT,
 };
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup};
 use crossbeam_channel::{bounded, Sender};
@@ -66,6 +66,10 @@ pub struct Feedback {
     pub owned: Vec<String>,
     /// Whether the arbiter's process runs (its feedback block has a live writer).
     pub arbiter_running: bool,
+    /// Whether it answers: its command is re-stamped as its heartbeat says (`false` for an
+    /// arbiter that runs but hangs, e.g. stopped with SIGSTOP: what it last said stands, but
+    /// nothing changes any more). As of the last pull.
+    pub arbiter_responding: bool,
     /// Whether the robot manager's order includes this controller (listed in its file, or
     /// placed last as unlisted); an arbiter ignores a controller it does not include.
     pub listed: bool,
@@ -112,7 +116,40 @@ struct Watched {
     /// Per arbiter: the sequence of the block held when this controller first published, until
     /// a newer one comes: the outcome it gives this name is an earlier process's.
     before_us: Vec<Option<u64>>,
+    /// Per arbiter: its coherent command, followed for its heartbeat.
+    commands: Vec<CommandWatch>,
 }
+
+/// An arbiter's coherent command, pulled with every pull of the group (not waited on: it
+/// changes at every heartbeat), to tell an arbiter that hangs from one with nothing to say.
+struct CommandWatch {
+    subscription: Option<bus::Subscription<ResourceCommand>>,
+    /// When a new command was last pulled.
+    changed_at: Option<Instant>,
+    heartbeat_ms: u64,
+}
+
+impl CommandWatch {
+    fn pull(&mut self) {
+        let Some(sub) = self.subscription.as_mut() else {
+            return;
+        };
+        if let Ok(true) = sub.update() {
+            self.changed_at = Some(Instant::now());
+            self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
+        }
+    }
+
+    /// Whether the command was re-stamped as its heartbeat promises (with room for a late
+    /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
+    fn responding(&self) -> bool {
+        let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
+        self.heartbeat_ms == 0 || self.changed_at.is_none_or(|t| t.elapsed() < limit)
+    }
+}
+
+/// An arbiter's command older than five heartbeats, and at least this, means it hangs.
+const STALE_AT_LEAST: Duration = Duration::from_millis(500);
 
 impl Watched {
     /// Follows the arbiters' writers after a pull (see `starting`).
@@ -131,6 +168,7 @@ impl Watched {
             };
             self.was_alive[i] = Some(alive);
             self.held[i] = sequence;
+            self.commands[i].pull();
             self.before_us[i] = self.before_us[i].filter(|s| sequence <= *s);
         }
     }
@@ -562,6 +600,7 @@ impl RobotController {
                 Feedback {
                     arbiter: arbiter.clone(),
                     arbiter_running,
+                    arbiter_responding: arbiter_running && self.watched.commands[i].responding(),
                     listed,
                     joining,
                     outcome: block.and_then(|b| b.outcomes.get(&self.name).copied()),
@@ -606,6 +645,14 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
             Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
         }
     }
+    let commands = members
+        .iter()
+        .map(|(a, _)| CommandWatch {
+            subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
+            changed_at: None,
+            heartbeat_ms: 0,
+        })
+        .collect();
     Ok(Watched {
         group,
         manager,
@@ -613,6 +660,7 @@ fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
         was_alive: vec![None; members.len()],
         held: vec![0; members.len()],
         before_us: vec![None; members.len()],
+        commands,
         starting: vec![None; members.len()],
         arbiters: members,
     })

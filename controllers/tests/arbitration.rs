@@ -452,3 +452,31 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("waiting for registry-server"), "{err}");
 }
+
+/// An arbiter that hangs (stopped with SIGSTOP) is told apart from one with nothing to say:
+/// its command stops being re-stamped at its heartbeat, and the controller says it does not
+/// respond; when it resumes, the controller says where it stands again.
+#[test]
+fn a_hung_arbiter_is_reported_as_not_responding() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let x = r.x_holding_the_turret("20");
+    common::eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    r.t.signal(arbiter, Signal::SIGSTOP);
+    common::eventually("x says the arbiter does not respond", || {
+        r.t.stdout_of(x).contains("x arm: arbiter not responding")
+    });
+    r.t.signal(arbiter, Signal::SIGCONT);
+    common::eventually("x says it holds the turret again", || {
+        r.t.stdout_of(x)
+            .split("arbiter not responding")
+            .nth(1)
+            .is_some_and(|after| after.contains("x arm: full (owns: turret)"))
+    });
+    r.t.signal(x, Signal::SIGTERM);
+    assert!(r.t.finish(x).status.success());
+}

@@ -13,6 +13,7 @@ fn drive_command(left: f64, right: f64) -> ResourceCommand {
         arbiter: "drive".into(),
         cycle: 1,
         stamp_ns: 0,
+        heartbeat_ms: 0,
         setpoints: [("left".to_owned(), left), ("right".to_owned(), right)].into(),
     }
 }

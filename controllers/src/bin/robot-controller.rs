@@ -254,6 +254,8 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
         "not in the robot manager's order"
     } else if !f.arbiter_running {
         "arbiter not running"
+    } else if !f.arbiter_responding {
+        "arbiter not responding (its command is not re-stamped: it hangs)"
     } else {
         outcome.as_deref().unwrap_or("not seen yet")
     };
@@ -262,7 +264,8 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
             "{}",
             serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome,
                 "owned": f.owned, "listed": f.listed, "joining": f.joining,
-                "arbiter_running": f.arbiter_running})
+                "arbiter_running": f.arbiter_running,
+                "arbiter_responding": f.arbiter_responding})
         );
     } else {
         println!(
