@@ -250,7 +250,7 @@ fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
     let outcomes = json!({"zeta": "full", "alpha": "denied"});
     r.expect("zeta holds the turret", turret.clone(), outcomes.clone());
     r.t.kill(manager);
-    r.manager();
+    let manager = r.manager();
     // The first manager is at revision 3 ([a], [a, zeta], [a, zeta, alpha]); the new one
     // starts again at 1.
     eventually("the new manager publishes", || {
@@ -263,7 +263,29 @@ fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
         "{:?}",
         manager_order(&r)
     );
-    r.expect("zeta still holds the turret", turret, outcomes);
+    r.expect(
+        "zeta still holds the turret",
+        turret.clone(),
+        outcomes.clone(),
+    );
+
+    // Again with the manager restarted while no registry runs: the order in force is read
+    // from its slot's segment, not through the registry.
+    r.t.kill_registry();
+    r.t.kill(manager);
+    r.manager();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.t.start_registry();
+    eventually("the order is published again", || {
+        manager_order(&r).is_some_and(|m| m["revision"].as_u64() < Some(3))
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        order_is(&r, json!(["a", "zeta", "alpha"])),
+        "{:?}",
+        manager_order(&r)
+    );
+    r.expect("zeta holds the turret after it all", turret, outcomes);
 }
 
 /// A command is checked against running arbiters only: the block an ended arbiter left says

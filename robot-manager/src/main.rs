@@ -108,7 +108,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let (directory, directory_wake) = watch_directory(&bus)?;
     // Unlisted controllers keep the places the order in force gave them (a restarted manager
     // must not reorder, or for a moment drop, them); the directory then removes those gone.
-    let mut discovered: Vec<String> = order_in_force(&bus)
+    let mut discovered: Vec<String> = order_in_force(&domain)
         .into_iter()
         .filter(|c| !file.controllers.contains(c))
         .collect();
@@ -292,24 +292,27 @@ impl Fingerprint {
     }
 }
 
-/// How long a starting manager waits for the order in force (`order_in_force`).
-const ORDER_IN_FORCE_WAIT: Duration = Duration::from_millis(300);
-
 /// The order on `/robot/manager` when this manager starts (a previous manager's, kept in the
-/// slot; the arbiters follow it); empty when none can be read within `ORDER_IN_FORCE_WAIT`
-/// (no registry yet, the first start on this bus).
-fn order_in_force(bus: &bus::Bus) -> Vec<String> {
-    let Ok(mut sub) =
-        bus.subscribe::<arbiter::protocol::ManagerConfig>(arbiter::protocol::MANAGER_SLOT)
-    else {
-        return Vec::new();
+/// slot; the arbiters follow it); empty when there is none. Read from the segment itself, so
+/// that it is found also while no registry runs.
+fn order_in_force(domain: &bus::Domain) -> Vec<String> {
+    use arbiter::protocol::{ManagerConfig, MANAGER_SLOT};
+    let read = || -> Option<Vec<String>> {
+        let name = bus::SlotName::public(MANAGER_SLOT).ok()?;
+        let slot = bus::slot::Slot::open(&domain.segment_name(&name), false).ok()?;
+        let expected = bus::schema::Schema::of_serde::<ManagerConfig>()
+            .ok()?
+            .hash();
+        if slot.schema().hash.0 != expected.0 {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        slot.read(0, &mut bytes).ok()??;
+        bus::codec::decode::<ManagerConfig>(&bytes)
+            .ok()
+            .map(|m| m.controllers)
     };
-    if sub.wait_bound(ORDER_IN_FORCE_WAIT).is_err() || sub.update().is_err() {
-        return Vec::new();
-    }
-    sub.value()
-        .map(|m| m.controllers.clone())
-        .unwrap_or_default()
+    read().unwrap_or_default()
 }
 
 /// The directory as last read by the directory thread.
