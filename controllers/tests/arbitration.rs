@@ -237,7 +237,7 @@ fn an_arbiter_slot_of_another_type_does_not_stop_a_controller() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        err.contains("ended before every command reached its running arbiter"),
+        err.contains("ended before every arbiter commanded had answered"),
         "{err}"
     );
 }
@@ -479,4 +479,48 @@ fn a_hung_arbiter_is_reported_as_not_responding() {
     });
     r.t.signal(x, Signal::SIGTERM);
     assert!(r.t.finish(x).status.success());
+}
+
+/// A run that no arbiter answered did not command the robot, whatever it printed: with the
+/// manager ignoring it (unlisted), `robot-controller --duration-s` exits 1. A command refused
+/// once its arbiter runs (here started after the controller) ends the run with its release
+/// said.
+#[test]
+fn a_run_no_arbiter_answered_fails_and_a_refusal_says_it_released() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let x = r.controller("x", "compromising", &["arm/wrist=1.0"], 500);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.arbiter();
+    let out = r.t.finish(x);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown resource arm/wrist"), "{err}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        printed.lines().last(),
+        Some("x: released every resource"),
+        "{printed}"
+    );
+    let stranger = r.t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "stranger",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=1",
+            "--duration-s",
+            "0.5",
+        ],
+    );
+    let out = r.t.finish(stranger);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("not in the robot manager's order"),
+        "{printed}"
+    );
 }

@@ -130,13 +130,25 @@ fn run(args: &Args) -> Result<(), String> {
     // too) and ends the program. After that, it comes from a change of configuration while
     // running (the manager dropped an arbiter, an arbiter lost a resource): said, not fatal.
     let mut accepted = commands.is_empty();
+    // Whether every arbiter commanded has answered this controller (given it an outcome): only
+    // then did the run command the robot (an arbiter that hangs, or a manager that ignores
+    // this controller, takes the command without acting on it).
+    let commanded: std::collections::BTreeSet<&str> = commands
+        .iter()
+        .filter_map(|(resource, _)| resource.split_once('/').map(|(a, _)| a))
+        .collect();
+    let mut answered = commanded.is_empty();
     let mut problem = None;
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller
             .wait_feedback(Duration::from_millis(50))
             .map_err(|e| e.to_string())?;
         match controller.check_commands() {
-            Err(e) if !accepted => return Err(e.to_string()),
+            Err(e) if !accepted => {
+                controller.release().map_err(|e| e.to_string())?;
+                print_note(args, "released", "released every resource", "");
+                return Err(e.to_string());
+            }
             Err(e) => {
                 let text = e.to_string();
                 if problem.as_ref() != Some(&text) {
@@ -172,6 +184,11 @@ fn run(args: &Args) -> Result<(), String> {
             said = waiting;
         }
         let feedback = controller.feedback();
+        answered |= commanded.iter().all(|a| {
+            feedback
+                .iter()
+                .any(|f| f.arbiter == *a && f.arbiter_responding && f.outcome.is_some())
+        });
         if feedback != printed {
             for f in &feedback {
                 if printed.contains(f) {
@@ -186,10 +203,11 @@ fn run(args: &Args) -> Result<(), String> {
     // The lines above said what it held; the last one says that is over.
     print_note(args, "released", "released every resource", "");
     // A script that runs `robot-controller --duration-s N && next-step` must not take a run
-    // whose commands never reached a running arbiter for one that commanded the robot.
-    if !accepted && !stop.load(Ordering::Relaxed) {
+    // whose commands never reached a running arbiter, or that no arbiter answered, for one
+    // that commanded the robot.
+    if (!accepted || !answered) && !stop.load(Ordering::Relaxed) {
         return Err(format!(
-            "--duration-s ended before every command reached its running arbiter{}",
+            "--duration-s ended before every arbiter commanded had answered this controller{}",
             said.map(|w| format!(" ({w})")).unwrap_or_default()
         ));
     }
