@@ -173,6 +173,34 @@ impl Watched {
         }
     }
 
+    /// Keeps what was known of each arbiter still followed after a rebuild (the slots are the
+    /// same, so are their sequences). An arbiter followed only from now on, after this
+    /// controller first published at `first_publish_ns`: a block held stamped before that
+    /// instant is from before this controller (the arbiter's clock is taken for this one's,
+    /// as for expiry).
+    fn carry_over(&mut self, before: &Watched, first_publish_ns: Option<u64>) {
+        for (i, (name, m)) in self.arbiters.iter().enumerate() {
+            let sub = self.group.get(*m);
+            let sequence = sub.sequence().unwrap_or(0);
+            let newer = |s: &u64| sequence <= *s;
+            match before.arbiters.iter().position(|(n, _)| n == name) {
+                Some(j) => {
+                    self.before_us[i] = before.before_us[j].filter(newer);
+                    self.starting[i] = before.starting[j].filter(newer);
+                }
+                None => {
+                    let stamped_before = sub
+                        .value()
+                        .zip(first_publish_ns)
+                        .is_some_and(|(b, t)| b.stamp_ns < t);
+                    if stamped_before {
+                        self.before_us[i] = Some(sequence);
+                    }
+                }
+            }
+        }
+    }
+
     /// Marks the blocks held now as older than this controller's first publish.
     fn mark_first_publish(&mut self) {
         for (i, (_, m)) in self.arbiters.iter().enumerate() {
@@ -199,6 +227,8 @@ pub struct RobotController {
     refresher: Option<std::thread::JoinHandle<()>>,
     _watchdog: daemon::Watchdog,
     watched: Watched,
+    /// When this controller first published (`None` before): see `Watched::carry_over`.
+    first_publish_ns: Option<u64>,
 }
 
 /// Longest time to live a block may have.
@@ -322,6 +352,7 @@ impl RobotController {
             refresher: Some(refresher),
             _watchdog: watchdog,
             watched,
+            first_publish_ns: None,
         };
         Ok(controller)
     }
@@ -374,6 +405,7 @@ impl RobotController {
             // What the arbiters say of this name before now is about an earlier process of it.
             self.refresh()?;
             self.watched.mark_first_publish();
+            self.first_publish_ns = Some(now_ns());
         }
         let mut s = lock(&self.shared);
         let Shared {
@@ -536,10 +568,11 @@ impl RobotController {
             if listed == self.watched.listed {
                 return Ok(());
             }
-            self.watched = watch(&self.bus, &listed)?;
+            let before = std::mem::replace(&mut self.watched, watch(&self.bus, &listed)?);
             let changed = self.watched.group.update_all()?;
             self.take_errors(&changed);
             self.watched.track_starts();
+            self.watched.carry_over(&before, self.first_publish_ns);
         }
     }
 

@@ -353,3 +353,43 @@ fn a_restarted_controller_never_reports_its_predecessors_outcome() {
         "{printed}"
     );
 }
+
+/// What a controller knows of the arbiters' blocks from before its first publish survives the
+/// manager changing its arbiter list: with the arm arbiter stopped, a restarted `x` reads the
+/// block its predecessor left (`full`, owning the turret) and must not print it, also after
+/// the list grows; it used to, once the list changed.
+#[test]
+fn a_predecessors_outcome_stays_hidden_when_the_arbiter_list_changes() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let first = r.x_holding_the_turret("20");
+    eventually("the first x holds the turret", || {
+        r.t.stdout_of(first).contains("x arm: full (owns: turret)")
+    });
+    r.t.signal(arbiter, Signal::SIGSTOP);
+    r.t.signal(first, Signal::SIGTERM);
+    assert!(r.t.finish(first).status.success());
+    let second = r.x_holding_the_turret("20");
+    eventually("the second x waits for the arbiter", || {
+        r.t.stdout_of(second).contains("x arm: not seen yet")
+    });
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"x\"]\narbiters = [\"arm\", \"gripper\"]\n",
+    )
+    .unwrap();
+    eventually("the second x follows the new list", || {
+        r.t.stdout_of(second).contains("x gripper:")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let printed = r.t.stdout_of(second);
+    assert!(!printed.contains("x arm: full"), "{printed}");
+    r.t.signal(arbiter, Signal::SIGCONT);
+    eventually("the second x holds the turret", || {
+        r.t.stdout_of(second).contains("x arm: full (owns: turret)")
+    });
+    r.t.signal(second, Signal::SIGTERM);
+    assert!(r.t.finish(second).status.success());
+}
