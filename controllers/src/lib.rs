@@ -140,6 +140,11 @@ impl CommandWatch {
         }
     }
 
+    /// Sequence of the command held.
+    fn sequence(&self) -> Option<u64> {
+        self.subscription.as_ref().and_then(|s| s.sequence())
+    }
+
     /// Whether the command was re-stamped as its heartbeat promises (with room for a late
     /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
     fn responding(&self) -> bool {
@@ -187,6 +192,11 @@ impl Watched {
                 Some(j) => {
                     self.before_us[i] = before.before_us[j].filter(newer);
                     self.starting[i] = before.starting[j].filter(newer);
+                    // The same command as before is no news of the arbiter.
+                    let (now, then) = (&mut self.commands[i], &before.commands[j]);
+                    if now.sequence() == then.sequence() {
+                        now.changed_at = then.changed_at;
+                    }
                 }
                 None => {
                     let stamped_before = sub
