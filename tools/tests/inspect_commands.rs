@@ -536,3 +536,33 @@ fn rates_and_watch_of_a_slot_that_never_exists_exit_1() {
     let err = refused(&t.inspect(&["watch", "/nope", "--timeout", "0.2"]));
     assert!(err.contains("no slot /nope"), "{err}");
 }
+
+/// `watch` passes over a value it cannot read (slot memory made inconsistent under it) with a
+/// line on stderr, and follows the writer's next value, instead of ending on it.
+#[test]
+fn watch_passes_over_a_value_it_cannot_read() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<u64>("/w/c").unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    p.write(&1).unwrap();
+    let watcher = t.spawn_bin(
+        "bus-inspect",
+        &["watch", "/w/c", "--count", "2", "--json", "--timeout", "20"],
+    );
+    common::eventually("the first value is shown", || {
+        t.stdout_of(watcher).lines().count() == 1
+    });
+    // The latest-sequence word (offset 512) names a buffer that holds another value.
+    t.overwrite_segment("/w/c", 512, &1_000_001u64.to_le_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    p.write(&2).unwrap();
+    let out = t.finish(watcher);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("passing over value 1000001"), "{stderr}");
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["value"], 2, "{last}");
+}

@@ -158,7 +158,21 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     let Some(info) = slot.read(last_seen, &mut bytes)? else {
         return Ok(None);
     };
-    let value = decode(slot, &bytes)?;
+    let value = decode(slot, &bytes).map_err(|e| match e {
+        // The value that did not decode, by its sequence: a follower can pass it over.
+        Error::Bus(BusError::Decode {
+            name,
+            type_name,
+            reason,
+            ..
+        }) => Error::Bus(BusError::Decode {
+            name,
+            type_name,
+            reason,
+            sequence: info.sequence,
+        }),
+        e => e,
+    })?;
     let origin = slot.origin();
     let writer = writer_now(slot);
     let writer_pid = slot.writer().pid;

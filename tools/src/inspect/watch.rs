@@ -13,11 +13,12 @@
 use std::time::{Duration, Instant};
 
 use bus::slot::Slot;
-use bus::{Domain, SlotName};
+use bus::{BusError, Domain, SlotName};
 use serde::Serialize;
 
 use super::followed::Followed;
 use super::slots::{read_newer, Reading};
+use super::Error;
 use super::Result;
 
 /// How `watch` ended.
@@ -68,7 +69,20 @@ pub fn watch(
         }
         existed |= slot.slot().is_some();
         if let Some(s) = slot.slot() {
-            if let Some(reading) = read_newer(s, last)? {
+            let newer = match read_newer(s, last) {
+                // A value that cannot be read (corrupt slot memory, bytes that do not decode)
+                // is said and passed over; the writer's next value is followed.
+                Err(Error::Bus(
+                    e @ (BusError::Inconsistent { sequence, .. }
+                    | BusError::Decode { sequence, .. }),
+                )) if sequence != 0 => {
+                    eprintln!("bus-inspect: {name}: passing over value {sequence}: {e}");
+                    last = sequence;
+                    continue;
+                }
+                other => other?,
+            };
+            if let Some(reading) = newer {
                 let skipped = if last == 0 {
                     0
                 } else {
