@@ -395,3 +395,46 @@ fn a_predecessors_outcome_stays_hidden_when_the_arbiter_list_changes() {
     r.t.signal(second, Signal::SIGTERM);
     assert!(r.t.finish(second).status.success());
 }
+
+/// A config symlink re-pointed to a file in another directory is followed there too: that file
+/// written in place in two steps is taken once closed, never half-written (the manager watched
+/// only the directories it found at start, and its periodic look took the first half).
+#[test]
+fn the_manager_watches_where_its_config_symlink_now_points() {
+    use std::io::Write;
+    let r = Robot::new(&["a", "b"]);
+    let dir = r.t.dir();
+    let (first, second) = (dir.join("first"), dir.join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(first.join("manager.toml"), manager_toml(&["a", "b"])).unwrap();
+    std::fs::write(second.join("manager.toml"), manager_toml(&["b", "a"])).unwrap();
+    std::fs::remove_file(&r.manager_file).unwrap();
+    std::os::unix::fs::symlink(first.join("manager.toml"), &r.manager_file).unwrap();
+    let mut r = r;
+    r.t.start_registry();
+    r.manager();
+    eventually("the first order", || order_is(&r, json!(["a", "b"])));
+    // Re-pointed the way deployment tools do it: a new link renamed over the old one.
+    let link = dir.join("manager.toml.new");
+    std::os::unix::fs::symlink(second.join("manager.toml"), &link).unwrap();
+    std::fs::rename(&link, &r.manager_file).unwrap();
+    eventually("the second order", || order_is(&r, json!(["b", "a"])));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(second.join("manager.toml"))
+        .unwrap();
+    file.write_all(b"controllers = [\"a\"]\narbiters = [\"arm\"]\n")
+        .unwrap();
+    file.sync_data().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2600));
+    let order = manager_order(&r).unwrap();
+    assert_eq!(order["controllers"], json!(["b", "a"]), "{order}");
+    file.write_all(b"unlisted = \"last\"\n").unwrap();
+    drop(file);
+    eventually("the whole new file", || {
+        manager_order(&r)
+            .is_some_and(|m| m["controllers"] == json!(["a"]) && m["unlisted"] == "last")
+    });
+}

@@ -79,24 +79,7 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
     let changes =
         AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_MODIFY;
     let mut watches = Vec::new();
-    let target = std::fs::canonicalize(&args.config).ok();
-    for path in std::iter::once(args.config.as_path()).chain(target.as_deref()) {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path.file_name().map(|n| n.to_owned());
-        if watches
-            .iter()
-            .any(|(_, d, n): &(_, &Path, _)| *d == dir && *n == name)
-        {
-            continue;
-        }
-        let wd = inotify
-            .add_watch(dir, changes)
-            .map_err(|e| format!("watching {}: {e}", dir.display()))?;
-        watches.push((wd, dir, name));
-    }
+    watch_config(&inotify, &mut watches, &args.config, changes)?;
 
     let bus = bus::Bus::open(domain.clone()).map_err(|e| e.to_string())?;
     let mut publication = bus
@@ -158,6 +141,11 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             // Two managers started before the registry: the one refused must not go on
             // logging an order that is not in force.
             return Err(e.to_string());
+        }
+        // The symlink may point elsewhere now: watch where it leads (a failure here is one
+        // more reason for the periodic look, not a reason to stop).
+        if let Err(e) = watch_config(&inotify, &mut watches, &args.config, changes) {
+            tracing::warn!("{e}");
         }
         let mut reload = false;
         while let Ok(Some(_)) = signals.read_signal() {
@@ -274,6 +262,39 @@ fn keep_previous(why: &str) {
         "keeping the previous config: {}",
         why.split_whitespace().collect::<Vec<_>>().join(" ")
     );
+}
+
+/// The watches on the config: the directory of its path and of the file it leads to (through
+/// symlinks), with the file name looked for in each.
+type ConfigWatches = Vec<(
+    nix::sys::inotify::WatchDescriptor,
+    PathBuf,
+    Option<std::ffi::OsString>,
+)>;
+
+/// Watches `config`'s directory and, if it is a symlink, its target's, unless watched already.
+fn watch_config(
+    inotify: &Inotify,
+    watches: &mut ConfigWatches,
+    config: &Path,
+    changes: AddWatchFlags,
+) -> Result<(), String> {
+    let target = std::fs::canonicalize(config).ok();
+    for path in std::iter::once(config).chain(target.as_deref()) {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_owned());
+        if watches.iter().any(|(_, d, n)| d == dir && *n == name) {
+            continue;
+        }
+        let wd = inotify
+            .add_watch(dir, changes)
+            .map_err(|e| format!("watching {}: {e}", dir.display()))?;
+        watches.push((wd, dir.to_owned(), name));
+    }
+    Ok(())
 }
 
 /// What identifies the config file's content without reading it: the file the path leads to
