@@ -235,17 +235,13 @@ pub fn run(
             // A name listed twice keeps its first place only. An arbiter the manager does not
             // list is out of service: the controllers are told their commands for it do not
             // count, so it follows no controller and sends every resource its safe command.
-            while let Some((in_service, mut listed)) =
-                watched.group.get(watched.manager).value().map(|m| {
-                    let in_service = m.arbiters.iter().any(|a| a == name);
-                    let listed = if in_service {
-                        m.controllers.clone()
-                    } else {
-                        Vec::new()
-                    };
-                    (in_service, listed)
-                })
-            {
+            while let Some(order) = watched.group.get(watched.manager).value() {
+                let in_service = order.arbiters.iter().any(|a| a == name);
+                let listed = if in_service {
+                    distinct(&order.controllers)
+                } else {
+                    Vec::new()
+                };
                 if in_service_before != Some(in_service) {
                     if !in_service {
                         tracing::warn!(
@@ -257,7 +253,6 @@ pub fn run(
                     }
                     in_service_before = Some(in_service);
                 }
-                dedup_keep_first(&mut listed);
                 if listed == watched.controller_names() {
                     break;
                 }
@@ -373,11 +368,10 @@ impl CommandValue {
                 .collect();
         }
         self.value.cycle = cycle;
-        self.value.stamp_ns = stamp_ns;
-        publication.write(&self.value)
+        self.restamp(publication, stamp_ns)
     }
 
-    /// Writes the last command again, stamped `stamp_ns` (the heartbeat).
+    /// Writes the command held, stamped `stamp_ns` (the heartbeat, and the end of `write`).
     fn restamp(
         &mut self,
         publication: &mut Publication<ResourceCommand>,
@@ -388,9 +382,10 @@ impl CommandValue {
     }
 }
 
-fn dedup_keep_first(names: &mut Vec<String>) {
+/// `names` with each name at its first place only.
+fn distinct(names: &[String]) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
-    names.retain(|n| seen.insert(n.clone()));
+    names.iter().filter(|n| seen.insert(*n)).cloned().collect()
 }
 
 fn memory_block(

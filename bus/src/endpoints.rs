@@ -298,7 +298,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     }
 
     /// Blocks, without spinning, until a value newer than the one held exists (and pulls it:
-    /// `Ok(true)`), or `timeout` passes (`Ok(false)`).  `Duration::MAX` waits without end (as
+    /// `Ok(true)`), or `timeout` passes (`Ok(false)`). `Duration::MAX` waits without end (as
     /// does every timeout of the bus too long for the clock).
     pub fn wait_update(&mut self, timeout: Duration) -> Result<bool, BusError> {
         let deadline = futex::deadline_after(timeout);
@@ -370,7 +370,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     }
 
     /// The newest sequence this subscription has dealt with: its value's, or a newer one that
-    /// did not decode.
+    /// could not be read (`passed_over`).
     pub(crate) fn last_sequence(&self) -> u64 {
         self.passed_over
             .unwrap_or_else(|| self.last.map_or(0, |i| i.sequence))

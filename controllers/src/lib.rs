@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use arbiter::protocol::{
-    arbiter_slot, command_slot, controller_slot, is_valid_name, now_ns, ArbiterBlock,
-    ControllerBlock, ManagerConfig, ResourceCommand, MANAGER_SLOT,
-};
-use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup};
+use arbiter::protocol::{controller_slot, is_valid_name, now_ns, ControllerBlock};
+use bus::{Bus, BusError, Publication};
 use crossbeam_channel::{bounded, Sender};
 use thiserror::Error;
+
+mod watched;
+use watched::Watched;
 
 /// The protocol types an application names: re-exported so that it depends on this crate only.
 pub use arbiter::protocol::{Outcome, Status};
@@ -33,7 +33,11 @@ pub enum ControllerError {
     Bus(#[from] BusError),
     #[error("invalid controller name {0:?}: {rule}", rule = arbiter::protocol::NAME_RULE)]
     Name(String),
-    #[error("invalid resource {0:?}: resources are named <arbiter>/<resource>, e.g. arm/shoulder")]
+    #[error(
+        "invalid resource {0:?}: resources are named <arbiter>/<resource>, e.g. arm/shoulder; \
+         each part: {rule}",
+        rule = arbiter::protocol::NAME_RULE
+    )]
     ResourceName(String),
     #[error("unknown resource {resource}: arbiter {arbiter} has {available}")]
     UnknownResource {
@@ -52,6 +56,15 @@ pub enum ControllerError {
          fewer commands or shorter names"
     )]
     BlockTooLarge { size: usize, capacity: usize },
+}
+
+/// `resource` (`<arbiter>/<resource>`, each part a valid name) as its arbiter and resource
+/// names; `ControllerError::ResourceName` otherwise.
+pub fn split_resource(resource: &str) -> Result<(&str, &str), ControllerError> {
+    resource
+        .split_once('/')
+        .filter(|(arbiter, name)| is_valid_name(arbiter) && is_valid_name(name))
+        .ok_or_else(|| ControllerError::ResourceName(resource.to_owned()))
 }
 
 /// What one arbiter did with this controller's request, as last read back.
@@ -95,136 +108,6 @@ struct Shared {
 
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The arbiters' feedback slots, rebuilt when the manager's arbiter list changes.
-struct Watched {
-    group: SubscriptionGroup,
-    manager: Member<ManagerConfig, Serde>,
-    /// The manager's arbiter list this was built for.
-    listed: Vec<String>,
-    /// The arbiters followed (those of `listed` whose slot could be subscribed to).
-    arbiters: Vec<(String, Member<ArbiterBlock, Serde>)>,
-    /// Per arbiter: whether its writer was alive at the last pull (`None` before the first),
-    /// and the sequence of the block held then.
-    was_alive: Vec<Option<bool>>,
-    held: Vec<u64>,
-    /// Per arbiter, while its process has started but not yet written: the sequence of the
-    /// block held, which an arbiter before it left (its resources and outcomes may be those
-    /// of another config).
-    starting: Vec<Option<u64>>,
-    /// Per arbiter: the sequence of the block held when this controller first published, until
-    /// a newer one comes: the outcome it gives this name is an earlier process's.
-    before_us: Vec<Option<u64>>,
-    /// Per arbiter: its coherent command, followed for its heartbeat.
-    commands: Vec<CommandWatch>,
-}
-
-/// An arbiter's coherent command, pulled with every pull of the group (not waited on: it
-/// changes at every heartbeat), to tell an arbiter that hangs from one with nothing to say.
-struct CommandWatch {
-    subscription: Option<bus::Subscription<ResourceCommand>>,
-    /// When a new command was last pulled.
-    changed_at: Option<Instant>,
-    heartbeat_ms: u64,
-}
-
-impl CommandWatch {
-    fn pull(&mut self) {
-        let Some(sub) = self.subscription.as_mut() else {
-            return;
-        };
-        if let Ok(true) = sub.update() {
-            self.changed_at = Some(Instant::now());
-            self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
-        }
-    }
-
-    /// Sequence of the command held.
-    fn sequence(&self) -> Option<u64> {
-        self.subscription.as_ref().and_then(|s| s.sequence())
-    }
-
-    /// Whether the command was re-stamped as its heartbeat promises (with room for a late
-    /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
-    fn responding(&self) -> bool {
-        let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
-        self.heartbeat_ms == 0 || self.changed_at.is_none_or(|t| t.elapsed() < limit)
-    }
-}
-
-/// An arbiter's command older than five heartbeats, and at least this, means it hangs.
-const STALE_AT_LEAST: Duration = Duration::from_millis(500);
-
-impl Watched {
-    /// Follows the arbiters' writers after a pull (see `starting`).
-    fn track_starts(&mut self) {
-        for (i, (_, m)) in self.arbiters.iter().enumerate() {
-            let sub = self.group.get(*m);
-            let alive = sub.writer() == Some(bus::WriterState::Alive);
-            let sequence = sub.sequence().unwrap_or(0);
-            self.starting[i] = match (self.was_alive[i], alive) {
-                (_, false) => None,
-                // Started: the block held before is its predecessor's. The pull that saw it
-                // start may already hold its first block (a writer's start wakes no one, its
-                // first write does): that one is the running arbiter's.
-                (Some(false), true) => Some(self.held[i]).filter(|s| sequence <= *s),
-                _ => self.starting[i].filter(|s| sequence <= *s),
-            };
-            self.was_alive[i] = Some(alive);
-            self.held[i] = sequence;
-            self.commands[i].pull();
-            self.before_us[i] = self.before_us[i].filter(|s| sequence <= *s);
-        }
-    }
-
-    /// Keeps what was known of each arbiter still followed after a rebuild (the slots are the
-    /// same, so are their sequences). An arbiter followed only from now on, after this
-    /// controller first published at `first_publish_ns`: a block held stamped before that
-    /// instant is from before this controller (the arbiter's clock is taken for this one's,
-    /// as for expiry).
-    fn carry_over(&mut self, before: &Watched, first_publish_ns: Option<u64>) {
-        for (i, (name, m)) in self.arbiters.iter().enumerate() {
-            let sub = self.group.get(*m);
-            let sequence = sub.sequence().unwrap_or(0);
-            let newer = |s: &u64| sequence <= *s;
-            match before.arbiters.iter().position(|(n, _)| n == name) {
-                Some(j) => {
-                    self.before_us[i] = before.before_us[j].filter(newer);
-                    self.starting[i] = before.starting[j].filter(newer);
-                    // The same command as before is no news of the arbiter.
-                    let (now, then) = (&mut self.commands[i], &before.commands[j]);
-                    if now.sequence() == then.sequence() {
-                        now.changed_at = then.changed_at;
-                    }
-                }
-                None => {
-                    let stamped_before = sub
-                        .value()
-                        .zip(first_publish_ns)
-                        .is_some_and(|(b, t)| b.stamp_ns < t);
-                    if stamped_before {
-                        self.before_us[i] = Some(sequence);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Marks the blocks held now as older than this controller's first publish.
-    fn mark_first_publish(&mut self) {
-        for (i, (_, m)) in self.arbiters.iter().enumerate() {
-            self.before_us[i] = self.group.get(*m).sequence();
-        }
-    }
-
-    /// Arbiter `i`'s block, if it is the running arbiter's.
-    fn current_block(&self, i: usize) -> Option<&ArbiterBlock> {
-        let sub = self.group.get(self.arbiters[i].1);
-        let running = sub.writer() == Some(bus::WriterState::Alive);
-        sub.value()
-            .filter(|_| running && self.starting[i].is_none())
-    }
 }
 
 pub struct RobotController {
@@ -352,7 +235,7 @@ impl RobotController {
         let watchdog = daemon::start_watchdog(move || {
             now_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < stale_after
         });
-        let watched = watch(bus, &[])?;
+        let watched = Watched::new(bus, &[])?;
         let controller = RobotController {
             bus: bus.clone(),
             name: name.to_owned(),
@@ -470,12 +353,7 @@ impl RobotController {
     }
 
     fn check(&self, resource: &str) -> Result<(), ControllerError> {
-        let Some((arbiter, name)) = resource.split_once('/') else {
-            return Err(ControllerError::ResourceName(resource.to_owned()));
-        };
-        if !is_valid_name(arbiter) || !is_valid_name(name) {
-            return Err(ControllerError::ResourceName(resource.to_owned()));
-        }
+        let (arbiter, name) = split_resource(resource)?;
         let known = self.arbiters();
         if let Some(resources) = known.get(arbiter) {
             if !resources.iter().any(|r| r == name) {
@@ -508,10 +386,9 @@ impl RobotController {
         self.watched
             .arbiters
             .iter()
-            .enumerate()
-            .filter_map(|(i, (name, _))| {
-                let block = self.watched.current_block(i)?;
-                Some((name.clone(), block.resources.keys().cloned().collect()))
+            .filter_map(|a| {
+                let block = self.watched.current_block(a)?;
+                Some((a.name.clone(), block.resources.keys().cloned().collect()))
             })
             .collect()
     }
@@ -522,8 +399,7 @@ impl RobotController {
     pub fn refresh(&mut self) -> Result<bool, ControllerError> {
         self.check_publication()?;
         let changed = self.watched.group.update_all()?;
-        self.take_errors(&changed);
-        self.watched.track_starts();
+        self.pulled(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
     }
@@ -534,8 +410,7 @@ impl RobotController {
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         self.check_publication()?;
         let changed = self.watched.group.wait_any(timeout)?;
-        self.take_errors(&changed);
-        self.watched.track_starts();
+        self.pulled(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
     }
@@ -550,14 +425,16 @@ impl RobotController {
         }
     }
 
-    /// Logs the failures the group reported (a slot of another type under an arbiter's name,
-    /// a value that does not decode); that arbiter then gives no feedback.
-    fn take_errors(&mut self, changed: &[usize]) {
+    /// After a pull of the group: logs the failures it reported (a slot of another type under
+    /// an arbiter's name, a value that does not decode: that arbiter then gives no feedback)
+    /// and follows the arbiters' writers and commands.
+    fn pulled(&mut self, changed: &[usize]) {
         for &i in changed {
             if let Some(e) = self.watched.group.take_error(i) {
                 tracing::warn!("controller {}: arbiter feedback: {e}", self.name);
             }
         }
+        self.watched.track_starts();
     }
 
     fn follow_manager(&mut self, changed: &[usize]) -> Result<(), ControllerError> {
@@ -578,10 +455,9 @@ impl RobotController {
             if listed == self.watched.listed {
                 return Ok(());
             }
-            let before = std::mem::replace(&mut self.watched, watch(&self.bus, &listed)?);
+            let before = std::mem::replace(&mut self.watched, Watched::new(&self.bus, &listed)?);
             let changed = self.watched.group.update_all()?;
-            self.take_errors(&changed);
-            self.watched.track_starts();
+            self.pulled(&changed);
             self.watched.carry_over(&before, self.first_publish_ns);
         }
     }
@@ -628,22 +504,21 @@ impl RobotController {
         self.watched
             .arbiters
             .iter()
-            .enumerate()
-            .map(|(i, (arbiter, m))| {
-                let sub = self.watched.group.get(*m);
-                let arbiter_running = sub.writer() == Some(bus::WriterState::Alive);
+            .map(|a| {
+                let arbiter_running =
+                    self.watched.group.get(a.block).writer() == Some(bus::WriterState::Alive);
                 // A block left by an arbiter that is gone (or by the one before a starting
                 // arbiter) says nothing about now.
                 // Nor does one from before this controller's first publish (the outcome for
                 // this name in it is an earlier process's).
                 let block = self
                     .watched
-                    .current_block(i)
-                    .filter(|_| listed && self.watched.before_us[i].is_none());
+                    .current_block(a)
+                    .filter(|_| listed && a.before_us.is_none());
                 Feedback {
-                    arbiter: arbiter.clone(),
+                    arbiter: a.name.clone(),
                     arbiter_running,
-                    arbiter_responding: arbiter_running && self.watched.commands[i].responding(),
+                    arbiter_responding: arbiter_running && a.command.responding(),
                     listed,
                     joining,
                     outcome: block.and_then(|b| b.outcomes.get(&self.name).copied()),
@@ -666,47 +541,6 @@ impl RobotController {
         self.clear_all();
         self.publish()
     }
-}
-
-fn watch(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
-    let mut group = SubscriptionGroup::new();
-    let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
-    let mut members = Vec::new();
-    if arbiters.len() > arbiter::process::MAX_ARBITERS {
-        tracing::warn!(
-            "the robot manager lists {} arbiters; following the first {} (no feedback from \
-             the rest)",
-            arbiters.len(),
-            arbiter::process::MAX_ARBITERS
-        );
-    }
-    for a in arbiters.iter().take(arbiter::process::MAX_ARBITERS) {
-        // A slot of another type under an arbiter's name (a stray process, an older build)
-        // gives no feedback rather than stopping the application.
-        match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
-            Ok(sub) => members.push((a.clone(), group.add(sub))),
-            Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
-        }
-    }
-    let commands = members
-        .iter()
-        .map(|(a, _)| CommandWatch {
-            subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
-            changed_at: None,
-            heartbeat_ms: 0,
-        })
-        .collect();
-    Ok(Watched {
-        group,
-        manager,
-        listed: arbiters.to_vec(),
-        was_alive: vec![None; members.len()],
-        held: vec![0; members.len()],
-        before_us: vec![None; members.len()],
-        commands,
-        starting: vec![None; members.len()],
-        arbiters: members,
-    })
 }
 
 impl Drop for RobotController {

@@ -207,31 +207,48 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
     r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
 }
 
+/// Writes a config listing `controllers` into `path` in place, in two steps: first without its
+/// `unlisted` line, flushed and left open past the manager's periodic look (2 s), while the
+/// order must stay `order_before`; then the line, and closed: the manager must take the whole
+/// file.
+fn write_in_place_in_two_steps(
+    r: &Robot,
+    path: &std::path::Path,
+    controllers: &[&str],
+    order_before: Value,
+) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    write!(
+        file,
+        "controllers = {controllers:?}\narbiters = [\"arm\"]\n"
+    )
+    .unwrap();
+    file.sync_data().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2600));
+    let order = manager_order(r).unwrap();
+    assert_eq!(order["controllers"], order_before, "{order}");
+    file.write_all(b"unlisted = \"last\"\n").unwrap();
+    drop(file);
+    eventually("the whole new file", || {
+        manager_order(r)
+            .is_some_and(|m| m["controllers"] == json!(controllers) && m["unlisted"] == "last")
+    });
+}
+
 /// A config written in place in two steps, with a pause between them, is taken once it is
 /// closed, never half-written: the manager's periodic look at the file (every 2 s) used to
 /// publish the first half (here: the new order without its `unlisted` line).
 #[test]
 fn the_manager_never_takes_a_half_written_file() {
-    use std::io::Write;
     let r = Robot::running(&["a", "b"]);
     eventually("the first order", || order_is(&r, json!(["a", "b"])));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(&r.manager_file)
-        .unwrap();
-    file.write_all(b"controllers = [\"b\", \"a\"]\narbiters = [\"arm\"]\n")
-        .unwrap();
-    file.sync_data().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2600));
-    let order = manager_order(&r).unwrap();
-    assert_eq!(order["controllers"], json!(["a", "b"]), "{order}");
-    file.write_all(b"unlisted = \"last\"\n").unwrap();
-    drop(file);
-    eventually("the whole new file", || {
-        manager_order(&r)
-            .is_some_and(|m| m["controllers"] == json!(["b", "a"]) && m["unlisted"] == "last")
-    });
+    let path = r.manager_file.clone();
+    write_in_place_in_two_steps(&r, &path, &["b", "a"], json!(["a", "b"]));
 }
 
 /// A restarted manager keeps unlisted controllers where the order in force had them (in order
@@ -401,7 +418,6 @@ fn a_predecessors_outcome_stays_hidden_when_the_arbiter_list_changes() {
 /// only the directories it found at start, and its periodic look took the first half).
 #[test]
 fn the_manager_watches_where_its_config_symlink_now_points() {
-    use std::io::Write;
     let r = Robot::new(&["a", "b"]);
     let dir = r.t.dir();
     let (first, second) = (dir.join("first"), dir.join("second"));
@@ -420,21 +436,5 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     std::os::unix::fs::symlink(second.join("manager.toml"), &link).unwrap();
     std::fs::rename(&link, &r.manager_file).unwrap();
     eventually("the second order", || order_is(&r, json!(["b", "a"])));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(second.join("manager.toml"))
-        .unwrap();
-    file.write_all(b"controllers = [\"a\"]\narbiters = [\"arm\"]\n")
-        .unwrap();
-    file.sync_data().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2600));
-    let order = manager_order(&r).unwrap();
-    assert_eq!(order["controllers"], json!(["b", "a"]), "{order}");
-    file.write_all(b"unlisted = \"last\"\n").unwrap();
-    drop(file);
-    eventually("the whole new file", || {
-        manager_order(&r)
-            .is_some_and(|m| m["controllers"] == json!(["a"]) && m["unlisted"] == "last")
-    });
+    write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
 }

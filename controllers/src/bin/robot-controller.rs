@@ -75,15 +75,7 @@ fn parse_set(s: &str) -> Result<(String, f64), String> {
     let (resource, value) = s
         .split_once('=')
         .ok_or_else(|| format!("--set {s:?}: expected <arbiter>/<resource>=<value>"))?;
-    let well_formed = resource.split_once('/').is_some_and(|(arbiter, name)| {
-        arbiter::protocol::is_valid_name(arbiter) && arbiter::protocol::is_valid_name(name)
-    });
-    if !well_formed {
-        return Err(format!(
-            "--set {s:?}: resources are named <arbiter>/<resource>, each part: {}",
-            arbiter::protocol::NAME_RULE
-        ));
-    }
+    controllers::split_resource(resource).map_err(|e| format!("--set {s:?}: {e}"))?;
     let value: f64 = value
         .parse()
         .ok()
@@ -129,14 +121,14 @@ fn run(args: &Args) -> Result<(), String> {
     // refuses is a mistake on the command line (an arbiter that appears later is checked
     // too) and ends the program. After that, it comes from a change of configuration while
     // running (the manager dropped an arbiter, an arbiter lost a resource): said, not fatal.
-    let mut accepted = commands.is_empty();
-    // Whether every arbiter commanded has answered this controller (given it an outcome): only
-    // then did the run command the robot (an arbiter that hangs, or a manager that ignores
-    // this controller, takes the command without acting on it).
     let commanded: std::collections::BTreeSet<&str> = commands
         .iter()
         .filter_map(|(resource, _)| resource.split_once('/').map(|(a, _)| a))
         .collect();
+    let mut accepted = commanded.is_empty();
+    // Whether every arbiter commanded has answered this controller (given it an outcome): only
+    // then did the run command the robot (an arbiter that hangs, or a manager that ignores
+    // this controller, takes the command without acting on it).
     let mut answered = commanded.is_empty();
     let mut problem = None;
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
@@ -145,8 +137,7 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         match controller.check_commands() {
             Err(e) if !accepted => {
-                controller.release().map_err(|e| e.to_string())?;
-                print_note(args, "released", "released every resource", "");
+                release(args, &mut controller)?;
                 return Err(e.to_string());
             }
             Err(e) => {
@@ -166,11 +157,7 @@ fn run(args: &Args) -> Result<(), String> {
                     printed.clear();
                 }
                 let running = controller.arbiters();
-                accepted |= commands.iter().all(|(resource, _)| {
-                    resource
-                        .split_once('/')
-                        .is_some_and(|(arbiter, _)| running.contains_key(arbiter))
-                });
+                accepted |= commanded.iter().all(|a| running.contains_key(*a));
             }
         }
         let waiting = waiting_for(&bus, &controller, &args.domain);
@@ -199,9 +186,7 @@ fn run(args: &Args) -> Result<(), String> {
             printed = feedback;
         }
     }
-    controller.release().map_err(|e| e.to_string())?;
-    // The lines above said what it held; the last one says that is over.
-    print_note(args, "released", "released every resource", "");
+    release(args, &mut controller)?;
     // A script that runs `robot-controller --duration-s N && next-step` must not take a run
     // whose commands never reached a running arbiter, or that no arbiter answered, for one
     // that commanded the robot.
@@ -211,6 +196,14 @@ fn run(args: &Args) -> Result<(), String> {
             said.map(|w| format!(" ({w})")).unwrap_or_default()
         ));
     }
+    Ok(())
+}
+
+/// Releases everything at once; the lines printed before said what it held, the last one says
+/// that is over.
+fn release(args: &Args, controller: &mut RobotController) -> Result<(), String> {
+    controller.release().map_err(|e| e.to_string())?;
+    print_note(args, "released", "released every resource", "");
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use bus::slot::Slot;
-use bus::{BusError, Domain, SlotName};
+use bus::{futex, BusError, Domain, SlotName};
 use serde::Serialize;
 
 use super::followed::Followed;
@@ -45,7 +45,7 @@ pub fn watch(
     timeout: Option<Duration>,
     mut each: impl FnMut(&Reading, u64) -> bool,
 ) -> Result<End> {
-    let deadline = deadline_after(timeout);
+    let deadline = timeout.and_then(futex::deadline_after);
     let mut slot = Followed::new(domain, name)?;
     let mut last = 0u64;
     let mut shown = 0u64;
@@ -100,15 +100,9 @@ pub fn watch(
     }
 }
 
-/// `timeout` from now; `None` for no timeout, and for one too far away to represent.
-fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
-    timeout.and_then(|t| Instant::now().checked_add(t))
-}
-
 /// Sleeps one poll interval, or until `deadline` if that comes first.
 fn sleep_until_next_poll(poll: Duration, deadline: Option<Instant>) {
-    let left = deadline.map_or(poll, |d| d.saturating_duration_since(Instant::now()));
-    std::thread::sleep(poll.min(left));
+    std::thread::sleep(poll.min(futex::time_left(deadline)));
 }
 
 /// A slot that changed during `wait`.
@@ -128,7 +122,7 @@ pub fn wait(
     poll: Duration,
     timeout: Option<Duration>,
 ) -> Result<Vec<Change>> {
-    let deadline = deadline_after(timeout);
+    let deadline = timeout.and_then(futex::deadline_after);
     let mut watched: Vec<(Followed, u64)> = Vec::new();
     for name in names {
         let slot = Followed::new(domain, name)?;

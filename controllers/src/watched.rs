@@ -1,0 +1,186 @@
+//! What a robot controller follows on the bus: the robot manager's order and, per arbiter the
+//! manager lists, its feedback block and its coherent command; and which of those blocks speak
+//! of now (a block left by an ended arbiter, by the process before a starting one, or from
+//! before this controller first published says nothing of this controller now).
+
+use std::time::{Duration, Instant};
+
+use arbiter::protocol::{
+    arbiter_slot, command_slot, ArbiterBlock, ManagerConfig, ResourceCommand, MANAGER_SLOT,
+};
+use bus::{Bus, BusError, Member, Serde, SubscriptionGroup, WriterState};
+
+/// The manager's slot and the arbiters' slots, rebuilt when the manager's arbiter list
+/// changes.
+pub(crate) struct Watched {
+    pub group: SubscriptionGroup,
+    pub manager: Member<ManagerConfig, Serde>,
+    /// The manager's arbiter list this was built for.
+    pub listed: Vec<String>,
+    /// The arbiters followed (those of `listed` whose slot could be subscribed to).
+    pub arbiters: Vec<FollowedArbiter>,
+}
+
+/// One arbiter followed, and what is known of which of its blocks is current.
+pub(crate) struct FollowedArbiter {
+    pub name: String,
+    pub block: Member<ArbiterBlock, Serde>,
+    /// Whether its writer was alive at the last pull (`None` before the first), and the
+    /// sequence of the block held then.
+    was_alive: Option<bool>,
+    held: u64,
+    /// While its process has started but not yet written: the sequence of the block held,
+    /// which an arbiter before it left (its resources and outcomes may be those of another
+    /// config).
+    starting: Option<u64>,
+    /// The sequence of the block held when this controller first published, until a newer one
+    /// comes: the outcome it gives this controller's name is an earlier process's.
+    pub before_us: Option<u64>,
+    pub command: CommandWatch,
+}
+
+/// An arbiter's coherent command, pulled with every pull of the group (not waited on: it
+/// changes at every heartbeat), to tell an arbiter that hangs from one with nothing to say.
+pub(crate) struct CommandWatch {
+    subscription: Option<bus::Subscription<ResourceCommand>>,
+    /// When a new command was last pulled.
+    changed_at: Option<Instant>,
+    heartbeat_ms: u64,
+}
+
+/// An arbiter's command older than five heartbeats, and at least this, means it hangs.
+const STALE_AT_LEAST: Duration = Duration::from_millis(500);
+
+impl CommandWatch {
+    fn pull(&mut self) {
+        let Some(sub) = self.subscription.as_mut() else {
+            return;
+        };
+        if let Ok(true) = sub.update() {
+            self.changed_at = Some(Instant::now());
+            self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
+        }
+    }
+
+    /// Sequence of the command held.
+    fn sequence(&self) -> Option<u64> {
+        self.subscription.as_ref().and_then(|s| s.sequence())
+    }
+
+    /// Whether the command was re-stamped as its heartbeat promises (with room for a late
+    /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
+    pub fn responding(&self) -> bool {
+        let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
+        self.heartbeat_ms == 0 || self.changed_at.is_none_or(|t| t.elapsed() < limit)
+    }
+}
+
+impl Watched {
+    /// Follows the manager's slot and the slots of `arbiters`.
+    pub fn new(bus: &Bus, arbiters: &[String]) -> Result<Watched, BusError> {
+        let mut group = SubscriptionGroup::new();
+        let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
+        if arbiters.len() > arbiter::process::MAX_ARBITERS {
+            tracing::warn!(
+                "the robot manager lists {} arbiters; following the first {} (no feedback from \
+                 the rest)",
+                arbiters.len(),
+                arbiter::process::MAX_ARBITERS
+            );
+        }
+        let mut followed = Vec::new();
+        for a in arbiters.iter().take(arbiter::process::MAX_ARBITERS) {
+            // A slot of another type under an arbiter's name (a stray process, an older build)
+            // gives no feedback rather than stopping the application.
+            match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
+                Ok(sub) => followed.push(FollowedArbiter {
+                    name: a.clone(),
+                    block: group.add(sub),
+                    was_alive: None,
+                    held: 0,
+                    starting: None,
+                    before_us: None,
+                    command: CommandWatch {
+                        subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
+                        changed_at: None,
+                        heartbeat_ms: 0,
+                    },
+                }),
+                Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
+            }
+        }
+        Ok(Watched {
+            group,
+            manager,
+            listed: arbiters.to_vec(),
+            arbiters: followed,
+        })
+    }
+
+    /// Follows the arbiters' writers and commands after a pull (see `starting`).
+    pub fn track_starts(&mut self) {
+        for a in &mut self.arbiters {
+            let sub = self.group.get(a.block);
+            let alive = sub.writer() == Some(WriterState::Alive);
+            let sequence = sub.sequence().unwrap_or(0);
+            a.starting = match (a.was_alive, alive) {
+                (_, false) => None,
+                // Started: the block held before is its predecessor's. The pull that saw it
+                // start may already hold its first block (a writer's start wakes no one, its
+                // first write does): that one is the running arbiter's.
+                (Some(false), true) => Some(a.held).filter(|s| sequence <= *s),
+                _ => a.starting.filter(|s| sequence <= *s),
+            };
+            a.was_alive = Some(alive);
+            a.held = sequence;
+            a.command.pull();
+            a.before_us = a.before_us.filter(|s| sequence <= *s);
+        }
+    }
+
+    /// Keeps what was known of each arbiter still followed after a rebuild (the slots are the
+    /// same, so are their sequences). An arbiter followed only from now on, after this
+    /// controller first published at `first_publish_ns`: a block held stamped before that
+    /// instant is from before this controller (the arbiter's clock is taken for this one's,
+    /// as for expiry).
+    pub fn carry_over(&mut self, before: &Watched, first_publish_ns: Option<u64>) {
+        for a in &mut self.arbiters {
+            let sub = self.group.get(a.block);
+            let sequence = sub.sequence().unwrap_or(0);
+            let newer = |s: &u64| sequence <= *s;
+            match before.arbiters.iter().find(|b| b.name == a.name) {
+                Some(then) => {
+                    a.before_us = then.before_us.filter(newer);
+                    a.starting = then.starting.filter(newer);
+                    // The same command as before is no news of the arbiter.
+                    if a.command.sequence() == then.command.sequence() {
+                        a.command.changed_at = then.command.changed_at;
+                    }
+                }
+                None => {
+                    let stamped_before = sub
+                        .value()
+                        .zip(first_publish_ns)
+                        .is_some_and(|(b, t)| b.stamp_ns < t);
+                    if stamped_before {
+                        a.before_us = Some(sequence);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks the blocks held now as older than this controller's first publish.
+    pub fn mark_first_publish(&mut self) {
+        for a in &mut self.arbiters {
+            a.before_us = self.group.get(a.block).sequence();
+        }
+    }
+
+    /// `a`'s block, if it is the running arbiter's.
+    pub fn current_block(&self, a: &FollowedArbiter) -> Option<&ArbiterBlock> {
+        let sub = self.group.get(a.block);
+        let running = sub.writer() == Some(WriterState::Alive);
+        sub.value().filter(|_| running && a.starting.is_none())
+    }
+}
