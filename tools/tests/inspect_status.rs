@@ -46,9 +46,10 @@ fn a_slot_that_stopped_has_no_rate() {
 }
 
 /// Without a registry, `list` still lists the segments (exit 0) and `get`/`info` of a missing
-/// slot fail as before, but each says on stderr that no registry answers, in doctor's words.
+/// slot fail as before, but each says on stderr that no registry answers, in doctor's words;
+/// `stats` and `graph` say so too and exit 1.
 #[test]
-fn without_a_registry_list_get_and_info_say_so() {
+fn without_a_registry_list_get_info_stats_and_graph_say_so() {
     let mut t = TestBus::new();
     let domain = t.domain.to_string();
     // A slot the registry created before it was killed: its segment outlives it.
@@ -80,6 +81,20 @@ fn without_a_registry_list_get_and_info_say_so() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("no slot /robot/manager"), "{command}: {err}");
         assert!(err.lines().any(|l| l == note), "{command}: {err}");
+    }
+    // `stats` and `graph` print what shared memory shows, but without the processes they
+    // describe through the registry they end in 1, saying why on stderr.
+    for args in [
+        &["stats"][..],
+        &["stats", "--json"],
+        &["graph"],
+        &["graph", "--json"],
+    ] {
+        let out = t.inspect(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.lines().any(|l| l == note), "{args:?}: {err}");
     }
     // A slot that exists reads without a registry, and without a note.
     let out = t.inspect(&["get", "/lonely/x", "--json"]);

@@ -165,12 +165,18 @@ enum Command {
         json: Json,
     },
     /// Processes, slots, connections and hosts as a Graphviz DOT graph (`| dot -Tsvg`).
+    ///
+    /// Processes and connections come from the registry: without one, the slots are still
+    /// drawn and the exit status is 1.
     Graph {
         /// Nodes and edges as JSON instead of DOT.
         #[arg(long)]
         json: bool,
     },
     /// Registry counters and each registry's network counters (/baton/registry/HOST/net).
+    ///
+    /// Exit status 1 when no registry answers (network counters found in shared memory are
+    /// still printed).
     Stats {
         #[command(flatten)]
         json: Json,
@@ -399,12 +405,12 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
         Command::Graph { json } => {
             let g = graph::build(domain).map_err(err)?;
             show(json, &g, graph::dot)?;
-            Ok(0)
+            Ok(without_registry(domain, g.registry_error.as_deref()))
         }
         Command::Stats { json } => {
             let s = stats::gather(domain);
             show(json.json, &s, stats::render)?;
-            Ok(0)
+            Ok(without_registry(domain, s.registry_error.as_deref()))
         }
         Command::Doctor { json } => {
             let report = doctor::diagnose(domain);
@@ -434,6 +440,18 @@ fn list(domain: &Domain, pattern: Option<&str>, json: bool) -> Result<i32, Strin
         eprintln!("bus-inspect: {none}");
     }
     Ok(0)
+}
+
+/// The exit status of `graph` and `stats`, which print what shared memory shows but describe
+/// the processes only through the registry: 1 when it did not answer, said on stderr too (their
+/// output may go to a file), in doctor's words like `list`.
+fn without_registry(domain: &Domain, error: Option<&str>) -> i32 {
+    let Some(error) = error else { return 0 };
+    match registry::answers(domain) {
+        Err(none) => eprintln!("bus-inspect: {none}"),
+        Ok(_) => eprintln!("bus-inspect: {error}"),
+    }
+    1
 }
 
 /// The error of `get` or `info`; for a slot that does not exist, followed (on its own line, in
