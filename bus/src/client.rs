@@ -379,15 +379,23 @@ impl Endpoint {
     }
 
     fn bind(&self, slot: Slot) {
-        // Holding `pending` while setting the slot: a concurrent `publish_bytes` either sees the
-        // slot (and writes it directly) or stores its value before we flush it here.
+        // A slot has one writer. The value kept before binding goes in before the slot is
+        // visible to the publication's own thread, and `pending` is held throughout: a
+        // concurrent `publish_bytes` either finds no slot and waits for the lock (then sees the
+        // slot and writes after the kept value), or finds the slot set, which happens after the
+        // kept value's write (the `OnceLock`'s release, its acquire). Writing the kept value after
+        // `set` let a publication write the same buffer at the same time: two writers of one
+        // sequence number, a torn value that passed the seqlock, or the older value last.
         let mut pending = lock(&self.pending);
-        let slot = self.slot.get_or_init(|| slot);
+        if self.slot.get().is_some() {
+            return; // bound before: the registry answered a re-registration with its slot.
+        }
         if let Some(bytes) = pending.take() {
             if let Err(e) = slot.write(&bytes) {
                 tracing::warn!("{}: value written before binding lost: {e}", slot.name());
             }
         }
+        let _ = self.slot.set(slot);
     }
 
     pub(crate) fn error(&self) -> Option<BusError> {
@@ -517,3 +525,6 @@ fn connect_pair(domain: &Domain) -> std::io::Result<(UnixStream, UnixStream)> {
     let reader = stream.try_clone()?;
     Ok((stream, reader))
 }
+
+#[cfg(test)]
+mod tests;
