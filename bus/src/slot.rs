@@ -433,7 +433,7 @@ impl Slot {
             }
             let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
             let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
-            // Pairs with the writer's Release fence, as in `read_with`: if len or time came from
+            // Pairs with the writer's Release fence, as in `read_in_place`: if len or time came from
             // a later write, the re-read sees that write's odd marker (or later).
             fence(Ordering::Acquire);
             if seq.load(Ordering::Relaxed) == s1 && len <= self.layout.capacity as u64 {
@@ -448,36 +448,70 @@ impl Slot {
         stamps
     }
 
+    /// The writer's record. The state word carries a version above its two state bits, which
+    /// `set_writer` bumps to an odd "changing" mark before it stores the pid and start time and
+    /// again when done; a record read between two equal, settled words is one writer's, so a
+    /// pid never goes with another process's start time (which would make a live writer look
+    /// dead). A record that keeps changing, or a corrupt one, reads as it stands after a few
+    /// tries.
     pub fn writer(&self) -> WriterInfo {
-        WriterInfo {
-            pid: self.load32(OFF_WRITER_PID),
-            start_time: self.load64(OFF_WRITER_START),
-            state: self.writer_state(),
+        let word = self.word32(OFF_WRITER_STATE);
+        let mut tries = 0;
+        loop {
+            let w1 = word.load(Ordering::Acquire);
+            let pid = self.load32(OFF_WRITER_PID);
+            let start_time = self.load64(OFF_WRITER_START);
+            // Pairs with `set_writer`'s Release fence: if a load above saw a later record's pid
+            // or start time, this load sees that record's changing mark (or later).
+            fence(Ordering::Acquire);
+            let w2 = word.load(Ordering::Relaxed);
+            tries += 1;
+            if (w1 == w2 && !changing(w1)) || tries == 100 {
+                return WriterInfo {
+                    pid,
+                    start_time,
+                    state: writer_state_of(w2),
+                };
+            }
+            std::hint::spin_loop();
         }
     }
 
     /// Whether the writer lives: one load, for the paths that check it on every update
     /// (subscription groups, arbiters).
     pub fn writer_state(&self) -> WriterState {
-        match self.load32(OFF_WRITER_STATE) {
-            1 => WriterState::Alive,
-            2 => WriterState::Gone,
-            _ => WriterState::None,
-        }
+        writer_state_of(self.load32(OFF_WRITER_STATE))
     }
 
-    /// Records the slot's writer (registry, at registration).
+    /// Records the slot's writer (registry, at registration). The same live writer registering
+    /// again (after a registry restart) changes nothing: marking it changing would show its
+    /// readers a writer that is not alive for a moment, and an arbiter would drop its command.
     pub fn set_writer(&self, pid: u32, start_time: u64) {
-        self.store32(OFF_WRITER_STATE, 0);
+        if self.writer_state() == WriterState::Alive
+            && self.load32(OFF_WRITER_PID) == pid
+            && self.load64(OFF_WRITER_START) == start_time
+        {
+            return;
+        }
+        let word = self.word32(OFF_WRITER_STATE);
+        let changing_version = (word.load(Ordering::Relaxed) >> WRITER_VERSION_SHIFT) | 1;
+        word.store(changing_version << WRITER_VERSION_SHIFT, Ordering::Relaxed);
+        // Orders the changing mark before the new pid and start time (see `writer`).
+        fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
-        self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
+        let settled = changing_version.wrapping_add(1) << WRITER_VERSION_SHIFT;
+        word.store(settled | STATE_ALIVE, Ordering::Release);
     }
 
     /// Marks the writer gone (clean drop, or the registry saw its process die) and wakes
-    /// waiters so that they can notice.
+    /// waiters so that they can notice. The version is kept: the record is the same writer's.
     pub fn mark_writer_gone(&self) {
-        self.word32(OFF_WRITER_STATE).store(2, Ordering::Release);
+        let _ =
+            self.word32(OFF_WRITER_STATE)
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                    Some((w & !STATE_MASK) | STATE_GONE)
+                });
         self.notify_word().fetch_add(1, Ordering::SeqCst);
         futex::wake_all(self.notify_word(), true);
     }
@@ -580,6 +614,27 @@ impl Slot {
 }
 
 mod segment;
+// The writer state word: a state in its low two bits (0 none, 1 alive, 2 gone), a version above
+// them (odd, with state none, while `set_writer` changes the record). Segments written before the version existed hold 0, 1 or 2:
+// version 0, read alike.
+const STATE_MASK: u32 = 0b11;
+const STATE_ALIVE: u32 = 1;
+const STATE_GONE: u32 = 2;
+const WRITER_VERSION_SHIFT: u32 = 2;
+
+fn writer_state_of(word: u32) -> WriterState {
+    match word & STATE_MASK {
+        STATE_ALIVE => WriterState::Alive,
+        STATE_GONE => WriterState::Gone,
+        _ => WriterState::None,
+    }
+}
+
+/// `set_writer` is between its two stores of the word.
+fn changing(word: u32) -> bool {
+    (word >> WRITER_VERSION_SHIFT) & 1 == 1
+}
+
 #[cfg(test)]
 mod tests;
 mod waiters;

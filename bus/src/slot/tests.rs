@@ -1,6 +1,7 @@
 //! The seqlock and the header validation, on segments of this process.
 
 use super::*;
+use std::sync::atomic::AtomicBool;
 
 struct Scratch(String);
 impl Drop for Scratch {
@@ -204,5 +205,49 @@ fn a_repair_never_leaves_a_live_waiter_asleep_uncounted() {
         repair(&slot);
         assert_eq!(sleeper.join().unwrap(), futex::Wake::Maybe(None));
         assert!(started.elapsed() < Duration::from_secs(1), "asleep: woken");
+    });
+}
+
+/// The registry records the writer again each time it registers (after every registry
+/// restart): the same live writer must read alive throughout, or an arbiter drops its command
+/// for a cycle. And a record read while it changes is never half one writer, half another.
+#[test]
+fn the_writer_record_never_flickers() {
+    let (_s, slot) = new_slot("writer");
+    slot.set_writer(10, 1000);
+    let reader = Slot::open(slot.segment(), false).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..200_000 {
+                slot.set_writer(10, 1000);
+            }
+            for i in 0..200_000u32 {
+                // Two writers whose pid and start time always go together.
+                let pid = 11 + i % 2;
+                slot.set_writer(pid, u64::from(pid) * 100);
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        let mut same_writer_reads = 0u64;
+        while !done.load(Ordering::SeqCst) {
+            let w = reader.writer();
+            if w.pid == 10 {
+                assert_eq!(
+                    w.state,
+                    WriterState::Alive,
+                    "the same writer read not alive"
+                );
+                assert_eq!(w.start_time, 1000);
+                same_writer_reads += 1;
+            } else if w.state == WriterState::Alive {
+                assert_eq!(
+                    w.start_time,
+                    u64::from(w.pid) * 100,
+                    "one writer's pid with another's start time"
+                );
+            }
+        }
+        assert!(same_writer_reads > 0);
     });
 }
