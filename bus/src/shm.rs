@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use nix::fcntl::OFlag;
+use nix::fcntl::{posix_fallocate, OFlag};
 use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
 use nix::sys::stat::{fchmod, fstat, Mode};
 use nix::unistd::{fchown, ftruncate, Gid};
@@ -54,7 +54,14 @@ impl Mapping {
             // The umask may have removed group bits at creation; set them explicitly.
             fchmod(&fd, mode).map_err(|e| io_err(name, "fchmod", e))?;
             ftruncate(&fd, len as i64).map_err(|e| io_err(name, "ftruncate", e))?;
-            Ok(())
+            // Reserve the pages now: a sparse segment on a full /dev/shm would be created
+            // without complaint, and the first write to an unbacked page would kill the writer
+            // (and the registry, for its own slots) with SIGBUS. Here it is an error (ENOSPC).
+            // A filesystem that cannot reserve (EOPNOTSUPP; tmpfs can) keeps the sparse file.
+            match posix_fallocate(&fd, 0, len as i64) {
+                Ok(()) | Err(nix::Error::EOPNOTSUPP) => Ok(()),
+                Err(e) => Err(io_err(name, "posix_fallocate (is /dev/shm full?)", e)),
+            }
         };
         if let Err(e) = set_up() {
             let _ = shm_unlink(name);
