@@ -257,11 +257,14 @@ impl Registry {
             }
             Err(refusal) => {
                 self.forget_if_unused(&reg.name);
+                let kind = match reg.kind {
+                    EndpointKind::Publication => "publication",
+                    EndpointKind::Subscription => "subscription",
+                };
                 tracing::info!(
-                    "refused {:?} of {} by pid {}: {refusal:?}",
-                    reg.kind,
-                    reg.name,
-                    self.peers.get(&conn).map_or(0, |p| p.pid)
+                    "refused a {kind} by pid {}: {}",
+                    self.peers.get(&conn).map_or(0, |p| p.pid),
+                    refusal.clone().into_error(&reg)
                 );
                 vec![(conn, id, Reply::Refused { endpoint, refusal })]
             }
