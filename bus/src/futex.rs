@@ -20,6 +20,9 @@ pub enum Wake {
     /// Woken, or the word no longer held the expected value, or a signal interrupted us.
     Maybe(Option<usize>),
     TimedOut,
+    /// `futex_waitv` itself failed with this errno (ENOSYS before Linux 5.16, EPERM under a
+    /// seccomp profile that predates it): waiting again would fail at once, for ever.
+    Failed(i32),
 }
 
 /// One word to wait on.
@@ -151,11 +154,13 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
         )
     };
     if rc >= 0 {
-        Wake::Maybe(Some(rc as usize))
-    } else if errno() == libc::ETIMEDOUT {
-        Wake::TimedOut
-    } else {
-        Wake::Maybe(None)
+        return Wake::Maybe(Some(rc as usize));
+    }
+    match errno() {
+        libc::ETIMEDOUT => Wake::TimedOut,
+        // A word no longer held its expected value, or a signal came.
+        libc::EAGAIN | libc::EINTR => Wake::Maybe(None),
+        e => Wake::Failed(e),
     }
 }
 

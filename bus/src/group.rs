@@ -267,6 +267,7 @@ impl SubscriptionGroup {
                     }
                 }
                 futex::Wake::Maybe(None) => {}
+                futex::Wake::Failed(errno) => return Err(waitv_failed(errno)),
             }
         }
     }
@@ -354,4 +355,17 @@ impl Drop for SubscriptionGroup {
     fn drop(&mut self) {
         self.uncount();
     }
+}
+
+/// `wait_any`'s error when the kernel will not wait on several words: an error, rather than a
+/// loop that fails again at once, for ever, at full speed.
+fn waitv_failed(errno: i32) -> BusError {
+    BusError::io(
+        "waiting on a subscription group (futex_waitv)",
+        format!(
+            "{}: it needs Linux 5.16 or later, and a seccomp profile (container runtime) that \
+             allows futex_waitv",
+            std::io::Error::from_raw_os_error(errno)
+        ),
+    )
 }
