@@ -388,7 +388,7 @@ fn wait_on_slot(slot: &Slot, seen: u64, deadline: Option<Instant>) -> futex::Wak
     // count a writer dropped as stale in between means: do not sleep, count again.
     let ticket = slot.count_waiter();
     let wake = match slot.notify_to_sleep_on(&ticket) {
-        Some(expected) if slot.latest_sequence() == seen => {
+        Some(expected) if !slot.has_news(seen) => {
             futex::wait(slot.notify_word(), expected, true, deadline)
         }
         _ => futex::Wake::Maybe(None),

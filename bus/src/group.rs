@@ -315,7 +315,7 @@ impl SubscriptionGroup {
                         shared: true,
                     });
                     ready |= expected.is_none()
-                        || slot.latest_sequence() != sub.sequence()
+                        || slot.has_news(sub.sequence())
                         || sub.writer_state() != m.writer;
                 }
                 None => {

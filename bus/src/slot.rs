@@ -214,6 +214,15 @@ impl Slot {
         self.word64(OFF_LATEST).load(Ordering::Acquire)
     }
 
+    /// Whether `read` would find a value other than the one of sequence `seen`: the condition
+    /// a waiter sleeps on. Sequence 0 is never a value (`read` returns nothing for it), so a
+    /// `latest` of 0 after values were seen (a corrupted word) is nothing new either; a waiter
+    /// that took it for news would never sleep.
+    pub fn has_news(&self, seen: u64) -> bool {
+        let n = self.latest_sequence();
+        n != seen && n != 0
+    }
+
     /// Writes one value. The caller checked `bytes.len() <= capacity()`; a longer value is a
     /// bug and is refused with `TooLarge` rather than truncated.
     pub fn write(&self, bytes: &[u8]) -> Result<u64, BusError> {

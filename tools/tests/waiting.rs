@@ -491,3 +491,39 @@ fn a_member_of_another_group_is_a_clear_mistake() {
     let member = first.add(bus.subscribe::<u64>("/first").unwrap());
     let _ = second.get(member);
 }
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+}
+
+/// A slot's latest-sequence word corrupted to 0 after a value was seen: `read` finds nothing in
+/// sequence 0, so waiting must sleep until the timeout, not take the word for news and spin.
+#[test]
+fn a_latest_word_corrupted_to_zero_is_slept_on_not_spun_on() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let (mut publication, _slot) = bound_with_slot::<u64>(&t, &bus, "/zeroed");
+    publication.write(&7).unwrap();
+    let mut sub = bus.subscribe::<u64>("/zeroed").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    let mut group = bus::SubscriptionGroup::new();
+    group.add(bus.subscribe::<u64>("/zeroed").unwrap());
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![0]);
+    t.overwrite_segment("/zeroed", 512, &0u64.to_le_bytes());
+
+    let wait = Duration::from_millis(300);
+    let before = thread_cpu_time();
+    assert!(!sub.wait_update(wait).unwrap());
+    assert!(group.wait_any(wait).unwrap().is_empty());
+    let busy = thread_cpu_time() - before;
+    // Sleeping costs a few hundred microseconds of CPU; spinning, the whole 600 ms.
+    assert!(busy < Duration::from_millis(150), "spun for {busy:?}");
+    // The writer's next writes are read again.
+    publication.write(&8).unwrap();
+    publication.write(&9).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&9));
+}
