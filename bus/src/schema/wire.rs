@@ -14,6 +14,8 @@ use super::{ContainerFormat, Encoding, Format, Named, Schema, SchemaError, Varia
 const MAGIC: &[u8; 4] = b"BSC1";
 /// Far above any real schema; bounds the work a hostile segment can cause.
 pub(super) const MAX_SCHEMA_BYTES: usize = 1 << 20;
+/// Items a decoded list reserves room for before they parse (see `Reader::count`).
+const PREALLOCATE_AT_MOST: usize = 16;
 
 /// What [`from_bytes`] recovers, before the structural checks.
 pub(super) struct Parts {
@@ -420,6 +422,10 @@ impl<'a> Reader<'a> {
     }
 
     /// Each counted item takes at least one byte, so a count above the bytes left is a lie.
+    /// A count is checked only against the bytes left (up to a megabyte), and a schema nests
+    /// up to 64 levels: reserved in full, each level of a hostile schema would reserve 32 bytes
+    /// per byte left, gigabytes in all before the depth check fails. Lists grow as their items
+    /// actually parse instead.
     fn count(&mut self) -> Result<usize, SchemaError> {
         let count = self.u32()? as usize;
         let left = self.bytes.len() - self.pos;
@@ -484,7 +490,7 @@ impl<'a> Reader<'a> {
 
     fn formats(&mut self, depth: usize) -> Result<Vec<Format>, SchemaError> {
         let count = self.count()?;
-        let mut items = Vec::with_capacity(count);
+        let mut items = Vec::with_capacity(count.min(PREALLOCATE_AT_MOST));
         for _ in 0..count {
             items.push(self.format(depth)?);
         }
@@ -493,7 +499,7 @@ impl<'a> Reader<'a> {
 
     fn fields(&mut self) -> Result<Vec<Named<Format>>, SchemaError> {
         let count = self.count()?;
-        let mut fields = Vec::with_capacity(count);
+        let mut fields = Vec::with_capacity(count.min(PREALLOCATE_AT_MOST));
         for _ in 0..count {
             let name = self.str()?;
             let value = self.format(1)?;
