@@ -8,7 +8,7 @@
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use nix::fcntl::{posix_fallocate, OFlag};
 use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
@@ -124,6 +124,22 @@ impl Mapping {
     }
 }
 
+/// An Acquire load of a mapped word, written as a Relaxed load and an Acquire fence: the same
+/// synchronisation (the fence pairs with the Release store the load read from), and the only
+/// form of load the Rust docs allow on read-only memory, which tools map.
+pub fn load_acquire64(word: &AtomicU64) -> u64 {
+    let value = word.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    value
+}
+
+/// `load_acquire64` for a 32-bit word.
+pub fn load_acquire32(word: &AtomicU32) -> u32 {
+    let value = word.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    value
+}
+
 /// Typed access to the mapped memory. All shared slot memory is accessed through these, i.e.
 /// atomically, because another process may write it at any moment.
 impl Mapping {
@@ -153,8 +169,9 @@ impl Mapping {
             self.len
         );
         // SAFETY: as in `word32`: checked in bounds, 8-aligned, mapped while `self` lives, only
-        // accessed atomically. On a read-only mapping (tools) only loads are issued, and on
-        // x86-64 and aarch64 a 64-bit atomic load is a plain load, valid on read-only pages.
+        // accessed atomically. On a read-only mapping (tools) only Relaxed loads are issued
+        // (an acquire is `load_acquire`'s Relaxed load and fence), which the `core::sync::atomic`
+        // docs ("Atomic accesses to read-only memory") allow for words of this size.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off) as *const AtomicU64, n) }
     }
 

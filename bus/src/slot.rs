@@ -34,7 +34,7 @@ use crate::futex;
 use crate::names::SlotName;
 use crate::payload::{PayloadSpace, PayloadView};
 use crate::schema::{Schema, SchemaHash};
-use crate::shm::Mapping;
+use crate::shm::{load_acquire32, load_acquire64, Mapping};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BATONSLT");
 /// Version 2: the waiters word became 64 bits (an epoch and a count, see `waiters`).
@@ -211,7 +211,7 @@ impl Slot {
 
     /// Sequence number of the newest complete value; 0 when none was ever written.
     pub fn latest_sequence(&self) -> u64 {
-        self.word64(OFF_LATEST).load(Ordering::Acquire)
+        load_acquire64(self.word64(OFF_LATEST))
     }
 
     /// Whether `read` would find a value other than the one of sequence `seen`: the condition
@@ -347,13 +347,13 @@ impl Slot {
         let mut stalled = 0u32;
         let mut attempts = 0u64;
         loop {
-            let n = latest.load(Ordering::Acquire);
+            let n = load_acquire64(latest);
             if n == last_seen || n == 0 {
                 return Ok(None);
             }
             let buf = self.buffer_offset(n);
             let seq = self.word64(buf + BUF_SEQ);
-            let s1 = seq.load(Ordering::Acquire);
+            let s1 = load_acquire64(seq);
             if s1 == complete(n) {
                 let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
                 if len > self.layout.capacity as u64 {
@@ -383,7 +383,7 @@ impl Slot {
             // Lapped by the writer (normal), or memory that no writer will ever make consistent
             // (corrupt): tell them apart by whether `latest` moves.
             attempts += 1;
-            if latest.load(Ordering::Acquire) == n {
+            if load_acquire64(latest) == n {
                 stalled += 1;
                 if stalled > 1000 {
                     return Err(self.inconsistent(
@@ -411,7 +411,7 @@ impl Slot {
             }
             let buf = self.buffer_offset(n);
             let seq = self.word64(buf + BUF_SEQ);
-            if seq.load(Ordering::Acquire) == complete(n) {
+            if load_acquire64(seq) == complete(n) {
                 let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
                 fence(Ordering::Acquire);
                 if seq.load(Ordering::Relaxed) == complete(n) {
@@ -435,7 +435,7 @@ impl Slot {
         for i in 0..self.layout.buffer_count {
             let buf = self.layout.buffers + i as usize * self.layout.stride;
             let seq = self.word64(buf + BUF_SEQ);
-            let s1 = seq.load(Ordering::Acquire);
+            let s1 = load_acquire64(seq);
             let n = s1 / 2;
             if s1 == 0 || s1 % 2 == 1 || n % self.layout.buffer_count != i {
                 continue;
@@ -467,7 +467,7 @@ impl Slot {
         let word = self.word32(OFF_WRITER_STATE);
         let mut tries = 0;
         loop {
-            let w1 = word.load(Ordering::Acquire);
+            let w1 = load_acquire32(word);
             let pid = self.load32(OFF_WRITER_PID);
             let start_time = self.load64(OFF_WRITER_START);
             // Pairs with `set_writer`'s Release fence: if a load above saw a later record's pid
@@ -598,11 +598,11 @@ impl Slot {
     }
 
     fn load32(&self, off: usize) -> u32 {
-        self.word32(off).load(Ordering::Acquire)
+        load_acquire32(self.word32(off))
     }
 
     fn load64(&self, off: usize) -> u64 {
-        self.word64(off).load(Ordering::Acquire)
+        load_acquire64(self.word64(off))
     }
 
     fn store32(&self, off: usize, v: u32) {

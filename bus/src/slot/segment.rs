@@ -82,7 +82,7 @@ impl Slot {
             });
         }
         let raw = RawHeader(&map);
-        let magic = raw.0.word64(OFF_MAGIC).load(Ordering::Acquire);
+        let magic = load_acquire64(raw.0.word64(OFF_MAGIC));
         if magic != MAGIC {
             return Err(SegmentError::BadMagic {
                 segment: segment.to_owned(),
@@ -191,10 +191,10 @@ struct RawHeader<'a>(&'a Mapping);
 
 impl RawHeader<'_> {
     fn load32(&self, off: usize) -> u32 {
-        self.0.word32(off).load(Ordering::Acquire)
+        load_acquire32(self.0.word32(off))
     }
 
     fn load64(&self, off: usize) -> u64 {
-        self.0.word64(off).load(Ordering::Acquire)
+        load_acquire64(self.0.word64(off))
     }
 }
