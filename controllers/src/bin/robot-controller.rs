@@ -23,7 +23,7 @@ enum StatusArg {
     long_about = "Hold commands for robot resources and print what the arbiters grant.\n\n\
 Publishes /robot/controller/<name> (kept fresh while it runs), and prints one line per arbiter \
 whenever this controller's outcome or owned resources change. Ends after --duration-s, or on \
-Ctrl-C / SIGTERM, releasing its resources at once.\n\n\
+Ctrl-C / SIGTERM / SIGHUP, releasing its resources at once.\n\n\
 Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
 )]
 struct Args {
@@ -244,12 +244,9 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
 /// is added to the text form only.
 fn print_note(args: &Args, kind: &str, text: &str, more: &str) {
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"controller": args.name, kind: text})
-        );
+        say(&serde_json::json!({"controller": args.name, kind: text}).to_string());
     } else {
-        println!("{}: {text}{more}", args.name);
+        say(&format!("{}: {text}{more}", args.name));
     }
 }
 
@@ -271,15 +268,14 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
         outcome.as_deref().unwrap_or("not seen yet")
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"controller": args.name, "arbiter": f.arbiter, "outcome": outcome,
-                "owned": f.owned, "listed": f.listed, "joining": f.joining,
-                "arbiter_running": f.arbiter_running,
-                "arbiter_responding": f.arbiter_responding})
+        say(
+            &serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
+            "outcome": outcome, "owned": f.owned, "listed": f.listed, "joining": f.joining,
+            "arbiter_running": f.arbiter_running, "arbiter_responding": f.arbiter_responding})
+            .to_string(),
         );
     } else {
-        println!(
+        say(&format!(
             "{} {}: {} (owns: {})",
             args.name,
             f.arbiter,
@@ -289,16 +285,25 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
             } else {
                 f.owned.join(", ")
             }
-        );
+        ));
     }
 }
 
+/// Prints one line. Output that nobody reads any more (`| head -1`) is dropped: the command
+/// is held for as long as asked all the same, and released as always at the end.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
 fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<(), String> {
-    // Block SIGINT and SIGTERM before any other thread starts (threads inherit the mask), then
-    // wait for them in a thread of their own: no code runs in signal-handler context.
+    // Block SIGINT, SIGTERM and SIGHUP (its terminal closed) before any other thread starts
+    // (threads inherit the mask), then wait for them in a thread of their own: no code runs in
+    // signal-handler context. Each ends the run, releasing the resources at once.
     let mut set = nix::sys::signal::SigSet::empty();
     set.add(nix::sys::signal::SIGINT);
     set.add(nix::sys::signal::SIGTERM);
+    set.add(nix::sys::signal::SIGHUP);
     set.thread_block()
         .map_err(|e| format!("blocking signals: {e}"))?;
     std::thread::Builder::new()
