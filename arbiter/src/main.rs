@@ -1,6 +1,9 @@
 //! `arbiter`: one control arbiter process per resource group.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -14,6 +17,7 @@ It follows the robot manager's priority list on /robot/manager, reads each liste
 block on /robot/controller/<name>, and publishes the coherent command on \
 /robot/arbiter/<name>/command and its feedback (owners, outcomes, state) on /robot/arbiter/<name>. \
 It wakes only when one of those changes or a block's time to live runs out.\n\n\
+On SIGTERM or SIGINT it sends every resource its safe command, publishes that, and exits.\n\n\
 Config (TOML):\n  name = \"arm\"\n  [[resources]]\n  name = \"shoulder\"\n  kind = \"position\"   \
 # position | velocity | switch\n  min = -1.5\n  max = 1.5\n  safe = \"hold\"       # hold | zero | off | a number"
 )]
@@ -26,16 +30,38 @@ struct Args {
     domain: String,
 }
 
+/// How long a stop waits for the arbiter's loop to send the safe commands. The loop sees the
+/// stop at its next wake-up, which the heartbeat (100 ms by default) bounds; with no heartbeat
+/// it may sleep until a controller writes, and the process ends without that last command
+/// (its writer then reads gone, which a driver treats as the safe command).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 fn main() {
     daemon::init_logging("info");
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let on_stop = move |signal| {
+        tracing::info!("stopping on {signal}: every resource gets its safe command");
+        stopping.store(true, Ordering::Relaxed);
+        std::thread::sleep(STOP_GRACE);
+        tracing::warn!(
+            "nothing woke the arbiter within {STOP_GRACE:?} (no heartbeat): stopping without \
+             the safe commands; the command's writer now reads gone"
+        );
+        std::process::exit(0);
+    };
+    if let Err(e) = daemon::on_stop(on_stop) {
+        eprintln!("arbiter: {e}");
+        std::process::exit(1);
+    }
+    if let Err(e) = run(&args, &stop) {
         eprintln!("arbiter: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args, stop: &AtomicBool) -> Result<(), String> {
     let config = arbiter::config::ArbiterConfig::load(&args.config).map_err(|e| e.to_string())?;
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
@@ -49,7 +75,7 @@ fn run(args: &Args) -> Result<(), String> {
     let watched = std::sync::Arc::clone(&health);
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     let mut first = true;
-    arbiter::process::run(&bus, &config, &health, |block| {
+    arbiter::process::run(&bus, &config, &health, stop, |block| {
         if std::mem::take(&mut first) {
             daemon::ready(&format!("arbiter {} running", block.name));
         }

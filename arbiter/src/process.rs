@@ -5,6 +5,7 @@
 //! `wait_any` over all of those slots: it never polls.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bus::{Bus, BusError, Member, Publication, Serde, SubscriptionGroup, WriterState};
@@ -163,8 +164,10 @@ impl Watched {
     }
 }
 
-/// Runs the arbiter until an error. `health` is marked busy during each cycle (for the systemd
-/// watchdog); `on_cycle` is called after each published cycle.
+/// Runs the arbiter until an error, or until `stop` is set: it then sends every resource its
+/// safe command, publishes that cycle and returns, at its next wake-up (the heartbeat bounds
+/// how late). `health` is marked busy during each cycle (for the systemd watchdog);
+/// `on_cycle` is called after each published cycle.
 ///
 /// A cycle is on the latency path from a controller's write to the coherent command, so it
 /// re-parses only the blocks that changed, decides by position (`algorithm::allocate`, no
@@ -174,6 +177,7 @@ pub fn run(
     bus: &Bus,
     config: &ArbiterConfig,
     health: &daemon::Health,
+    stop: &AtomicBool,
     mut on_cycle: impl FnMut(&ArbiterBlock),
 ) -> Result<(), BusError> {
     let name = config.name.as_str();
@@ -200,7 +204,15 @@ pub fn run(
     let mut in_service_before: Option<bool> = None;
     // When the command was last written: it is re-stamped every heartbeat.
     let mut command_written = Instant::now();
+    // Set once `stop` is seen: the cycle then follows no controller (every resource gets its
+    // safe command), publishes, and returns.
+    let mut stopping = false;
     loop {
+        if !stopping && stop.load(Ordering::Relaxed) {
+            stopping = true;
+            watched = Watched::new(bus, name, &[])?;
+            renamed = true;
+        }
         let next_expiry = previous.as_ref().and_then(|d| d.next_expiry_ns);
         let mut timeout = next_expiry.map_or(IDLE_WAIT, |t| {
             // Wake just after the expiry instant so that the block counts as expired.
@@ -228,7 +240,7 @@ pub fn run(
             health.end();
             continue;
         }
-        if changed.contains(&watched.manager.index()) {
+        if !stopping && changed.contains(&watched.manager.index()) {
             // The rebuilt group reads the manager's slot afresh: if the manager wrote again
             // since the value just followed, that newer list is consumed here and no later
             // wake-up reports it, so follow it until the list read is the list watched.
@@ -312,6 +324,10 @@ pub fn run(
         }
         renamed = false;
         health.end();
+        if stopping {
+            tracing::info!("{name}: every resource has its safe command; stopped");
+            return Ok(());
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Plumbing every Baton service shares: logging set-up (`tracing` to stderr, one line per event,
-//! `RUST_LOG` overrides the default level), and systemd notifications through sd_notify:
-//! readiness, status, and the watchdog. Every notification is a no-op when the process was not
+//! `RUST_LOG` overrides the default level), stopping on SIGTERM and SIGINT (`stop`), and systemd
+//! notifications through sd_notify: readiness, status, and the watchdog. Every notification is a no-op when the process was not
 //! started by systemd (no `NOTIFY_SOCKET`), so the same binaries run by hand, in tests and
 //! under systemd.
 
@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
+
+mod stop;
+pub use stop::{exit_on_stop, on_stop};
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape
 /// codes) only when stderr is a terminal and `NO_COLOR` is not set: the journal and log files

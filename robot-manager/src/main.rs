@@ -37,11 +37,14 @@ struct Args {
 }
 
 fn main() {
-    // Block SIGHUP before any thread starts, so that it reaches only our signalfd.
-    let mut hup = SigSet::empty();
-    hup.add(Signal::SIGHUP);
-    if let Err(e) = hup.thread_block() {
-        eprintln!("robot-manager: blocking SIGHUP: {e}");
+    // Block SIGHUP (reload), SIGTERM and SIGINT (stop) before any thread starts, so that they
+    // reach only our signalfd.
+    let mut handled = SigSet::empty();
+    for signal in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        handled.add(signal);
+    }
+    if let Err(e) = handled.thread_block() {
+        eprintln!("robot-manager: blocking signals: {e}");
         std::process::exit(1);
     }
     daemon::init_logging("info");
@@ -55,20 +58,20 @@ fn main() {
             std::process::exit(1);
         }
     }
-    if let Err(e) = run(&args, &hup) {
+    if let Err(e) = run(&args, &handled) {
         eprintln!("robot-manager: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
+fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     // Before the load: an edit made between the two is then seen as a change.
     let mut fingerprint = Fingerprint::of(&args.config);
     let mut file = ManagerFile::load(&args.config)?;
     let block_hash = controller_block_hash()?;
-    let signals =
-        SignalFd::with_flags(hup, SfdFlags::SFD_NONBLOCK).map_err(|e| format!("signalfd: {e}"))?;
+    let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| format!("signalfd: {e}"))?;
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(|e| format!("inotify: {e}"))?;
     // Watch the config's directory: editors replace files rather than write them in place.
@@ -148,9 +151,19 @@ fn run(args: &Args, hup: &SigSet) -> Result<(), String> {
             tracing::warn!("{e}");
         }
         let mut reload = false;
-        while let Ok(Some(_)) = signals.read_signal() {
-            tracing::info!("SIGHUP: reloading {}", args.config.display());
-            reload = true;
+        while let Ok(Some(signal)) = signals.read_signal() {
+            if signal.ssi_signo == Signal::SIGHUP as u32 {
+                tracing::info!("SIGHUP: reloading {}", args.config.display());
+                reload = true;
+            } else {
+                // The order stays in its slot: arbiters follow it until a manager writes again.
+                let name =
+                    Signal::try_from(signal.ssi_signo as i32).map_or("a signal", |s| s.as_str());
+                tracing::info!(
+                    "stopping on {name}; the priority order in force stays on /robot/manager"
+                );
+                return Ok(());
+            }
         }
         match inotify.read_events() {
             Ok(events) => {

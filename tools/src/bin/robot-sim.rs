@@ -83,7 +83,7 @@ impl Args {
 fn main() {
     // Its own warnings (a command it passes over) and the bus's (a refusing registry) go to
     // stderr, the journal under systemd.
-    daemon::init_logging("warn");
+    daemon::init_logging("info");
     let args = match Args::try_parse().and_then(Args::check) {
         Ok(args) => args,
         Err(e) => {
@@ -91,6 +91,11 @@ fn main() {
             std::process::exit(if e.use_stderr() { USAGE } else { 0 });
         }
     };
+    // Hardware stands still when the simulator stops: nothing to save.
+    if let Err(e) = daemon::on_stop(daemon::exit_on_stop("robot-sim")) {
+        eprintln!("robot-sim: {e}");
+        std::process::exit(1);
+    }
     if let Err(e) = run(&args) {
         eprintln!("robot-sim: {e}");
         std::process::exit(1);

@@ -90,6 +90,11 @@ impl TestBus {
         }
     }
 
+    /// The registry's child index (for `signal`, `finish`); its output is not captured.
+    pub fn registry(&self) -> usize {
+        self.registry.expect("registry running")
+    }
+
     /// Kills the registry with SIGKILL and reaps it.
     pub fn kill_registry(&mut self) {
         let i = self.registry.take().expect("registry running");

@@ -1,0 +1,98 @@
+//! The services under `systemctl stop` and `systemctl kill -s HUP`: SIGTERM stops each one with
+//! a log line and exit status 0 (the arbiter first sends every resource its safe command), and
+//! SIGHUP stops none of them (it reloads the manager's file; a robot-controller, whose terminal
+//! closed, releases and ends).
+
+#[path = "../../tools/tests/common/mod.rs"]
+mod common;
+mod robot;
+
+use common::eventually;
+use common::output::json;
+use nix::sys::signal::Signal;
+use robot::Robot;
+use serde_json::Value;
+
+/// The arm arbiter's coherent command, as `bus-inspect get --json` prints it.
+fn arm_command(r: &Robot) -> Value {
+    json(&r.t.inspect(&["get", "/robot/arbiter/arm/command", "--json"]))
+}
+
+#[test]
+fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    let arbiter = r.arbiter();
+    let sim = r.t.spawn_bin("robot-sim", &[]);
+    let x = r.x_holding_the_turret("30");
+    eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    for service in [manager, arbiter, sim] {
+        r.t.signal(service, Signal::SIGHUP);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (service, name) in [
+        (manager, "manager"),
+        (arbiter, "arbiter"),
+        (sim, "robot-sim"),
+    ] {
+        assert!(
+            r.t.is_running(service),
+            "SIGHUP ended the {name}: {}",
+            r.t.stderr_of(service)
+        );
+    }
+    assert!(r.t.stderr_of(arbiter).contains("SIGHUP ignored"));
+    assert!(r.t.stderr_of(manager).contains("SIGHUP: reloading"));
+    assert_eq!(arm_command(&r)["setpoints"]["turret"], 1.0);
+
+    // The arbiter's last command is the safe one: every resource held where the simulator
+    // last measured it, owned by nobody.
+    r.t.signal(arbiter, Signal::SIGTERM);
+    let out = r.t.finish(arbiter);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("stopping on SIGTERM"), "{log}");
+    assert!(
+        log.contains("every resource has its safe command; stopped"),
+        "{log}"
+    );
+    let block = r.arm_block().unwrap();
+    assert!(
+        block["owners"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(Value::is_null),
+        "{block}"
+    );
+    let command = arm_command(&r);
+    let state = json(&r.t.inspect(&["get", "/robot/resource/arm/state", "--json"]));
+    assert_eq!(
+        command["setpoints"]["turret"], state["values"]["turret"],
+        "held where it was measured: {command} {state}"
+    );
+
+    for (service, name) in [(manager, "robot-manager"), (sim, "robot-sim")] {
+        r.t.signal(service, Signal::SIGTERM);
+        let out = r.t.finish(service);
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {log}");
+        assert!(log.contains("stopping on SIGTERM"), "{name}: {log}");
+    }
+    let registry = r.t.registry();
+    r.t.signal(registry, Signal::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(r.t.is_running(registry), "SIGHUP ended the registry");
+    r.t.signal(registry, Signal::SIGTERM);
+    let out = r.t.finish(registry);
+    assert!(out.status.success(), "registry: {out:?}");
+
+    // A robot-controller whose terminal hangs up releases, as on SIGTERM.
+    r.t.signal(x, Signal::SIGHUP);
+    let out = r.t.finish(x);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("x: released every resource"), "{text}");
+}
