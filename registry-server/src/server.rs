@@ -258,6 +258,9 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
         let frame = match read_frame::<Request>(&mut reader) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
+            // A client that exits with a reply still unread resets the connection: an
+            // ordinary end, not a fault.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => {
                 tracing::warn!("dropping connection of pid {pid}: {e}");
                 break;
