@@ -26,6 +26,11 @@ struct Args {
     /// Group (name or number) given read/write access to the slots; default: this process's group.
     #[arg(long)]
     group: Option<String>,
+    /// Slots whose publisher is gone and that nobody uses any more are kept, with their last
+    /// value, up to this many; the ones unused longest are removed first. (A private slot goes
+    /// 5 s after it is last used.)
+    #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
+    keep_unused: usize,
     #[command(flatten)]
     net: NetArgs,
 }
@@ -120,6 +125,7 @@ fn run(args: Args) -> Result<(), String> {
         domain: domain.clone(),
         group,
         net,
+        keep_unused: args.keep_unused,
     };
     registry::serve(config, listener, |adopted| {
         tracing::info!("serving domain '{domain}' ({adopted} existing slot(s) adopted)");

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bus::protocol::{read_frame, write_frame, Reply, Request};
 use bus::Domain;
@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub group: Option<Gid>,
     /// Network reflection; `None`: this computer only.
     pub net: Option<crate::net::NetConfig>,
+    /// Slots of gone publishers kept at most (`--keep-unused`; see `state::reclaim`).
+    pub keep_unused: usize,
 }
 
 /// A connection's way out. Replies and pushes are queued and written by the connection's own
@@ -139,6 +141,7 @@ pub fn serve(
         None => None,
     };
     let mut registry = Registry::new(config.domain.clone(), config.group);
+    registry.set_keep_unused(config.keep_unused);
     let (adopted, skipped) = registry.adopt_existing();
     if skipped > 0 {
         tracing::warn!(
@@ -462,6 +465,7 @@ fn sweep(shared: &Shared) {
         let dead = {
             let mut state = lock(&shared.state);
             state.sweep_adopted_writers();
+            state.reclaim_unused(Instant::now());
             state.publish_directory();
             state.dead_connections()
         };

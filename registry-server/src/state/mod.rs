@@ -1,6 +1,7 @@
 //! What the registry knows: slots, their endpoints, and the connected processes. Every method
 //! returns the messages to send; `server` sends them. `remote` holds what the network layer
-//! asks of it (remote claims, mirrors); `directory` publishes the list of known publications.
+//! asks of it (remote claims, mirrors); `directory` publishes the list of known publications;
+//! `reclaim` forgets slots nobody uses any more.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -161,6 +162,9 @@ pub struct Registry {
     pub conflicts: u64,
     /// The directory slot and the value last written to it (see `directory`).
     directory: Option<directory::Published>,
+    /// Slots unused since when (see `reclaim`), and how many public ones are kept.
+    unused_since: BTreeMap<SlotName, Instant>,
+    keep_unused: usize,
 }
 
 impl Registry {
@@ -173,7 +177,14 @@ impl Registry {
             remote: BTreeMap::new(),
             conflicts: 0,
             directory: None,
+            unused_since: BTreeMap::new(),
+            keep_unused: reclaim::DEFAULT_KEEP_UNUSED,
         }
+    }
+
+    /// How many slots of gone publishers are kept at most (see `reclaim`).
+    pub fn set_keep_unused(&mut self, keep: usize) {
+        self.keep_unused = keep;
     }
 
     /// When the adoption grace of the slots adopted at start-up ends, while it lasts: what is
@@ -612,6 +623,8 @@ fn create_slot(
 }
 
 mod directory;
+pub mod reclaim;
 mod remote;
+pub use reclaim::DEFAULT_KEEP_UNUSED;
 #[cfg(test)]
 mod tests;

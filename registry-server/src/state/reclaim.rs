@@ -1,0 +1,90 @@
+//! Forgetting slots nobody uses any more: a local slot whose publisher is gone and that has no
+//! endpoint left. Such a slot keeps its last value for a subscriber that comes later (a
+//! publisher that wrote once and exited is still read), so public ones are kept up to a
+//! limit, `keep_unused`, and the ones unused longest are forgotten first; without the limit an
+//! application started under a new name each time (a script's `robot-controller --name
+//! job-$N`) grew /dev/shm, the registry's mappings and its directory slot without end. A
+//! private slot (generated name, known only to whom its writer told) is forgotten once unused
+//! for `PRIVATE_UNUSED_FOR`.
+//!
+//! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
+//! `bus-inspect` reading it without the registry) keeps its mapping; a publication or
+//! subscription of the name registered later gets a new slot.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bus::slot::WriterState;
+use bus::SlotName;
+
+use super::{Registry, SlotEntry};
+
+/// How long a private slot stays after its writer and its last reader are gone.
+pub const PRIVATE_UNUSED_FOR: Duration = Duration::from_secs(5);
+
+/// The default of `--keep-unused`.
+pub const DEFAULT_KEEP_UNUSED: usize = 1000;
+
+impl SlotEntry {
+    /// A slot of this host with no endpoint and no live writer (see the module comment). An
+    /// adopted slot counts only once its processes had their time to register again.
+    fn unused(&self, now: Instant) -> bool {
+        self.origin.is_none()
+            && !self.own
+            && self.endpoints.is_empty()
+            && self.adopted_until.is_none_or(|t| now >= t)
+            && self
+                .slot
+                .as_ref()
+                .is_some_and(|s| s.writer_state() != WriterState::Alive)
+    }
+}
+
+impl Registry {
+    /// Forgets what the module comment says; returns the names forgotten. Called by the
+    /// periodic sweep: the times are measured from the first sweep that saw a slot unused.
+    pub fn reclaim_unused(&mut self, now: Instant) -> Vec<SlotName> {
+        let unused: BTreeSet<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| e.unused(now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        self.unused_since.retain(|n, _| unused.contains(n));
+        for name in &unused {
+            self.unused_since.entry(name.clone()).or_insert(now);
+        }
+        let mut public: Vec<(Instant, &SlotName)> = Vec::new();
+        let mut forget: Vec<SlotName> = Vec::new();
+        for (name, since) in &self.unused_since {
+            if !name.is_private() {
+                public.push((*since, name));
+            } else if now.duration_since(*since) >= PRIVATE_UNUSED_FOR {
+                forget.push(name.clone());
+            }
+        }
+        if public.len() > self.keep_unused {
+            public.sort();
+            let over = public.len() - self.keep_unused;
+            forget.extend(public[..over].iter().map(|(_, n)| (*n).clone()));
+        }
+        for name in &forget {
+            self.unused_since.remove(name);
+            if let Some(entry) = self.slots.remove(name) {
+                if let Some(slot) = entry.slot {
+                    let _ = bus::shm::unlink(slot.segment());
+                }
+            }
+        }
+        if !forget.is_empty() {
+            tracing::info!(
+                "forgot {} unused slot(s) of gone publishers (keeping at most {} public ones, \
+                 --keep-unused), e.g. {}",
+                forget.len(),
+                self.keep_unused,
+                forget[0]
+            );
+        }
+        forget
+    }
+}
