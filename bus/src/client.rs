@@ -310,6 +310,9 @@ impl ClientShared {
                     slot.segment()
                 );
             }
+            // Bound again after a refusal of the bound endpoint (a name conflict with another
+            // host that has ended): the refusal no longer holds.
+            *lock(&ep.error) = None;
             return Ok(());
         }
         let result = Slot::open(segment, true)

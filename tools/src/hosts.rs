@@ -133,6 +133,20 @@ impl Lab {
         Ok(lab)
     }
 
+    /// Plugs host `host`'s cable into the switch, or pulls it (its port on the bridge up or
+    /// down; the host's own interface and routes stay as they are).
+    pub fn set_connected(&self, host: usize, connected: bool) -> Result<(), String> {
+        let state = if connected { "up" } else { "down" };
+        ip(&[
+            "-n",
+            &self.switch,
+            "link",
+            "set",
+            &format!("p{host}"),
+            state,
+        ])
+    }
+
     /// Pid of the process holding host `host`'s namespaces (for `nsenter -t`).
     pub fn holder_pid(&self, host: usize) -> u32 {
         self.hosts[host].holder.id()

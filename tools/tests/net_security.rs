@@ -474,3 +474,44 @@ fn a_replayed_value_of_an_earlier_larger_session_does_not_shut_out_the_current_o
     );
     assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
 }
+
+/// Two computers whose buses meet with one name published on both (a cut cable plugged back
+/// in, two robots joined): the publisher on each is told, and two robot controllers of one
+/// name stop with the reason, instead of each taking the arbiters' outcomes for that name as
+/// its own (both used to report `full` while only one was obeyed).
+#[test]
+fn a_name_published_on_two_hosts_when_their_buses_meet_stops_both_controllers() {
+    let mut lab = Lab::new(2);
+    lab.set_connected(B, false);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let args = [
+        "--name",
+        "payload",
+        "--status",
+        "compromising",
+        "--duration-s",
+        "30",
+    ];
+    let on_a = lab.spawn(A, "robot-controller", &args);
+    let on_b = lab.spawn(B, "robot-controller", &args);
+    eventually("each host has its own controller's block", || {
+        [A, B].iter().all(|&h| {
+            lab.inspect(h, &["get", "/robot/controller/payload", "--json"])
+                .status
+                .success()
+        })
+    });
+    lab.set_connected(B, true);
+    for (child, other) in [(on_a, "hB"), (on_b, "hA")] {
+        let out = lab.finish(child);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "host '{other}' publishes /robot/controller/payload too"
+            )),
+            "{err}"
+        );
+    }
+}

@@ -51,6 +51,14 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         }
+        // Their local publishers are told (a robot controller must not take the arbiters'
+        // feedback for its name as its own).
+        let elsewhere = claims
+            .iter()
+            .filter(|(name, _)| reg.is_published_here(name))
+            .map(|(n, c)| (n.clone(), c.claim.host.clone()))
+            .collect();
+        out.extend(reg.set_published_elsewhere(elsewhere));
         let remote: BTreeMap<SlotName, crate::state::RemoteClaim> = claims
             .iter()
             .filter(|(name, _)| !reg.is_published_here(name))

@@ -162,6 +162,9 @@ pub struct Registry {
     pub conflicts: u64,
     /// The directory slot and the value last written to it (see `directory`).
     directory: Option<directory::Published>,
+    /// Names published here and on another host, with that host (see
+    /// `set_published_elsewhere`).
+    elsewhere: BTreeMap<SlotName, String>,
     /// Slots unused since when (see `reclaim`), and how many public ones are kept.
     unused_since: BTreeMap<SlotName, Instant>,
     keep_unused: usize,
@@ -177,6 +180,7 @@ impl Registry {
             remote: BTreeMap::new(),
             conflicts: 0,
             directory: None,
+            elsewhere: BTreeMap::new(),
             unused_since: BTreeMap::new(),
             keep_unused: reclaim::DEFAULT_KEEP_UNUSED,
         }

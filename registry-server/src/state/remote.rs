@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use bus::protocol::EndpointKind;
+use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::schema::Schema;
 use bus::slot::{StoredSchema, WriterState};
 use bus::SlotName;
@@ -15,6 +15,50 @@ impl Registry {
     /// Replaces what is known of other hosts' publications.
     pub fn set_remote_claims(&mut self, claims: BTreeMap<SlotName, RemoteClaim>) {
         self.remote = claims;
+    }
+
+    /// Names published here that another host publishes too, with that host: a conflict found
+    /// after both publishers were accepted (two computers whose buses met, a partition that
+    /// healed; otherwise the second registration is refused). Each local publisher of such a
+    /// name is told once, with a refusal of its (bound) publication: the bus goes on carrying
+    /// its values here, but an application that must be the only one of its name on the bus
+    /// (a robot controller, whose outcomes the arbiters give by name) learns that it is not.
+    /// When the conflict ends the slot is bound again, which clears the refusal. Returns the
+    /// messages to send.
+    pub fn set_published_elsewhere(&mut self, elsewhere: BTreeMap<SlotName, String>) -> Outbox {
+        let mut out = Outbox::new();
+        for (name, entry) in &self.slots {
+            let now = elsewhere.get(name);
+            if now == self.elsewhere.get(name) {
+                continue;
+            }
+            let Some(segment) = entry.slot.as_ref().map(|s| s.segment().to_owned()) else {
+                continue;
+            };
+            let publishers = entry
+                .endpoints
+                .iter()
+                .filter(|e| e.kind == EndpointKind::Publication);
+            for p in publishers {
+                let reply = match now {
+                    Some(host) => Reply::Refused {
+                        endpoint: p.endpoint,
+                        refusal: Refusal::Failed {
+                            reason: format!(
+                                "host '{host}' publishes {name} too (their buses met with the                                  name published on both); one public name has one publisher                                  on the whole bus: rename or stop one of them"
+                            ),
+                        },
+                    },
+                    None => Reply::Bound {
+                        endpoint: p.endpoint,
+                        segment: segment.clone(),
+                    },
+                };
+                out.push((p.conn, 0, reply));
+            }
+        }
+        self.elsewhere = elsewhere;
+        out
     }
 
     /// Public slots published on this host (by a process, or by the registry itself).

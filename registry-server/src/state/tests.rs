@@ -69,3 +69,44 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
     );
     assert_eq!(reg.wanted(), vec![SlotName::public("/remote/x").unwrap()]);
 }
+
+/// A name that turns out to be published on another host too is told to its local publisher
+/// once, as a refusal of its bound publication, and the end of the conflict binds it again.
+#[test]
+fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
+    let domain = Domain::new(&format!("unit-elsewhere-{}", std::process::id())).unwrap();
+    let mut reg = Registry::new(domain.clone(), None);
+    reg.connect(
+        7,
+        Peer {
+            pid: std::process::id(),
+            start_time: bus::process::own_start_time(),
+            program: "t".into(),
+        },
+    );
+    let schema = Schema::of_serde::<u64>().unwrap();
+    let out = reg.register(
+        7,
+        1,
+        registration("/both/x", EndpointKind::Publication, &schema),
+    );
+    assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
+    let name = SlotName::public("/both/x").unwrap();
+    let conflict = BTreeMap::from([(name.clone(), "hB".to_owned())]);
+    let out = reg.set_published_elsewhere(conflict.clone());
+    assert!(
+        matches!(&out[..], [(7, 0, Reply::Refused { endpoint: 1, refusal: Refusal::Failed { reason } })]
+            if reason.contains("host 'hB' publishes /both/x too")),
+        "{out:?}"
+    );
+    assert!(
+        reg.set_published_elsewhere(conflict).is_empty(),
+        "told once"
+    );
+    let out = reg.set_published_elsewhere(BTreeMap::new());
+    assert!(
+        matches!(&out[..], [(7, 0, Reply::Bound { endpoint: 1, .. })]),
+        "{out:?}"
+    );
+    let _ = domain.remove_all_segments();
+}

@@ -70,6 +70,13 @@ impl Lab {
         }
     }
 
+    /// Connects host `host` to the others, or cuts it off (see `tools::hosts`).
+    pub fn set_connected(&self, host: usize, connected: bool) {
+        self.hosts_lab
+            .set_connected(host, connected)
+            .expect("plug or pull a host's cable");
+    }
+
     pub fn holder_pid(&self, host: usize) -> u32 {
         self.hosts_lab.holder_pid(host)
     }
