@@ -38,6 +38,9 @@ const FIRST_REFUSED_RETRY: Duration = Duration::from_millis(250);
 const MAX_REFUSED_RETRY: Duration = Duration::from_secs(5);
 /// An unchanged refusal is logged again after this long.
 const REFUSAL_LOG_AGAIN: Duration = Duration::from_secs(600);
+/// A registry absent this long, while this process has endpoints, is said once (per outage):
+/// a service started before its registry otherwise looks ready while nothing is on the bus.
+const SAY_ABSENT_AFTER: Duration = Duration::from_secs(2);
 
 pub(crate) struct ClientShared {
     pub(crate) domain: Domain,
@@ -45,6 +48,8 @@ pub(crate) struct ClientShared {
     /// Bumped (and woken, private futex) whenever an endpoint binds or fails, or the connection
     /// comes up.
     pub(crate) bind_word: AtomicU32,
+    /// Since when no registry answers (the current outage), and whether that was said.
+    absent: Mutex<(Option<Instant>, bool)>,
     /// The registry accepted this process on the current connection (its `Welcome` arrived).
     connected: AtomicBool,
     refusal: Mutex<RefusalState>,
@@ -88,6 +93,7 @@ impl ClientShared {
             domain,
             state: Mutex::new(ClientState::default()),
             bind_word: AtomicU32::new(0),
+            absent: Mutex::new((None, false)),
             connected: AtomicBool::new(false),
             refusal: Mutex::new(RefusalState::default()),
         });
@@ -209,8 +215,30 @@ impl ClientShared {
         // accepts the connection, then answers with an error and closes it.
     }
 
+    /// No registry answered a connection attempt: said once an outage lasts
+    /// `SAY_ABSENT_AFTER`, if this process has endpoints waiting for one.
+    fn on_absent(&self) {
+        let has_endpoints = !lock(&self.state).endpoints.is_empty();
+        let mut absent = lock(&self.absent);
+        let since = *absent.0.get_or_insert_with(Instant::now);
+        if !absent.1 && has_endpoints && since.elapsed() >= SAY_ABSENT_AFTER {
+            absent.1 = true;
+            tracing::warn!(
+                "no registry-server answers on domain '{domain}': this process's publications \
+                 and subscriptions wait for one (start `registry-server --domain {domain}`)",
+                domain = self.domain
+            );
+        }
+    }
+
     /// The registry answered `Hello`: it accepts this process.
     fn on_welcome(&self) {
+        if std::mem::take(&mut *lock(&self.absent)).1 {
+            tracing::info!(
+                "registry-server of domain '{}' answers: publications and subscriptions bind",
+                self.domain
+            );
+        }
         let was_refused = {
             let mut refusal = lock(&self.refusal);
             refusal.logged = None;
@@ -482,6 +510,7 @@ fn run(weak: Weak<ClientShared>, mut connected: Option<UnixStream>) {
                 let Ok((stream, reader)) = connect_pair(&shared.domain) else {
                     // No registry runs: a refusal heard from an earlier one no longer holds.
                     lock(&shared.refusal).current = None;
+                    shared.on_absent();
                     drop(shared);
                     std::thread::sleep(retry);
                     retry = (retry * 2).min(MAX_RETRY);

@@ -281,3 +281,31 @@ fn an_adopted_slot_is_not_recreated_under_processes_still_reconnecting() {
     t.signal(reader, Signal::SIGCONT);
     t.signal(reader, Signal::SIGKILL);
 }
+
+/// A process whose endpoints wait for a registry says so once the wait lasts (a service started
+/// before its registry looks ready otherwise), once, and says when one answers.
+#[test]
+fn a_process_says_it_waits_for_a_registry_and_when_one_answers() {
+    let mut t = TestBus::new();
+    // The simulator: a service, with subscriptions to the arbiters' commands.
+    let reader = t.spawn_bin("robot-sim", &[]);
+    let domain = t.domain.to_string();
+    common::eventually("the simulator says no registry answers", || {
+        t.stderr_of(reader).contains(&format!(
+            "no registry-server answers on domain '{domain}': this process's publications and \
+             subscriptions wait for one"
+        ))
+    });
+    t.start_registry();
+    common::eventually("the simulator says the registry answers", || {
+        t.stderr_of(reader)
+            .contains("answers: publications and subscriptions bind")
+    });
+    assert_eq!(
+        t.stderr_of(reader)
+            .matches("no registry-server answers")
+            .count(),
+        1,
+        "said once"
+    );
+}

@@ -45,7 +45,9 @@ impl Registry {
                         endpoint: p.endpoint,
                         refusal: Refusal::Failed {
                             reason: format!(
-                                "host '{host}' publishes {name} too (their buses met with the                                  name published on both); one public name has one publisher                                  on the whole bus: rename or stop one of them"
+                                "host '{host}' publishes {name} too (their buses met with the \
+                                 name published on both); one public name has one publisher \
+                                 on the whole bus: rename or stop one of them"
                             ),
                         },
                     },
