@@ -207,6 +207,7 @@ pub fn run(
     // Set once `stop` is seen: the cycle then follows no controller (every resource gets its
     // safe command), publishes, and returns.
     let mut stopping = false;
+    let mut replaced_checked = Instant::now();
     loop {
         if !stopping && stop.load(Ordering::Relaxed) {
             stopping = true;
@@ -237,6 +238,7 @@ pub fn run(
                 command.restamp(&mut command_pub, now_ns())?;
                 command_written = Instant::now();
             }
+            check_replaced(&mut replaced_checked, &command_pub, &block_pub)?;
             health.end();
             continue;
         }
@@ -323,12 +325,37 @@ pub fn run(
             None => previous = Some(std::mem::take(&mut allocation)),
         }
         renamed = false;
+        check_replaced(&mut replaced_checked, &command_pub, &block_pub)?;
         health.end();
         if stopping {
             tracing::info!("{name}: every resource has its safe command; stopped");
             return Ok(());
         }
     }
+}
+
+/// How often the arbiter checks that its slots are still the ones everybody uses.
+const CHECK_REPLACED_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether the registry made the command's or the memory block's slot anew under this process
+/// (it restarted on a corrupted or removed segment): drivers and controllers no longer see
+/// what it writes, so it ends, to be restarted onto the new slots. Checked at most every
+/// `CHECK_REPLACED_EVERY`, after the cycle's writes (off the latency path: two locks).
+fn check_replaced(
+    checked: &mut Instant,
+    command: &Publication<ResourceCommand>,
+    block: &Publication<ArbiterBlock>,
+) -> Result<(), BusError> {
+    if checked.elapsed() < CHECK_REPLACED_EVERY {
+        return Ok(());
+    }
+    *checked = Instant::now();
+    for error in [command.bind_error(), block.bind_error()] {
+        if let Some(e @ BusError::Replaced { .. }) = error {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The coherent command, kept between cycles so that a cycle only stores new setpoints into it

@@ -331,17 +331,23 @@ impl ClientShared {
             return Ok(());
         };
         if let Some(slot) = ep.slot.get() {
-            if slot.segment() != segment {
-                tracing::warn!(
-                    "{} was re-created by the registry as {segment}; this endpoint keeps {}",
-                    ep.registration.name,
-                    slot.segment()
-                );
+            // An endpoint keeps the memory it was bound to (it never moves to another mapping
+            // under the application). If the registry made the slot anew (the old segment was
+            // corrupt or removed when it restarted), this process and the others no longer
+            // share it: said, and kept as the endpoint's error, so that a service can end and
+            // be restarted rather than carry on alone.
+            let error =
+                (slot.segment() != segment || !slot.is_current()).then(|| BusError::Replaced {
+                    name: ep.registration.name.to_string(),
+                    segment: slot.segment().to_owned(),
+                });
+            if let Some(e) = &error {
+                tracing::error!("{e}");
             }
-            // Bound again after a refusal of the bound endpoint (a name conflict with another
-            // host that has ended): the refusal no longer holds.
-            *lock(&ep.error) = None;
-            return Ok(());
+            // Otherwise bound again after a refusal of the bound endpoint (a name conflict
+            // with another host that has ended): the refusal no longer holds.
+            *lock(&ep.error) = error.clone();
+            return error.map_or(Ok(()), Err);
         }
         let result = Slot::open(segment, true)
             .map_err(BusError::from)

@@ -217,9 +217,11 @@ impl<T, C: Codec<T>> Publication<T, C> {
     }
 
     /// Why this publication cannot be bound, while that lasts: the registry refused it (its
-    /// name has another live publisher, its slot holds another type, ...) or its slot could
-    /// not be mapped. A publication created before the registry ran learns this only when the
-    /// registry answers; `write` fails with the same error.
+    /// name has another live publisher, its slot holds another type, another computer
+    /// publishes the name too, ...), its slot could not be mapped, or the registry made the
+    /// slot anew under it (`BusError::Replaced`: nobody else sees its writes any more; restart
+    /// the process). A publication created before the registry ran learns this only when the
+    /// registry answers; until bound, `write` fails with the same error.
     pub fn bind_error(&self) -> Option<BusError> {
         self.endpoint.error()
     }
@@ -352,6 +354,14 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// State of the slot's writer now; `None` while unbound.
     pub fn writer(&self) -> Option<WriterState> {
         self.endpoint.slot.get().map(|s| s.writer_state())
+    }
+
+    /// Why this subscription is not bound, or no longer shares its slot with the others: the
+    /// registry refused it (another type), its slot could not be mapped, or the registry made
+    /// the slot anew under it (`BusError::Replaced`: the process must be restarted to follow
+    /// the new one).
+    pub fn bind_error(&self) -> Option<BusError> {
+        self.endpoint.error()
     }
 
     pub fn name(&self) -> &SlotName {

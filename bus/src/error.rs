@@ -135,6 +135,12 @@ pub enum BusError {
         /// writer's next write makes the slot consistent again).
         sequence: u64,
     },
+    #[error(
+        "{name} was created anew by the registry (its segment {segment} was unreadable or \
+         removed while this process used it); this process still uses the old memory, which \
+         no other process reads or writes: restart it"
+    )]
+    Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]
     GroupTooLarge { members: usize, max: usize },
     #[error("{context}: {message}")]

@@ -24,6 +24,9 @@ pub struct Mapping {
     base: NonNull<u8>,
     len: usize,
     writable: bool,
+    /// Device and inode of the file mapped: which file a name stands for can change (a
+    /// segment removed and created again), the mapping cannot.
+    file: (u64, u64),
 }
 
 // SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
@@ -82,7 +85,16 @@ impl Mapping {
         Self::map(name, fd, stat.st_size.max(0) as usize, writable)
     }
 
+    /// Whether `name` still names the file this maps (it does not once the segment was removed,
+    /// or removed and created again).
+    pub fn is_named(&self, name: &str) -> bool {
+        shm_open(name, OFlag::O_RDONLY, Mode::empty())
+            .and_then(|fd| fstat(&fd))
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == self.file)
+    }
+
     fn map(name: &str, fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SegmentError> {
+        let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
         let nz_len = NonZeroUsize::new(len).ok_or_else(|| SegmentError::TooShort {
             segment: name.to_owned(),
             size: 0,
@@ -104,6 +116,7 @@ impl Mapping {
             base: base.cast(),
             len,
             writable,
+            file: (stat.st_dev, stat.st_ino),
         })
     }
 

@@ -195,6 +195,12 @@ impl Slot {
         &self.segment
     }
 
+    /// Whether the segment's name still stands for the memory mapped here (it does not once
+    /// the segment was removed, or replaced by a new one).
+    pub fn is_current(&self) -> bool {
+        self.map.is_named(&self.segment)
+    }
+
     pub fn schema(&self) -> &StoredSchema {
         &self.schema
     }

@@ -438,3 +438,30 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     eventually("the second order", || order_is(&r, json!(["b", "a"])));
     write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
 }
+
+/// The arbiter's command slot made anew by a registry restarted on its corrupted segment: the
+/// simulator and controllers would never see its commands again, so the arbiter ends with the
+/// reason (exit status 1: systemd restarts it onto the new slot).
+#[test]
+fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    r.x_holding_the_turret("30");
+    r.expect(
+        "x holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+    r.t.kill_registry();
+    r.t.overwrite_segment("/robot/arbiter/arm/command", 0, b"garbage!");
+    r.t.start_registry();
+    let out = r.t.finish(arbiter);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("/robot/arbiter/arm/command was created anew"),
+        "{log}"
+    );
+}

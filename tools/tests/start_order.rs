@@ -309,3 +309,33 @@ fn a_process_says_it_waits_for_a_registry_and_when_one_answers() {
         "said once"
     );
 }
+
+/// A registry restarted on a slot whose segment header was corrupted cannot adopt it and makes
+/// it anew when its publisher registers again. The processes that mapped the old memory keep
+/// it (nobody else sees it any more): each of their endpoints says so, as its error, instead
+/// of carrying on alone in silence.
+#[test]
+fn endpoints_whose_slot_the_registry_made_anew_say_so() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/anew/x").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&1).unwrap();
+    let mut subscription = bus.subscribe::<u64>("/anew/x").unwrap();
+    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    t.kill_registry();
+    t.overwrite_segment("/anew/x", 0, b"garbage!");
+    t.start_registry();
+    common::eventually("both endpoints say the slot was made anew", || {
+        matches!(
+            publication.bind_error(),
+            Some(bus::BusError::Replaced { .. })
+        ) && matches!(
+            subscription.bind_error(),
+            Some(bus::BusError::Replaced { .. })
+        )
+    });
+    let text = publication.bind_error().unwrap().to_string();
+    assert!(text.contains("restart it"), "{text}");
+}
