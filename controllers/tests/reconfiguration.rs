@@ -441,13 +441,15 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
 
 /// The arbiter's command slot made anew by a registry restarted on its corrupted segment: the
 /// simulator and controllers would never see its commands again, so the arbiter ends with the
-/// reason (exit status 1: systemd restarts it onto the new slot).
+/// reason (exit status 1: systemd restarts it onto the new slot), and so does the simulator,
+/// which reads the old one.
 #[test]
 fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
     let mut r = Robot::new(&["x"]);
     r.t.start_registry();
     r.manager();
     let arbiter = r.arbiter();
+    let sim = r.t.spawn_bin("robot-sim", &[]);
     r.x_holding_the_turret("30");
     r.expect(
         "x holds the turret",
@@ -458,6 +460,13 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
     r.t.overwrite_segment("/robot/arbiter/arm/command", 0, b"garbage!");
     r.t.start_registry();
     let out = r.t.finish(arbiter);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("/robot/arbiter/arm/command was created anew"),
+        "{log}"
+    );
+    let out = r.t.finish(sim);
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{log}");
     assert!(

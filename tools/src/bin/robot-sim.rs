@@ -140,6 +140,13 @@ fn run(args: &Args) -> Result<(), String> {
                 return Err(refused.to_string());
             }
         }
+        // A command slot the registry made anew under us: the arbiter's commands go there,
+        // never to what we read. End, to be restarted onto it.
+        for command in [commands.get(arm_cmd), commands.get(drive_cmd)] {
+            if let Some(e @ bus::BusError::Replaced { .. }) = command.bind_error() {
+                return Err(e.to_string());
+            }
+        }
         commands.update_all().map_err(e)?;
         for (member, which) in [
             (arm_cmd.index(), &args.arm),
