@@ -15,7 +15,9 @@
 //!
 //! The sender and channel come off the wire: without a key anyone can make up new ones, so the
 //! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
-//! duplicate delivery, which the mirror's sequence check then refuses.
+//! duplicate delivery, which the mirror's sequence check then refuses. A message is recorded as
+//! delivered only once the receiver found it valid (`delivered`): a forged or broken message
+//! numbered far ahead must not make every real one after it stale.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -50,11 +52,12 @@ pub struct Reassembler {
 
 /// What a fragment led to.
 pub enum Outcome<'a> {
-    /// The message is whole (borrowed from the datagram when it had one fragment).
+    /// The message is whole (borrowed from the datagram when it had one fragment). Nothing
+    /// records it yet: the receiver calls `delivered` if it is valid.
     Complete(std::borrow::Cow<'a, [u8]>),
     /// Kept; more fragments needed.
     Pending,
-    /// Dropped, with the reason; `evicted` other incomplete messages were dropped to make room.
+    /// Dropped, with the reason.
     Dropped(Drop),
 }
 
@@ -82,30 +85,35 @@ impl Reassembler {
     pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, u64) {
         let h = &d.header;
         let key = (h.sender, h.channel);
+        let mut evicted = 0;
         if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
-            return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
+            return (
+                Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
+                evicted,
+            );
         }
         if let Some(&(session, message)) = self.delivered.get(&key) {
             if session == h.session && message >= h.message {
-                return (Outcome::Dropped(Drop::Stale), 0);
+                return (Outcome::Dropped(Drop::Stale), evicted);
             }
         }
         if d.fragments() == 1 {
             if let Some(p) = self.partial.get(&key) {
                 // An older message arriving late must not cost the newer incomplete one.
                 if p.session == h.session && p.message > h.message {
-                    return (Outcome::Dropped(Drop::Stale), 0);
+                    return (Outcome::Dropped(Drop::Stale), evicted);
                 }
             }
             self.drop_partial(&key);
-            self.remember_delivered(key, h.session, h.message);
-            return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
+            return (
+                Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
+                evicted,
+            );
         }
-        let mut evicted = 0;
         let replace = match self.partial.get(&key) {
             None => true,
             Some(p) if p.session != h.session || p.message < h.message => true,
-            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), 0),
+            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), evicted),
             Some(p) => p.buf.len() != h.total as usize,
         };
         if replace {
@@ -113,7 +121,7 @@ impl Reassembler {
             let total = h.total as usize;
             let cost = total + OVERHEAD;
             if cost > self.limit {
-                return (Outcome::Dropped(Drop::Oversized), 0);
+                return (Outcome::Dropped(Drop::Oversized), evicted);
             }
             while self.held + cost > self.limit || self.partial.len() >= MAX_PARTIALS {
                 let Some(oldest) = self
@@ -167,11 +175,21 @@ impl Reassembler {
             return (Outcome::Dropped(Drop::Malformed), evicted);
         };
         self.held -= done.buf.len() + OVERHEAD;
-        self.remember_delivered(key, h.session, h.message);
         (
             Outcome::Complete(std::borrow::Cow::Owned(done.buf)),
             evicted,
         )
+    }
+
+    /// Records the message whose last fragment `d` is as delivered, once the receiver found
+    /// it valid: its late fragments, and older messages of its channel, are stale from now on.
+    pub fn delivered(&mut self, d: &Datagram<'_>) {
+        let h = &d.header;
+        // A host's one-datagram announcement parts are all delivered (see the module's text).
+        if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
+            return;
+        }
+        self.remember_delivered((h.sender, h.channel), h.session, h.message);
     }
 
     /// Drops incomplete messages older than `age` (their sender moved on or died). Returns how
@@ -247,10 +265,15 @@ mod tests {
             .collect()
     }
 
+    /// Adds a datagram of a valid message: recorded as delivered once complete.
     fn add(r: &mut Reassembler, bytes: &[u8]) -> Option<Vec<u8>> {
         let d = decode_datagram(bytes, 1 << 20).unwrap();
         match r.add(&d, Instant::now()).0 {
-            Outcome::Complete(m) => Some(m.into_owned()),
+            Outcome::Complete(m) => {
+                let m = m.into_owned();
+                r.delivered(&d);
+                Some(m)
+            }
             _ => None,
         }
     }
@@ -324,5 +347,29 @@ mod tests {
         let five = frags(5, 7, &[1, 2, 3], 100);
         assert!(add(&mut r, &five[0]).is_none(), "message 5 is older: stale");
         assert_eq!(add(&mut r, &ten[1]).as_deref(), Some(&data[..]));
+    }
+
+    #[test]
+    fn only_a_message_found_valid_makes_later_ones_stale() {
+        let mut r = Reassembler::new(1 << 20);
+        // Whole, numbered far ahead, and found invalid by the receiver: not recorded.
+        let forged = frags(1 << 40, 7, &[9; 150], 100);
+        for f in &forged {
+            let d = decode_datagram(f, 1 << 20).unwrap();
+            let _ = r.add(&d, Instant::now());
+        }
+        let forged_one = frags(1 << 40, 7, &[9], 100);
+        let d = decode_datagram(&forged_one[0], 1 << 20).unwrap();
+        assert!(matches!(r.add(&d, Instant::now()).0, Outcome::Complete(_)));
+        // The real messages still come through, and once delivered their duplicates are stale.
+        let real = frags(1, 7, &[1; 150], 100);
+        assert!(add(&mut r, &real[0]).is_none());
+        assert_eq!(add(&mut r, &real[1]).as_deref(), Some(&[1; 150][..]));
+        assert!(add(&mut r, &real[1]).is_none(), "stale");
+        let d = decode_datagram(&real[1], 1 << 20).unwrap();
+        assert!(matches!(
+            r.add(&d, Instant::now()).0,
+            Outcome::Dropped(Drop::Stale)
+        ));
     }
 }

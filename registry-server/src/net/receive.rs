@@ -91,24 +91,36 @@ impl Net {
                 Some(_) => {}
             }
         }
-        st.replay.accept(h.sender, stream, h.session, h.packet)?;
+        // Nothing below changes what is kept about the sender (replay window, delivered
+        // messages, when it was last heard) before the datagram proved valid: one forged or
+        // broken datagram must not shut its real sender out.
+        st.replay.check(h.sender, stream, h.session, h.packet)?;
         let now = Instant::now();
-        st.peers.touch(h.sender, h.session, now);
         let (outcome, evicted) = st.reassembly.add(&d, now);
         for _ in 0..evicted {
             self.counters.drop(Drop::Evicted);
         }
         let message = match outcome {
             Outcome::Complete(m) => m,
-            Outcome::Pending => return Ok(()),
+            Outcome::Pending => {
+                // A fragment taken for reassembly: its packet number enters the replay window
+                // with its message's last, once that is found valid; a replay of it meanwhile
+                // is refused by the reassembly (a fragment held), or is stale (delivered).
+                st.peers.touch(h.sender, h.session, now);
+                return Ok(());
+            }
             Outcome::Dropped(why) => return Err(why),
         };
         match wire::decode_message(&message)? {
-            Message::Announce(a) => self.on_announce(&mut st, &d, a, from),
+            Message::Announce(a) => self.on_announce(&mut st, &d, a, from)?,
             // A value comes on a value channel only: its session was checked above.
-            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v),
-            Message::Value(_) => Err(Drop::Malformed),
+            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,
+            Message::Value(_) => return Err(Drop::Malformed),
         }
+        st.replay.commit(h.sender, stream, h.session, h.packet);
+        st.reassembly.delivered(&d);
+        st.peers.touch(h.sender, h.session, now);
+        Ok(())
     }
 
     fn warn_name_clash(&self, from: SocketAddr) {
