@@ -10,7 +10,8 @@
 //! each remote host announced and the decisions drawn from it), `send` (datagrams out),
 //! `receive` (datagrams in), `reflector` (the thread that sends values, announces and ticks),
 //! `reconcile` (announcements applied to the registry's state), `session` (this run's session
-//! number, above the last one recorded). This module owns the
+//! number, above the last one recorded), `warn` (warnings said once a minute per cause and
+//! subject). This module owns the
 //! configuration, the sockets and the state those share, and starts the threads.
 //!
 //! Threads: two receivers (the discovery socket on the multicast port, the data socket on an
@@ -29,6 +30,7 @@ mod reflector;
 mod send;
 mod session;
 pub mod stats;
+mod warn;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -202,9 +204,8 @@ pub struct Net {
     counters: Counters,
     /// Poked (private futex) whenever the registry's endpoints change.
     change: AtomicU32,
-    /// When another registry using this host name was last logged (two hosts with one name
-    /// never see each other: each drops the other's datagrams as its own).
-    name_clash_logged: Mutex<Option<Instant>>,
+    /// Warnings already said (`warn.rs`).
+    warnings: warn::Warnings,
 }
 
 impl Net {
@@ -329,7 +330,7 @@ impl Net {
                 gso,
                 gso_buffer: Vec::new(),
             }),
-            name_clash_logged: Mutex::new(None),
+            warnings: warn::Warnings::default(),
             state: Mutex::new(NetState {
                 peers: Peers::default(),
                 replay: Replay::default(),

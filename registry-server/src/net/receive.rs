@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 use super::auth::Stream;
 use super::reassembly::Outcome;
 use super::stats::Counters;
+use super::warn::Cause;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
 use super::{lock, Net, NetState};
-
-/// How often a clash of host names is logged at most.
-const NAME_CLASH_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
@@ -59,11 +57,40 @@ impl Net {
         if from.ip().is_loopback() {
             return Err(Drop::Loopback);
         }
+        // A key on one side only, or two different keys, drop everything silently but for
+        // the counters: said in the log too, once a minute per cause and source.
+        let ip = from.ip();
         match (&self.key, d.mac) {
             (Some(key), Some(mac)) if key.verify(d.signed, mac) => {}
-            (Some(_), None) => return Err(Drop::Unauthenticated),
-            _ if d.mac.is_some() || self.key.is_some() => return Err(Drop::BadMac),
-            _ => {}
+            (Some(_), Some(_)) => {
+                if self.warnings.due(Cause::BadMac, &ip.to_string()) {
+                    tracing::warn!(
+                        "datagrams from {ip} fail the MAC: a different key? (dropped, counted \
+                         as bad_mac; said once a minute)"
+                    );
+                }
+                return Err(Drop::BadMac);
+            }
+            (Some(_), None) => {
+                if self.warnings.due(Cause::Unauthenticated, &ip.to_string()) {
+                    tracing::warn!(
+                        "unauthenticated datagrams from {ip} while this registry has a key: \
+                         give that registry the same --key-file (dropped, counted as \
+                         unauthenticated; said once a minute)"
+                    );
+                }
+                return Err(Drop::Unauthenticated);
+            }
+            (None, Some(_)) => {
+                if self.warnings.due(Cause::MacWithoutKey, &ip.to_string()) {
+                    tracing::warn!(
+                        "datagrams from {ip} carry a MAC but this registry has no key: give it \
+                         the same --key-file (dropped, counted as bad_mac; said once a minute)"
+                    );
+                }
+                return Err(Drop::BadMac);
+            }
+            (None, None) => {}
         }
         if h.sender == self.sender_id {
             // Another registry under this host name (authenticated, when a key is set): the
@@ -124,12 +151,9 @@ impl Net {
     }
 
     fn warn_name_clash(&self, from: SocketAddr) {
-        let mut last = lock(&self.name_clash_logged);
-        if last.is_some_and(|at| at.elapsed() < NAME_CLASH_LOG_EVERY) {
+        if !self.warnings.due(Cause::NameClash, &from.ip().to_string()) {
             return;
         }
-        *last = Some(Instant::now());
-        drop(last);
         tracing::warn!(
             "another registry at {} uses this host name '{}': the two cannot see each other; \
              give each computer its own --host",

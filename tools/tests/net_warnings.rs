@@ -1,0 +1,56 @@
+//! What a registry logs when the network cannot work as configured, across hosts made of
+//! network namespaces: a different key, a key on one host only, values over `--max-value` or
+//! `--reassembly-limit`, datagrams that cannot be sent. Each is said about once a minute, with
+//! what and where, besides its counter.
+
+mod common;
+mod netns;
+
+use netns::{eventually, Lab};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+fn key_file(lab: &mut Lab, name: &str, bytes: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = lab.file(name, bytes);
+    // The registry refuses a key file other users may read.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    path
+}
+
+/// How many lines of `log` contain `text`.
+fn lines_with(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+#[test]
+fn a_different_key_or_a_key_on_one_side_only_is_logged_once_a_minute_per_source() {
+    let mut lab = Lab::new(3);
+    let one = key_file(&mut lab, "key-one", "the first key of the warnings test");
+    let two = key_file(&mut lab, "key-two", "the other key of the warnings test");
+    lab.start_registry(A, &["--key-file", &one], &[]);
+    lab.start_registry(B, &["--key-file", &two], &[]);
+    lab.start_registry(C, &[], &[]);
+    let (a_ip, b_ip, c_ip) = (
+        lab.hosts[A].ip.clone(),
+        lab.hosts[B].ip.clone(),
+        lab.hosts[C].ip.clone(),
+    );
+    let bad_mac = format!("datagrams from {b_ip} fail the MAC: a different key?");
+    let unauthenticated =
+        format!("unauthenticated datagrams from {c_ip} while this registry has a key");
+    let no_key = format!("datagrams from {a_ip} carry a MAC but this registry has no key");
+    eventually("A and C log what is wrong", || {
+        let (a, c) = (lab.log(A), lab.log(C));
+        a.contains(&bad_mac) && a.contains(&unauthenticated) && c.contains(&no_key)
+    });
+    // Many more datagrams come (ten announcements a second each): said once all the same.
+    eventually("A counts many datagrams with a bad MAC", || {
+        lab.dropped(A, "bad_mac") >= 20
+    });
+    let a = lab.log(A);
+    assert_eq!(lines_with(&a, &bad_mac), 1, "{a}");
+    assert_eq!(lines_with(&a, &unauthenticated), 1, "{a}");
+}
