@@ -54,3 +54,28 @@ fn a_different_key_or_a_key_on_one_side_only_is_logged_once_a_minute_per_source(
     assert_eq!(lines_with(&a, &bad_mac), 1, "{a}");
     assert_eq!(lines_with(&a, &unauthenticated), 1, "{a}");
 }
+
+#[test]
+fn a_datagram_that_cannot_be_sent_is_logged_with_the_error_and_destination() {
+    let mut lab = Lab::new(1);
+    lab.start_registry(A, &[], &[]);
+    eventually("A announces", || {
+        lab.stats(A)
+            .is_some_and(|s| s["datagrams_sent"].as_u64() >= Some(1))
+    });
+    // Without its multicast route the host cannot send to the group any more.
+    let deleted = lab
+        .command(A, std::path::Path::new("ip"))
+        .args(["route", "del", "224.0.0.0/4"])
+        .status()
+        .expect("run ip route");
+    assert!(deleted.success(), "ip route del 224.0.0.0/4");
+    let said = "sending to 239.255.66.66:7447 failed: Network is unreachable";
+    eventually("A logs the failed send", || lab.log(A).contains(said));
+    eventually("A counts many failed sends", || {
+        lab.stats(A)
+            .is_some_and(|s| s["send_errors"].as_u64() >= Some(20))
+    });
+    let log = lab.log(A);
+    assert_eq!(lines_with(&log, said), 1, "{log}");
+}

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::faults::{Action, Faults};
 use super::stats::Counters;
+use super::warn::Cause;
 use super::wire::{self, Header};
 use super::{lock, Net, SendState};
 
@@ -116,7 +117,10 @@ impl Net {
                     self.send_to(d, to);
                 }
             }
-            Err(_) => Counters::add(&self.counters.send_errors, count as u64),
+            Err(e) => {
+                Counters::add(&self.counters.send_errors, count as u64);
+                self.warn_send_error(&e, to);
+            }
         }
     }
 
@@ -150,7 +154,21 @@ impl Net {
                 Counters::add(&self.counters.sent_datagrams, 1);
                 Counters::add(&self.counters.sent_bytes, n as u64);
             }
-            Err(_) => Counters::add(&self.counters.send_errors, 1),
+            Err(e) => {
+                Counters::add(&self.counters.send_errors, 1);
+                self.warn_send_error(&e, to);
+            }
+        }
+    }
+
+    /// A failed send is counted (`send_errors`) and said once a minute per destination: a
+    /// route gone or a firewall rule would otherwise show only as a growing counter.
+    fn warn_send_error(&self, e: &std::io::Error, to: SocketAddr) {
+        if self.warnings.due(Cause::SendError, &to.to_string()) {
+            tracing::warn!(
+                "sending to {to} failed: {e} (counted in send_errors; said once a minute per \
+                 destination)"
+            );
         }
     }
 }

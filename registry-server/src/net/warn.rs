@@ -26,6 +26,8 @@ pub enum Cause {
     MacWithoutKey,
     /// Datagrams without a MAC while this registry has a key.
     Unauthenticated,
+    /// Datagrams the kernel refused to send.
+    SendError,
 }
 
 #[derive(Default)]
