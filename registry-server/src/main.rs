@@ -242,7 +242,7 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         forget_after: Duration::from_millis(a.forget_ms.max(50)),
         refresh_every: Duration::from_millis(a.refresh_ms.max(10)),
         key,
-        max_message: a.max_value.saturating_add(1024),
+        max_value: a.max_value,
         reassembly_limit: a.reassembly_limit,
         faults,
         session_file,

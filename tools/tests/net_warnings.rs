@@ -79,3 +79,24 @@ fn a_datagram_that_cannot_be_sent_is_logged_with_the_error_and_destination() {
     let log = lab.log(A);
     assert_eq!(lines_with(&log, said), 1, "{log}");
 }
+
+/// A value larger than the sender's `--max-value` is not sent: said once for the slot, with
+/// its name and the limit as given, and counted as such rather than as reflected.
+#[test]
+fn a_value_over_max_value_is_logged_once_by_slot_and_counted_apart() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--max-value", "1000"], &[]);
+    lab.start_registry(B, &[], &[]);
+    let reader = lab.read_for(B, "/big", "20");
+    lab.write_from(A, "/big", "100000", "20", "5000");
+    eventually("A counts values too large to send", || {
+        lab.dropped(A, "too_large_to_send") >= 20
+    });
+    let log = lab.log(A);
+    let said = "not reflecting /big to hB: a value of";
+    assert_eq!(lines_with(&log, said), 1, "{log}");
+    assert!(log.contains("larger than --max-value 1000 "), "{log}");
+    let stats = lab.stats(A).expect("A's statistics");
+    assert_eq!(stats["values_reflected"], 0, "{stats}");
+    lab.kill(reader);
+}

@@ -70,8 +70,8 @@ pub struct NetConfig {
     pub forget_after: Duration,
     pub refresh_every: Duration,
     pub key: Option<Key>,
-    /// Largest message (value plus name) accepted or sent.
-    pub max_message: u32,
+    /// Largest value accepted or sent (`--max-value`).
+    pub max_value: u32,
     /// Bytes held at most for incomplete messages.
     pub reassembly_limit: usize,
     pub faults: Option<Faults>,
@@ -80,6 +80,9 @@ pub struct NetConfig {
     pub session_file: Option<std::path::PathBuf>,
 }
 
+/// Bytes a value message holds besides the value: its fixed fields and the slot name, with
+/// room to spare.
+const MESSAGE_OVERHEAD: u32 = 1024;
 /// Longest time an incomplete message may wait for its missing fragments.
 const REASSEMBLY_AGE: Duration = Duration::from_secs(5);
 /// Reflector tick: announcements, refreshes, expiry and statistics are checked this often.
@@ -134,6 +137,8 @@ struct Reflected {
     targets: BTreeMap<String, (SocketAddr, u64)>,
     /// Slot sequence last sent to every target.
     last_sent: u64,
+    /// A value too large to send was logged (once per slot, not per write and refresh).
+    too_large_said: bool,
 }
 
 /// A local slot written with a remote host's values.
@@ -191,6 +196,9 @@ pub struct Net {
     datagram_size: usize,
     /// Most datagrams sent in one batch.
     gso_batch: usize,
+    /// `--max-value`, as given (named in warnings).
+    max_value: u32,
+    /// Largest message accepted or sent: a value of `max_value` bytes with its name and fields.
     max_message: u32,
     announce_every: Duration,
     forget_after: Duration,
@@ -314,7 +322,8 @@ impl Net {
             chunk,
             datagram_size,
             gso_batch,
-            max_message: cfg.max_message,
+            max_value: cfg.max_value,
+            max_message: cfg.max_value.saturating_add(MESSAGE_OVERHEAD),
             announce_every: cfg.announce_every,
             forget_after: cfg.forget_after,
             refresh_every: cfg.refresh_every,

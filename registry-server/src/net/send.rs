@@ -13,18 +13,21 @@ use super::wire::{self, Header};
 use super::{lock, Net, SendState};
 
 impl Net {
-    /// Sends one message to each destination, fragmented at the chunk size.
-    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) {
+    /// Sends one message to each destination, fragmented at the chunk size. A message larger
+    /// than the peers accept is not sent (values are checked against `--max-value` before, by
+    /// name): `false`.
+    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) -> bool {
         if to.is_empty() {
-            return;
+            return true;
         }
         if body.len() > self.max_message as usize {
             tracing::warn!(
-                "not sending a message of {} bytes (limit {})",
+                "not sending a message of {} bytes on channel {channel:#x}: larger than \
+                 --max-value {} allows",
                 body.len(),
-                self.max_message
+                self.max_value
             );
-            return;
+            return false;
         }
         let mut s = lock(&self.send);
         s.message += 1;
@@ -80,6 +83,7 @@ impl Net {
             }
             s.gso_buffer = gso;
         }
+        true
     }
 
     /// Appends one datagram to `out`: its header, `body`, and the MAC over both when keyed.
