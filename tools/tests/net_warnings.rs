@@ -100,3 +100,37 @@ fn a_value_over_max_value_is_logged_once_by_slot_and_counted_apart() {
     assert_eq!(stats["values_reflected"], 0, "{stats}");
     lab.kill(reader);
 }
+
+/// Values larger than the receiver's `--reassembly-limit` (host B) or `--max-value` (host C)
+/// cannot be taken: each receiver says so, naming the slot, the sender, the size and the
+/// option to raise, once a minute however many datagrams come.
+#[test]
+fn a_value_over_the_receivers_limits_is_logged_with_slot_size_and_option() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &["--reassembly-limit", "100000"], &[]);
+    lab.start_registry(C, &["--max-value", "100000"], &[]);
+    let readers = [
+        lab.read_for(B, "/large", "20"),
+        lab.read_for(C, "/large", "20"),
+    ];
+    lab.write_from(A, "/large", "100000", "50", "300000");
+    let a_ip = lab.hosts[A].ip.clone();
+    let over_limit =
+        format!("(a value of /large) from {a_ip} does not fit --reassembly-limit 100000");
+    let over_max = format!("(a value of /large) from {a_ip} is larger than --max-value 100000");
+    eventually("B and C log why they drop /large", || {
+        lab.log(B).contains(&over_limit) && lab.log(C).contains(&over_max)
+    });
+    eventually("B and C drop many datagrams as oversized", || {
+        lab.dropped(B, "oversized") >= 20 && lab.dropped(C, "oversized") >= 20
+    });
+    assert_eq!(lines_with(&lab.log(B), &over_limit), 1, "{}", lab.log(B));
+    assert_eq!(lines_with(&lab.log(C), &over_max), 1, "{}", lab.log(C));
+    assert!(lab
+        .log(B)
+        .contains("raise --reassembly-limit on this registry"));
+    for r in readers {
+        lab.kill(r);
+    }
+}

@@ -71,6 +71,16 @@ impl Reassembler {
         }
     }
 
+    /// `--reassembly-limit`.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Memory a message of `total` bytes is counted for while incomplete.
+    pub fn cost(total: u32) -> usize {
+        total as usize + OVERHEAD
+    }
+
     /// Memory counted for incomplete messages (buffers plus `OVERHEAD` each).
     pub fn held(&self) -> usize {
         self.held
@@ -119,7 +129,7 @@ impl Reassembler {
         if replace {
             self.drop_partial(&key);
             let total = h.total as usize;
-            let cost = total + OVERHEAD;
+            let cost = Reassembler::cost(h.total);
             if cost > self.limit {
                 return (Outcome::Dropped(Drop::Oversized), evicted);
             }

@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::auth::Stream;
-use super::reassembly::Outcome;
+use super::reassembly::{Outcome, Reassembler};
 use super::stats::Counters;
 use super::warn::Cause;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
@@ -46,7 +46,9 @@ impl Net {
 
     /// Everything done with one received datagram; `Err` says why it was dropped.
     pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<(), Drop> {
-        let d = wire::decode_datagram(bytes, self.max_message)?;
+        // Bounded by --max-value below, once the datagram is known to be of this domain: a
+        // message over it is then said in the log.
+        let d = wire::decode_datagram(bytes, u32::MAX)?;
         let h = d.header;
         if h.domain != self.domain_id {
             return Err(Drop::OtherDomain);
@@ -98,6 +100,19 @@ impl Net {
             self.warn_name_clash(from);
             return Err(Drop::Own);
         }
+        if h.total > self.max_message {
+            if self.warnings.due(Cause::OverMaxValue, &ip.to_string()) {
+                let what = describe_channel(&lock(&self.state), h.channel);
+                tracing::warn!(
+                    "a message of {} bytes ({what}) from {ip} is larger than --max-value {} \
+                     allows: raise --max-value on this registry (dropped, counted as \
+                     oversized; said once a minute)",
+                    h.total,
+                    self.max_value
+                );
+            }
+            return Err(Drop::Oversized);
+        }
         let mut st = lock(&self.state);
         let stream = if h.channel == wire::ANNOUNCE_CHANNEL {
             Stream::Announcements
@@ -135,6 +150,24 @@ impl Net {
                 // is refused by the reassembly (a fragment held), or is stale (delivered).
                 st.peers.touch(h.sender, h.session, now);
                 return Ok(());
+            }
+            Outcome::Dropped(Drop::Oversized) => {
+                // Only a message that could never fit is refused so; others evict older ones.
+                let what = describe_channel(&st, h.channel);
+                if self
+                    .warnings
+                    .due(Cause::OverReassemblyLimit, &format!("{ip} {what}"))
+                {
+                    tracing::warn!(
+                        "a message of {} bytes ({what}) from {ip} does not fit \
+                         --reassembly-limit {} (it needs {}): raise --reassembly-limit on this \
+                         registry (dropped, counted as oversized; said once a minute)",
+                        h.total,
+                        st.reassembly.limit(),
+                        Reassembler::cost(h.total)
+                    );
+                }
+                return Err(Drop::Oversized);
             }
             Outcome::Dropped(why) => return Err(why),
         };
@@ -222,6 +255,21 @@ impl Net {
         Counters::add(&self.counters.values_mirrored, 1);
         Ok(())
     }
+}
+
+/// What a channel carries, for a warning: an announcement, a mirrored slot's values, or values
+/// of a slot this registry does not mirror (only their channel is known).
+fn describe_channel(st: &NetState, channel: u64) -> String {
+    if channel == wire::ANNOUNCE_CHANNEL {
+        return "an announcement".to_owned();
+    }
+    st.mirrors
+        .keys()
+        .find(|name| wire::channel_of(name) == channel)
+        .map_or_else(
+            || format!("a value on channel {channel:#x}, not a slot mirrored here"),
+            |name| format!("a value of {name}"),
+        )
 }
 
 /// What one read from a socket holds.

@@ -28,6 +28,10 @@ pub enum Cause {
     Unauthenticated,
     /// Datagrams the kernel refused to send.
     SendError,
+    /// Messages larger than `--max-value` allows.
+    OverMaxValue,
+    /// Messages larger than `--reassembly-limit`.
+    OverReassemblyLimit,
 }
 
 #[derive(Default)]
