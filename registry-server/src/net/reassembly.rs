@@ -4,7 +4,8 @@
 //! same channel replaces the older incomplete one (latest-value semantics: nobody wants the old
 //! value any more), a fragment (or a whole one-fragment message) of an older message is stale.
 //! When the memory held would exceed the limit, or there are more than `MAX_PARTIALS`
-//! incomplete messages, the oldest ones are evicted. The memory counted for an incomplete
+//! incomplete messages, the oldest ones are evicted. Both are counted (`superseded`,
+//! `evicted`). The memory counted for an incomplete
 //! message is its buffer plus a fixed `OVERHEAD`, so that many tiny ones (a flood of crafted
 //! fragments) are bounded as well as a few big ones.
 //!
@@ -61,6 +62,15 @@ pub enum Outcome<'a> {
     Dropped(Drop),
 }
 
+/// Other incomplete messages a fragment cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Displaced {
+    /// Dropped to keep memory bounded.
+    pub evicted: u64,
+    /// Replaced by a newer message of the same channel.
+    pub superseded: u64,
+}
+
 impl Reassembler {
     pub fn new(limit: usize) -> Reassembler {
         Reassembler {
@@ -90,48 +100,48 @@ impl Reassembler {
         self.partial.len()
     }
 
-    /// Adds one decoded datagram. Returns the outcome and how many incomplete messages were
-    /// evicted for room.
-    pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, u64) {
+    /// Adds one decoded datagram. Returns the outcome and the other incomplete messages it
+    /// cost.
+    pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, Displaced) {
         let h = &d.header;
         let key = (h.sender, h.channel);
-        let mut evicted = 0;
+        let mut displaced = Displaced::default();
         if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
             return (
                 Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
-                evicted,
+                displaced,
             );
         }
         if let Some(&(session, message)) = self.delivered.get(&key) {
             if session == h.session && message >= h.message {
-                return (Outcome::Dropped(Drop::Stale), evicted);
+                return (Outcome::Dropped(Drop::Stale), displaced);
             }
         }
         if d.fragments() == 1 {
             if let Some(p) = self.partial.get(&key) {
                 // An older message arriving late must not cost the newer incomplete one.
                 if p.session == h.session && p.message > h.message {
-                    return (Outcome::Dropped(Drop::Stale), evicted);
+                    return (Outcome::Dropped(Drop::Stale), displaced);
                 }
             }
-            self.drop_partial(&key);
+            displaced.superseded = u64::from(self.drop_partial(&key));
             return (
                 Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
-                evicted,
+                displaced,
             );
         }
         let replace = match self.partial.get(&key) {
             None => true,
             Some(p) if p.session != h.session || p.message < h.message => true,
-            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), evicted),
+            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), displaced),
             Some(p) => p.buf.len() != h.total as usize,
         };
         if replace {
-            self.drop_partial(&key);
+            displaced.superseded = u64::from(self.drop_partial(&key));
             let total = h.total as usize;
             let cost = Reassembler::cost(h.total);
             if cost > self.limit {
-                return (Outcome::Dropped(Drop::Oversized), evicted);
+                return (Outcome::Dropped(Drop::Oversized), displaced);
             }
             while self.held + cost > self.limit || self.partial.len() >= MAX_PARTIALS {
                 let Some(oldest) = self
@@ -143,7 +153,7 @@ impl Reassembler {
                     break;
                 };
                 self.drop_partial(&oldest);
-                evicted += 1;
+                displaced.evicted += 1;
             }
             let fragments = d.fragments();
             self.held += cost;
@@ -160,34 +170,34 @@ impl Reassembler {
             );
         }
         let Some(p) = self.partial.get_mut(&key) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         let i = d.fragment();
         let (word, bit) = ((i / 64) as usize, 1u64 << (i % 64));
         let Some(w) = p.got.get_mut(word) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         if *w & bit != 0 {
-            return (Outcome::Dropped(Drop::Replayed), evicted);
+            return (Outcome::Dropped(Drop::Replayed), displaced);
         }
         *w |= bit;
         let off = h.offset as usize;
         let Some(dst) = p.buf.get_mut(off..off + d.body.len()) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         dst.copy_from_slice(d.body);
         p.missing -= 1;
         if p.missing > 0 {
-            return (Outcome::Pending, evicted);
+            return (Outcome::Pending, displaced);
         }
         let done = self.partial.remove(&key);
         let Some(done) = done else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         self.held -= done.buf.len() + OVERHEAD;
         (
             Outcome::Complete(std::borrow::Cow::Owned(done.buf)),
-            evicted,
+            displaced,
         )
     }
 
@@ -231,9 +241,14 @@ impl Reassembler {
         self.delivered.retain(|(s, _), _| *s != sender);
     }
 
-    fn drop_partial(&mut self, key: &(u64, u64)) {
-        if let Some(p) = self.partial.remove(key) {
-            self.held -= p.buf.len() + OVERHEAD;
+    /// Drops the incomplete message of `key`; whether there was one.
+    fn drop_partial(&mut self, key: &(u64, u64)) -> bool {
+        match self.partial.remove(key) {
+            Some(p) => {
+                self.held -= p.buf.len() + OVERHEAD;
+                true
+            }
+            None => false,
         }
     }
 
@@ -305,7 +320,9 @@ mod tests {
         let two = frags(2, 7, &data, 100);
         let three = frags(3, 7, &data, 100);
         add(&mut r, &two[0]);
-        add(&mut r, &three[0]);
+        let first_of_three = decode_datagram(&three[0], 1 << 20).unwrap();
+        let (_, displaced) = r.add(&first_of_three, Instant::now());
+        assert_eq!(displaced.superseded, 1, "message 2 replaced and counted");
         assert!(add(&mut r, &two[1]).is_none());
         for x in &three[1..] {
             add(&mut r, x);

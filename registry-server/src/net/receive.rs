@@ -138,9 +138,12 @@ impl Net {
         // broken datagram must not shut its real sender out.
         st.replay.check(h.sender, stream, h.session, h.packet)?;
         let now = Instant::now();
-        let (outcome, evicted) = st.reassembly.add(&d, now);
-        for _ in 0..evicted {
+        let (outcome, displaced) = st.reassembly.add(&d, now);
+        for _ in 0..displaced.evicted {
             self.counters.drop(Drop::Evicted);
+        }
+        for _ in 0..displaced.superseded {
+            self.counters.drop(Drop::Superseded);
         }
         let message = match outcome {
             Outcome::Complete(m) => m,

@@ -70,12 +70,15 @@ pub enum Drop {
     Older,
     /// The sender is a loopback address.
     Loopback,
+    /// An incomplete message replaced by a newer one of the same channel (the older value is of
+    /// no use any more: a fragment of it was lost, or the newer came too soon).
+    Superseded,
     /// A local value larger than `--max-value`, not sent (once per value and subscribing host).
     TooLargeToSend,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 14] = [
+    pub const ALL: [Drop; 15] = [
         Drop::Truncated,
         Drop::Malformed,
         Drop::Oversized,
@@ -89,6 +92,7 @@ impl Drop {
         Drop::Unexpected,
         Drop::Older,
         Drop::Loopback,
+        Drop::Superseded,
         Drop::TooLargeToSend,
     ];
 
@@ -112,6 +116,7 @@ impl Drop {
             Drop::Unexpected => "unexpected",
             Drop::Older => "older",
             Drop::Loopback => "loopback",
+            Drop::Superseded => "superseded",
             Drop::TooLargeToSend => "too_large_to_send",
         }
     }
