@@ -114,7 +114,27 @@ fn a_value_over_the_receivers_limits_is_logged_with_slot_size_and_option() {
         lab.read_for(B, "/large", "20"),
         lab.read_for(C, "/large", "20"),
     ];
-    lab.write_from(A, "/large", "100000", "50", "300000");
+    // Small values first (sizes grow to the largest in 16 steps): B and C know /large by the
+    // time its values no longer fit.
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/large",
+            "--count",
+            "100000",
+            "--interval-ms",
+            "50",
+            "--min-size",
+            "8",
+            "--max-size",
+            "300000",
+            "--linger",
+            "60",
+        ],
+    );
     let a_ip = lab.hosts[A].ip.clone();
     let over_limit =
         format!("(a value of /large) from {a_ip} does not fit --reassembly-limit 100000");

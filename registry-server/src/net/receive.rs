@@ -101,7 +101,9 @@ impl Net {
             return Err(Drop::Own);
         }
         if h.total > self.max_message {
-            if self.warnings.due(Cause::OverMaxValue, &ip.to_string()) {
+            // Said once a minute per source and channel; described only then.
+            let subject = format!("{ip} {:#x}", h.channel);
+            if self.warnings.due(Cause::OverMaxValue, &subject) {
                 let what = describe_channel(&lock(&self.state), h.channel);
                 tracing::warn!(
                     "a message of {} bytes ({what}) from {ip} is larger than --max-value {} \
@@ -156,11 +158,9 @@ impl Net {
             }
             Outcome::Dropped(Drop::Oversized) => {
                 // Only a message that could never fit is refused so; others evict older ones.
-                let what = describe_channel(&st, h.channel);
-                if self
-                    .warnings
-                    .due(Cause::OverReassemblyLimit, &format!("{ip} {what}"))
-                {
+                let subject = format!("{ip} {:#x}", h.channel);
+                if self.warnings.due(Cause::OverReassemblyLimit, &subject) {
+                    let what = describe_channel(&st, h.channel);
                     tracing::warn!(
                         "a message of {} bytes ({what}) from {ip} does not fit \
                          --reassembly-limit {} (it needs {}): raise --reassembly-limit on this \
@@ -260,17 +260,23 @@ impl Net {
     }
 }
 
-/// What a channel carries, for a warning: an announcement, a mirrored slot's values, or values
-/// of a slot this registry does not mirror (only their channel is known).
+/// What a channel carries, for a warning: an announcement, or the values of a slot mirrored
+/// here or announced by a peer (else only the channel is known).
 fn describe_channel(st: &NetState, channel: u64) -> String {
     if channel == wire::ANNOUNCE_CHANNEL {
         return "an announcement".to_owned();
     }
+    let announced = st
+        .peers
+        .iter()
+        .flat_map(|p| p.announce.publications.iter().map(|i| i.name.as_str()));
     st.mirrors
         .keys()
+        .map(String::as_str)
+        .chain(announced)
         .find(|name| wire::channel_of(name) == channel)
         .map_or_else(
-            || format!("a value on channel {channel:#x}, not a slot mirrored here"),
+            || format!("a value on channel {channel:#x}, of no slot announced"),
             |name| format!("a value of {name}"),
         )
 }
