@@ -6,6 +6,28 @@ use clap::Parser;
 
 /// The discovery port registries announce on, and the port a `--peer` given without one gets.
 const DEFAULT_PORT: u16 = 7447;
+/// The largest UDP datagram over IPv4, bytes: no `--mtu` above it can be sent.
+const MAX_UDP: u64 = 65_507;
+/// The largest `--max-value`: a message (the value, its name and fields) has a 32-bit length.
+const MAX_VALUE: u64 = u32::MAX as u64 - 1024;
+/// The longest interval taken, milliseconds (a day).
+const DAY_MS: u64 = 86_400_000;
+
+/// A clap parser of a whole number from `min` to `max` whose error says the range and unit (a
+/// zero interval or limit would be taken and misbehave, not be refused, otherwise).
+fn whole_number(
+    min: u64,
+    max: u64,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        text.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| format!("expected {unit} from {min} to {max}"))
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -63,27 +85,29 @@ struct NetArgs {
     /// Repeat for several.
     #[arg(long = "peer", value_name = "IP[:PORT]", value_parser = parse_peer)]
     peers: Vec<PeerArg>,
-    /// Path MTU in bytes: no datagram is larger; bigger values are fragmented.
-    #[arg(long, default_value_t = 1500)]
-    mtu: usize,
-    /// Announcement interval, milliseconds.
-    #[arg(long, default_value_t = 500)]
+    /// Path MTU in bytes, at most 65507: no datagram is larger; bigger values are fragmented.
+    /// (Too small an MTU to hold a datagram's header and 64 bytes is refused at start.)
+    #[arg(long, default_value_t = 1500, value_parser = whole_number(0, MAX_UDP, "bytes"))]
+    mtu: u64,
+    /// Announcement interval, milliseconds (at least 10).
+    #[arg(long, default_value_t = 500, value_parser = whole_number(10, DAY_MS, "milliseconds"))]
     announce_ms: u64,
-    /// A host not heard from for this long is forgotten, milliseconds (or for three of its
-    /// own announcement intervals, when that is longer).
-    #[arg(long, default_value_t = 3000)]
+    /// A host not heard from for this long is forgotten, milliseconds (at least 50; or for
+    /// three of its own announcement intervals, when that is longer).
+    #[arg(long, default_value_t = 3000, value_parser = whole_number(50, DAY_MS, "milliseconds"))]
     forget_ms: u64,
-    /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds
+    /// (at least 10).
+    #[arg(long, default_value_t = 1000, value_parser = whole_number(10, DAY_MS, "milliseconds"))]
     refresh_ms: u64,
     /// Shared key file (any bytes, at least 16; not readable or writable by others): datagrams
     /// carry a keyed MAC and unauthenticated ones are dropped. Without it the network is
     /// unauthenticated. Needs --net.
     #[arg(long)]
     key_file: Option<std::path::PathBuf>,
-    /// Largest value accepted or sent over the network, bytes.
-    #[arg(long, default_value_t = 64 << 20)]
-    max_value: u32,
+    /// Largest value accepted or sent over the network, bytes (at least 1).
+    #[arg(long, default_value_t = 64 << 20, value_parser = whole_number(1, MAX_VALUE, "bytes"))]
+    max_value: u64,
     /// Memory held at most for incomplete (fragmented) values, bytes (their buffers plus 256
     /// bytes each; at most 4,096 are held whatever their size).
     #[arg(long, default_value_t = 256 << 20)]
@@ -248,12 +272,13 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
             .transpose()?,
         ttl: a.ttl,
         peers: a.peers.iter().map(|p| p.address(a.mcast_port)).collect(),
-        mtu: a.mtu,
-        announce_every: Duration::from_millis(a.announce_ms.max(10)),
-        forget_after: Duration::from_millis(a.forget_ms.max(50)),
-        refresh_every: Duration::from_millis(a.refresh_ms.max(10)),
+        // Within range: checked by their parsers.
+        mtu: a.mtu as usize,
+        announce_every: Duration::from_millis(a.announce_ms),
+        forget_after: Duration::from_millis(a.forget_ms),
+        refresh_every: Duration::from_millis(a.refresh_ms),
         key,
-        max_message: a.max_value.saturating_add(1024),
+        max_value: a.max_value as u32,
         reassembly_limit: a.reassembly_limit,
         faults,
         session_file,
@@ -318,5 +343,44 @@ mod tests {
             e.contains("--peer, --interface") && e.contains("them"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn out_of_range_network_numbers_are_usage_errors_that_say_the_range() {
+        let parse = |option: &str, value: &str| {
+            Args::try_parse_from(["registry-server", "--net", option, value]).map(|_| ())
+        };
+        for (option, bad, expected) in [
+            ("--mtu", "65508", "expected bytes from 0 to 65507"),
+            ("--announce-ms", "0", "expected milliseconds from 10 to"),
+            ("--refresh-ms", "0", "expected milliseconds from 10 to"),
+            ("--forget-ms", "0", "expected milliseconds from 50 to"),
+            ("--max-value", "0", "expected bytes from 1 to"),
+            (
+                "--max-value",
+                "4294967295",
+                "expected bytes from 1 to 4294966271",
+            ),
+        ] {
+            let e = parse(option, bad).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{option} {bad}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(option) && text.contains(expected),
+                "{option} {bad}: {text}"
+            );
+        }
+        for (option, good) in [
+            ("--mtu", "65507"),
+            ("--mtu", "576"),
+            ("--announce-ms", "10"),
+            ("--max-value", "1"),
+        ] {
+            assert!(parse(option, good).is_ok(), "{option} {good}");
+        }
     }
 }

@@ -118,18 +118,31 @@ pub enum Stream {
 /// Per-sender replay windows, one per stream: each sender's session (its registry's start
 /// time) and which of its last `WINDOW` packet numbers were seen.
 ///
-/// Windows outlive the forgetting of their host: forgetting only marks a window as the first to
-/// evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
+/// Windows are changed only by datagrams found valid (`check`, then `commit`).
+///
+/// With a key, windows outlive the forgetting of their host: forgetting only marks a window as
+/// the first to evict. Consequence: a host whose restart yields a smaller session (its clock went backwards,
 /// e.g. a computer without a real-time clock booting before time synchronisation) is refused as a
 /// replay until its windows are evicted or this registry restarts; its datagrams are counted as
 /// `replayed`. A registry with a state directory (`--state-dir`, the systemd unit's) never
-/// restarts with a smaller session (`session.rs`). (Mirrors then follow it again: a value of the session the peers follow now is
-/// taken as a new series even when that session is smaller, see `receive.rs`.)
+/// restarts with a smaller session (`session.rs`). (Mirrors then follow it again: a value of the
+/// session the peers follow now is taken as a new series even when that session is smaller, see
+/// `receive.rs`.)
+///
+/// Without a key a forgotten host's windows are dropped (`remove`): anyone can forge its
+/// datagrams anyway, and a validly formed one claiming a session far ahead must shut the real
+/// host out only until it is forgotten (silent in the session followed, `forget_after`), not for
+/// ever; a restarted host with a smaller session is taken back then too.
 #[derive(Default)]
 pub struct Replay {
     senders: HashMap<(u64, Stream), SenderWindow>,
     /// Logical clock of accepted packets, for least-recently-heard eviction.
     clock: u64,
+}
+
+/// Where packet `p` is in a window's `seen` bits: (word, mask).
+fn bit(p: u64) -> (usize, u64) {
+    ((p % WINDOW / 64) as usize, 1u64 << (p % 64))
 }
 
 struct SenderWindow {
@@ -155,15 +168,40 @@ impl SenderWindow {
 }
 
 impl Replay {
-    /// Accepts `(session, packet)` from `sender` once; a packet of an older session, a packet
-    /// seen before, or one older than the window is refused.
-    pub fn accept(
-        &mut self,
+    /// Whether `(session, packet)` from `sender` may be new: refused if of an older session,
+    /// seen before, or older than the window. Changes nothing: a datagram is entered with
+    /// `commit` only once it proved valid, so that one forged or broken datagram (a session far
+    /// ahead, a junk body) cannot move the window and shut the real sender out.
+    pub fn check(
+        &self,
         sender: u64,
         stream: Stream,
         session: u64,
         packet: u64,
     ) -> Result<(), Drop> {
+        let Some(w) = self.senders.get(&(sender, stream)) else {
+            return Ok(());
+        };
+        if session < w.session {
+            return Err(Drop::Replayed);
+        }
+        if session > w.session || packet > w.newest {
+            return Ok(());
+        }
+        if w.newest - packet >= WINDOW {
+            return Err(Drop::Replayed);
+        }
+        let (i, m) = bit(packet);
+        if w.seen[i] & m != 0 {
+            return Err(Drop::Replayed);
+        }
+        Ok(())
+    }
+
+    /// Enters `(session, packet)` from `sender`, checked with `check` and since found valid: a
+    /// newer session starts a new window. A packet that became old meanwhile (another of a
+    /// newer session or far ahead was entered) is left out.
+    pub fn commit(&mut self, sender: u64, stream: Stream, session: u64, packet: u64) {
         let key = (sender, stream);
         if !self.senders.contains_key(&key) {
             self.make_room();
@@ -173,12 +211,11 @@ impl Replay {
             .entry(key)
             .or_insert_with(|| SenderWindow::new(session));
         if session < w.session {
-            return Err(Drop::Replayed);
+            return;
         }
         if session > w.session {
             *w = SenderWindow::new(session);
         }
-        let bit = |p: u64| ((p % WINDOW / 64) as usize, 1u64 << (p % 64));
         if packet > w.newest {
             // Clear the bits of the packets that slide out of the window.
             let advance = packet - w.newest;
@@ -192,16 +229,26 @@ impl Replay {
             }
             w.newest = packet;
         } else if w.newest - packet >= WINDOW {
-            return Err(Drop::Replayed);
+            return;
         }
         let (i, m) = bit(packet);
-        if w.seen[i] & m != 0 {
-            return Err(Drop::Replayed);
-        }
         w.seen[i] |= m;
         self.clock += 1;
         w.heard = self.clock;
         w.forgotten = false;
+    }
+
+    /// `check`, then `commit`: for a datagram valid as soon as it passes the window.
+    #[cfg(test)]
+    pub fn accept(
+        &mut self,
+        sender: u64,
+        stream: Stream,
+        session: u64,
+        packet: u64,
+    ) -> Result<(), Drop> {
+        self.check(sender, stream, session, packet)?;
+        self.commit(sender, stream, session, packet);
         Ok(())
     }
 
@@ -211,6 +258,15 @@ impl Replay {
             if let Some(w) = self.senders.get_mut(&(sender, stream)) {
                 w.forgotten = true;
             }
+        }
+    }
+
+    /// Drops a sender's windows: without a key, where a window only keeps out duplicates,
+    /// because anyone may forge any datagram. A forged "newer session" then shuts the real
+    /// host out only until it is forgotten, not for ever.
+    pub fn remove(&mut self, sender: u64) {
+        for stream in [Stream::Announcements, Stream::Values] {
+            self.senders.remove(&(sender, stream));
         }
     }
 
@@ -320,6 +376,28 @@ mod tests {
             "its old session"
         );
         assert!(r.accept(2, Values, 10, 1).is_ok(), "another sender");
+    }
+
+    #[test]
+    fn a_checked_datagram_changes_nothing_until_committed() {
+        use Stream::Announcements as A;
+        let mut r = Replay::default();
+        assert!(r.accept(1, A, 10, 5).is_ok());
+        // A datagram of a session far ahead passes the check; found invalid, it is never
+        // committed, and the real sender goes on.
+        assert!(r.check(1, A, u64::MAX, 1).is_ok());
+        assert!(r.check(1, A, 10, 6).is_ok());
+        r.commit(1, A, 10, 6);
+        assert_eq!(r.check(1, A, 10, 6), Err(Drop::Replayed));
+        // A committed newer session is followed: the older one is refused.
+        r.commit(1, A, 11, 1);
+        assert_eq!(r.check(1, A, 10, 7), Err(Drop::Replayed));
+        r.commit(1, A, 10, 7);
+        assert_eq!(r.check(1, A, 11, 1), Err(Drop::Replayed), "late: left out");
+        // Removed (a forgotten host without a key): anything goes again.
+        r.remove(1);
+        assert!(r.is_empty());
+        assert!(r.check(1, A, 10, 7).is_ok());
     }
 
     #[test]

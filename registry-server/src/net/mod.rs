@@ -10,7 +10,8 @@
 //! each remote host announced and the decisions drawn from it), `send` (datagrams out),
 //! `receive` (datagrams in), `reflector` (the thread that sends values, announces and ticks),
 //! `reconcile` (announcements applied to the registry's state), `session` (this run's session
-//! number, above the last one recorded). This module owns the
+//! number, above the last one recorded), `warn` (warnings said once a minute per cause and
+//! subject). This module owns the
 //! configuration, the sockets and the state those share, and starts the threads.
 //!
 //! Threads: two receivers (the discovery socket on the multicast port, the data socket on an
@@ -29,6 +30,7 @@ mod reflector;
 mod send;
 mod session;
 pub mod stats;
+mod warn;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -68,8 +70,8 @@ pub struct NetConfig {
     pub forget_after: Duration,
     pub refresh_every: Duration,
     pub key: Option<Key>,
-    /// Largest message (value plus name) accepted or sent.
-    pub max_message: u32,
+    /// Largest value accepted or sent (`--max-value`).
+    pub max_value: u32,
     /// Bytes held at most for incomplete messages.
     pub reassembly_limit: usize,
     pub faults: Option<Faults>,
@@ -78,6 +80,9 @@ pub struct NetConfig {
     pub session_file: Option<std::path::PathBuf>,
 }
 
+/// Bytes a value message holds besides the value: its fixed fields and the slot name, with
+/// room to spare.
+const MESSAGE_OVERHEAD: u32 = 1024;
 /// Longest time an incomplete message may wait for its missing fragments.
 const REASSEMBLY_AGE: Duration = Duration::from_secs(5);
 /// Reflector tick: announcements, refreshes, expiry and statistics are checked this often.
@@ -132,6 +137,8 @@ struct Reflected {
     targets: BTreeMap<String, (SocketAddr, u64)>,
     /// Slot sequence last sent to every target.
     last_sent: u64,
+    /// A value too large to send was logged (once per slot, not per write and refresh).
+    too_large_said: bool,
 }
 
 /// A local slot written with a remote host's values.
@@ -189,6 +196,9 @@ pub struct Net {
     datagram_size: usize,
     /// Most datagrams sent in one batch.
     gso_batch: usize,
+    /// `--max-value`, as given (named in warnings).
+    max_value: u32,
+    /// Largest message accepted or sent: a value of `max_value` bytes with its name and fields.
     max_message: u32,
     announce_every: Duration,
     forget_after: Duration,
@@ -202,9 +212,8 @@ pub struct Net {
     counters: Counters,
     /// Poked (private futex) whenever the registry's endpoints change.
     change: AtomicU32,
-    /// When another registry using this host name was last logged (two hosts with one name
-    /// never see each other: each drops the other's datagrams as its own).
-    name_clash_logged: Mutex<Option<Instant>>,
+    /// Warnings already said (`warn.rs`).
+    warnings: warn::Warnings,
 }
 
 impl Net {
@@ -313,7 +322,8 @@ impl Net {
             chunk,
             datagram_size,
             gso_batch,
-            max_message: cfg.max_message,
+            max_value: cfg.max_value,
+            max_message: cfg.max_value.saturating_add(MESSAGE_OVERHEAD),
             announce_every: cfg.announce_every,
             forget_after: cfg.forget_after,
             refresh_every: cfg.refresh_every,
@@ -329,7 +339,7 @@ impl Net {
                 gso,
                 gso_buffer: Vec::new(),
             }),
-            name_clash_logged: Mutex::new(None),
+            warnings: warn::Warnings::default(),
             state: Mutex::new(NetState {
                 peers: Peers::default(),
                 replay: Replay::default(),

@@ -4,7 +4,8 @@
 //! same channel replaces the older incomplete one (latest-value semantics: nobody wants the old
 //! value any more), a fragment (or a whole one-fragment message) of an older message is stale.
 //! When the memory held would exceed the limit, or there are more than `MAX_PARTIALS`
-//! incomplete messages, the oldest ones are evicted. The memory counted for an incomplete
+//! incomplete messages, the oldest ones are evicted. Both are counted (`superseded`,
+//! `evicted`). The memory counted for an incomplete
 //! message is its buffer plus a fixed `OVERHEAD`, so that many tiny ones (a flood of crafted
 //! fragments) are bounded as well as a few big ones.
 //!
@@ -15,7 +16,9 @@
 //!
 //! The sender and channel come off the wire: without a key anyone can make up new ones, so the
 //! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
-//! duplicate delivery, which the mirror's sequence check then refuses.
+//! duplicate delivery, which the mirror's sequence check then refuses. A message is recorded as
+//! delivered only once the receiver found it valid (`delivered`): a forged or broken message
+//! numbered far ahead must not make every real one after it stale.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -50,12 +53,22 @@ pub struct Reassembler {
 
 /// What a fragment led to.
 pub enum Outcome<'a> {
-    /// The message is whole (borrowed from the datagram when it had one fragment).
+    /// The message is whole (borrowed from the datagram when it had one fragment). Nothing
+    /// records it yet: the receiver calls `delivered` if it is valid.
     Complete(std::borrow::Cow<'a, [u8]>),
     /// Kept; more fragments needed.
     Pending,
-    /// Dropped, with the reason; `evicted` other incomplete messages were dropped to make room.
+    /// Dropped, with the reason.
     Dropped(Drop),
+}
+
+/// Other incomplete messages a fragment cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Displaced {
+    /// Dropped to keep memory bounded.
+    pub evicted: u64,
+    /// Replaced by a newer message of the same channel.
+    pub superseded: u64,
 }
 
 impl Reassembler {
@@ -68,6 +81,16 @@ impl Reassembler {
         }
     }
 
+    /// `--reassembly-limit`.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Memory a message of `total` bytes is counted for while incomplete.
+    pub fn cost(total: u32) -> usize {
+        total as usize + OVERHEAD
+    }
+
     /// Memory counted for incomplete messages (buffers plus `OVERHEAD` each).
     pub fn held(&self) -> usize {
         self.held
@@ -77,43 +100,48 @@ impl Reassembler {
         self.partial.len()
     }
 
-    /// Adds one decoded datagram. Returns the outcome and how many incomplete messages were
-    /// evicted for room.
-    pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, u64) {
+    /// Adds one decoded datagram. Returns the outcome and the other incomplete messages it
+    /// cost.
+    pub fn add<'a>(&mut self, d: &Datagram<'a>, now: Instant) -> (Outcome<'a>, Displaced) {
         let h = &d.header;
         let key = (h.sender, h.channel);
+        let mut displaced = Displaced::default();
         if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
-            return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
+            return (
+                Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
+                displaced,
+            );
         }
         if let Some(&(session, message)) = self.delivered.get(&key) {
             if session == h.session && message >= h.message {
-                return (Outcome::Dropped(Drop::Stale), 0);
+                return (Outcome::Dropped(Drop::Stale), displaced);
             }
         }
         if d.fragments() == 1 {
             if let Some(p) = self.partial.get(&key) {
                 // An older message arriving late must not cost the newer incomplete one.
                 if p.session == h.session && p.message > h.message {
-                    return (Outcome::Dropped(Drop::Stale), 0);
+                    return (Outcome::Dropped(Drop::Stale), displaced);
                 }
             }
-            self.drop_partial(&key);
-            self.remember_delivered(key, h.session, h.message);
-            return (Outcome::Complete(std::borrow::Cow::Borrowed(d.body)), 0);
+            displaced.superseded = u64::from(self.drop_partial(&key));
+            return (
+                Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
+                displaced,
+            );
         }
-        let mut evicted = 0;
         let replace = match self.partial.get(&key) {
             None => true,
             Some(p) if p.session != h.session || p.message < h.message => true,
-            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), 0),
+            Some(p) if p.message > h.message => return (Outcome::Dropped(Drop::Stale), displaced),
             Some(p) => p.buf.len() != h.total as usize,
         };
         if replace {
-            self.drop_partial(&key);
+            displaced.superseded = u64::from(self.drop_partial(&key));
             let total = h.total as usize;
-            let cost = total + OVERHEAD;
+            let cost = Reassembler::cost(h.total);
             if cost > self.limit {
-                return (Outcome::Dropped(Drop::Oversized), 0);
+                return (Outcome::Dropped(Drop::Oversized), displaced);
             }
             while self.held + cost > self.limit || self.partial.len() >= MAX_PARTIALS {
                 let Some(oldest) = self
@@ -125,7 +153,7 @@ impl Reassembler {
                     break;
                 };
                 self.drop_partial(&oldest);
-                evicted += 1;
+                displaced.evicted += 1;
             }
             let fragments = d.fragments();
             self.held += cost;
@@ -142,36 +170,46 @@ impl Reassembler {
             );
         }
         let Some(p) = self.partial.get_mut(&key) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         let i = d.fragment();
         let (word, bit) = ((i / 64) as usize, 1u64 << (i % 64));
         let Some(w) = p.got.get_mut(word) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         if *w & bit != 0 {
-            return (Outcome::Dropped(Drop::Replayed), evicted);
+            return (Outcome::Dropped(Drop::Replayed), displaced);
         }
         *w |= bit;
         let off = h.offset as usize;
         let Some(dst) = p.buf.get_mut(off..off + d.body.len()) else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         dst.copy_from_slice(d.body);
         p.missing -= 1;
         if p.missing > 0 {
-            return (Outcome::Pending, evicted);
+            return (Outcome::Pending, displaced);
         }
         let done = self.partial.remove(&key);
         let Some(done) = done else {
-            return (Outcome::Dropped(Drop::Malformed), evicted);
+            return (Outcome::Dropped(Drop::Malformed), displaced);
         };
         self.held -= done.buf.len() + OVERHEAD;
-        self.remember_delivered(key, h.session, h.message);
         (
             Outcome::Complete(std::borrow::Cow::Owned(done.buf)),
-            evicted,
+            displaced,
         )
+    }
+
+    /// Records the message whose last fragment `d` is as delivered, once the receiver found
+    /// it valid: its late fragments, and older messages of its channel, are stale from now on.
+    pub fn delivered(&mut self, d: &Datagram<'_>) {
+        let h = &d.header;
+        // A host's one-datagram announcement parts are all delivered (see the module's text).
+        if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
+            return;
+        }
+        self.remember_delivered((h.sender, h.channel), h.session, h.message);
     }
 
     /// Drops incomplete messages older than `age` (their sender moved on or died). Returns how
@@ -203,9 +241,14 @@ impl Reassembler {
         self.delivered.retain(|(s, _), _| *s != sender);
     }
 
-    fn drop_partial(&mut self, key: &(u64, u64)) {
-        if let Some(p) = self.partial.remove(key) {
-            self.held -= p.buf.len() + OVERHEAD;
+    /// Drops the incomplete message of `key`; whether there was one.
+    fn drop_partial(&mut self, key: &(u64, u64)) -> bool {
+        match self.partial.remove(key) {
+            Some(p) => {
+                self.held -= p.buf.len() + OVERHEAD;
+                true
+            }
+            None => false,
         }
     }
 
@@ -247,10 +290,15 @@ mod tests {
             .collect()
     }
 
+    /// Adds a datagram of a valid message: recorded as delivered once complete.
     fn add(r: &mut Reassembler, bytes: &[u8]) -> Option<Vec<u8>> {
         let d = decode_datagram(bytes, 1 << 20).unwrap();
         match r.add(&d, Instant::now()).0 {
-            Outcome::Complete(m) => Some(m.into_owned()),
+            Outcome::Complete(m) => {
+                let m = m.into_owned();
+                r.delivered(&d);
+                Some(m)
+            }
             _ => None,
         }
     }
@@ -272,7 +320,9 @@ mod tests {
         let two = frags(2, 7, &data, 100);
         let three = frags(3, 7, &data, 100);
         add(&mut r, &two[0]);
-        add(&mut r, &three[0]);
+        let first_of_three = decode_datagram(&three[0], 1 << 20).unwrap();
+        let (_, displaced) = r.add(&first_of_three, Instant::now());
+        assert_eq!(displaced.superseded, 1, "message 2 replaced and counted");
         assert!(add(&mut r, &two[1]).is_none());
         for x in &three[1..] {
             add(&mut r, x);
@@ -324,5 +374,29 @@ mod tests {
         let five = frags(5, 7, &[1, 2, 3], 100);
         assert!(add(&mut r, &five[0]).is_none(), "message 5 is older: stale");
         assert_eq!(add(&mut r, &ten[1]).as_deref(), Some(&data[..]));
+    }
+
+    #[test]
+    fn only_a_message_found_valid_makes_later_ones_stale() {
+        let mut r = Reassembler::new(1 << 20);
+        // Whole, numbered far ahead, and found invalid by the receiver: not recorded.
+        let forged = frags(1 << 40, 7, &[9; 150], 100);
+        for f in &forged {
+            let d = decode_datagram(f, 1 << 20).unwrap();
+            let _ = r.add(&d, Instant::now());
+        }
+        let forged_one = frags(1 << 40, 7, &[9], 100);
+        let d = decode_datagram(&forged_one[0], 1 << 20).unwrap();
+        assert!(matches!(r.add(&d, Instant::now()).0, Outcome::Complete(_)));
+        // The real messages still come through, and once delivered their duplicates are stale.
+        let real = frags(1, 7, &[1; 150], 100);
+        assert!(add(&mut r, &real[0]).is_none());
+        assert_eq!(add(&mut r, &real[1]).as_deref(), Some(&[1; 150][..]));
+        assert!(add(&mut r, &real[1]).is_none(), "stale");
+        let d = decode_datagram(&real[1], 1 << 20).unwrap();
+        assert!(matches!(
+            r.add(&d, Instant::now()).0,
+            Outcome::Dropped(Drop::Stale)
+        ));
     }
 }

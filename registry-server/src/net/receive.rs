@@ -9,13 +9,11 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::auth::Stream;
-use super::reassembly::Outcome;
+use super::reassembly::{Outcome, Reassembler};
 use super::stats::Counters;
+use super::warn::Cause;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
 use super::{lock, Net, NetState};
-
-/// How often a clash of host names is logged at most.
-const NAME_CLASH_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
@@ -48,7 +46,9 @@ impl Net {
 
     /// Everything done with one received datagram; `Err` says why it was dropped.
     pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<(), Drop> {
-        let d = wire::decode_datagram(bytes, self.max_message)?;
+        // Bounded by --max-value below, once the datagram is known to be of this domain: a
+        // message over it is then said in the log.
+        let d = wire::decode_datagram(bytes, u32::MAX)?;
         let h = d.header;
         if h.domain != self.domain_id {
             return Err(Drop::OtherDomain);
@@ -59,17 +59,61 @@ impl Net {
         if from.ip().is_loopback() {
             return Err(Drop::Loopback);
         }
+        // A key on one side only, or two different keys, drop everything silently but for
+        // the counters: said in the log too, once a minute per cause and source.
+        let ip = from.ip();
         match (&self.key, d.mac) {
             (Some(key), Some(mac)) if key.verify(d.signed, mac) => {}
-            (Some(_), None) => return Err(Drop::Unauthenticated),
-            _ if d.mac.is_some() || self.key.is_some() => return Err(Drop::BadMac),
-            _ => {}
+            (Some(_), Some(_)) => {
+                if self.warnings.due(Cause::BadMac, &ip.to_string()) {
+                    tracing::warn!(
+                        "datagrams from {ip} fail the MAC: a different key? (dropped, counted \
+                         as bad_mac; said once a minute)"
+                    );
+                }
+                return Err(Drop::BadMac);
+            }
+            (Some(_), None) => {
+                if self.warnings.due(Cause::Unauthenticated, &ip.to_string()) {
+                    tracing::warn!(
+                        "unauthenticated datagrams from {ip} while this registry has a key: \
+                         give that registry the same --key-file (dropped, counted as \
+                         unauthenticated; said once a minute)"
+                    );
+                }
+                return Err(Drop::Unauthenticated);
+            }
+            (None, Some(_)) => {
+                if self.warnings.due(Cause::MacWithoutKey, &ip.to_string()) {
+                    tracing::warn!(
+                        "datagrams from {ip} carry a MAC but this registry has no key: give it \
+                         the same --key-file (dropped, counted as bad_mac; said once a minute)"
+                    );
+                }
+                return Err(Drop::BadMac);
+            }
+            (None, None) => {}
         }
         if h.sender == self.sender_id {
             // Another registry under this host name (authenticated, when a key is set): the
             // two cannot see each other. Said once a minute, not per datagram.
             self.warn_name_clash(from);
             return Err(Drop::Own);
+        }
+        if h.total > self.max_message {
+            // Said once a minute per source and channel; described only then.
+            let subject = format!("{ip} {:#x}", h.channel);
+            if self.warnings.due(Cause::OverMaxValue, &subject) {
+                let what = describe_channel(&lock(&self.state), h.channel);
+                tracing::warn!(
+                    "a message of {} bytes ({what}) from {ip} is larger than --max-value {} \
+                     allows: raise --max-value on this registry (dropped, counted as \
+                     oversized; said once a minute)",
+                    h.total,
+                    self.max_value
+                );
+            }
+            return Err(Drop::Oversized);
         }
         let mut st = lock(&self.state);
         let stream = if h.channel == wire::ANNOUNCE_CHANNEL {
@@ -91,33 +135,61 @@ impl Net {
                 Some(_) => {}
             }
         }
-        st.replay.accept(h.sender, stream, h.session, h.packet)?;
+        // Nothing below changes what is kept about the sender (replay window, delivered
+        // messages, when it was last heard) before the datagram proved valid: one forged or
+        // broken datagram must not shut its real sender out.
+        st.replay.check(h.sender, stream, h.session, h.packet)?;
         let now = Instant::now();
-        st.peers.touch(h.sender, h.session, now);
-        let (outcome, evicted) = st.reassembly.add(&d, now);
-        for _ in 0..evicted {
+        let (outcome, displaced) = st.reassembly.add(&d, now);
+        for _ in 0..displaced.evicted {
             self.counters.drop(Drop::Evicted);
+        }
+        for _ in 0..displaced.superseded {
+            self.counters.drop(Drop::Superseded);
         }
         let message = match outcome {
             Outcome::Complete(m) => m,
-            Outcome::Pending => return Ok(()),
+            Outcome::Pending => {
+                // A fragment taken for reassembly: its packet number enters the replay window
+                // with its message's last, once that is found valid; a replay of it meanwhile
+                // is refused by the reassembly (a fragment held), or is stale (delivered).
+                st.peers.touch(h.sender, h.session, now);
+                return Ok(());
+            }
+            Outcome::Dropped(Drop::Oversized) => {
+                // Only a message that could never fit is refused so; others evict older ones.
+                let subject = format!("{ip} {:#x}", h.channel);
+                if self.warnings.due(Cause::OverReassemblyLimit, &subject) {
+                    let what = describe_channel(&st, h.channel);
+                    tracing::warn!(
+                        "a message of {} bytes ({what}) from {ip} does not fit \
+                         --reassembly-limit {} (it needs {}): raise --reassembly-limit on this \
+                         registry (dropped, counted as oversized; said once a minute)",
+                        h.total,
+                        st.reassembly.limit(),
+                        Reassembler::cost(h.total)
+                    );
+                }
+                return Err(Drop::Oversized);
+            }
             Outcome::Dropped(why) => return Err(why),
         };
         match wire::decode_message(&message)? {
-            Message::Announce(a) => self.on_announce(&mut st, &d, a, from),
+            Message::Announce(a) => self.on_announce(&mut st, &d, a, from)?,
             // A value comes on a value channel only: its session was checked above.
-            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v),
-            Message::Value(_) => Err(Drop::Malformed),
+            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,
+            Message::Value(_) => return Err(Drop::Malformed),
         }
+        st.replay.commit(h.sender, stream, h.session, h.packet);
+        st.reassembly.delivered(&d);
+        st.peers.touch(h.sender, h.session, now);
+        Ok(())
     }
 
     fn warn_name_clash(&self, from: SocketAddr) {
-        let mut last = lock(&self.name_clash_logged);
-        if last.is_some_and(|at| at.elapsed() < NAME_CLASH_LOG_EVERY) {
+        if !self.warnings.due(Cause::NameClash, &from.ip().to_string()) {
             return;
         }
-        *last = Some(Instant::now());
-        drop(last);
         tracing::warn!(
             "another registry at {} uses this host name '{}': the two cannot see each other; \
              give each computer its own --host",
@@ -186,6 +258,27 @@ impl Net {
         Counters::add(&self.counters.values_mirrored, 1);
         Ok(())
     }
+}
+
+/// What a channel carries, for a warning: an announcement, or the values of a slot mirrored
+/// here or announced by a peer (else only the channel is known).
+fn describe_channel(st: &NetState, channel: u64) -> String {
+    if channel == wire::ANNOUNCE_CHANNEL {
+        return "an announcement".to_owned();
+    }
+    let announced = st
+        .peers
+        .iter()
+        .flat_map(|p| p.announce.publications.iter().map(|i| i.name.as_str()));
+    st.mirrors
+        .keys()
+        .map(String::as_str)
+        .chain(announced)
+        .find(|name| wire::channel_of(name) == channel)
+        .map_or_else(
+            || format!("a value on channel {channel:#x}, of no slot announced"),
+            |name| format!("a value of {name}"),
+        )
 }
 
 /// What one read from a socket holds.

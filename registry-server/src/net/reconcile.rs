@@ -161,6 +161,7 @@ impl Net {
                                 hash: p.schema.hash.0,
                                 targets: BTreeMap::new(),
                                 last_sent: 0,
+                                too_large_said: false,
                             },
                         );
                     }

@@ -135,12 +135,31 @@ impl Net {
     fn send_value(
         &self,
         name: &str,
-        r: &Reflected,
+        r: &mut Reflected,
         read: ReadInfo,
         value: &[u8],
         message: &mut Vec<u8>,
         to: &[SocketAddr],
     ) {
+        if value.len() > self.max_value as usize {
+            // Every write and refresh would say it again: once per slot, and counted.
+            if !r.too_large_said {
+                r.too_large_said = true;
+                let hosts: Vec<&str> = r.targets.keys().map(String::as_str).collect();
+                tracing::warn!(
+                    "not reflecting {name} to {}: a value of {} bytes is larger than \
+                     --max-value {} (raise --max-value on every registry of the domain; counted \
+                     as too_large_to_send; said once per slot)",
+                    hosts.join(", "),
+                    value.len(),
+                    self.max_value
+                );
+            }
+            for _ in to {
+                self.counters.drop(Drop::TooLargeToSend);
+            }
+            return;
+        }
         // The write time read with the value: a separate read could pair this value with the
         // time of a newer write.
         wire::encode_value(
@@ -153,8 +172,9 @@ impl Net {
             },
             message,
         );
-        self.send_message(wire::channel_of(name), message, to);
-        Counters::add(&self.counters.values_reflected, to.len() as u64);
+        if self.send_message(wire::channel_of(name), message, to) {
+            Counters::add(&self.counters.values_reflected, to.len() as u64);
+        }
     }
 
     /// Periodic work: expire hosts, reconcile with the registry, announce, refresh, statistics.
@@ -168,7 +188,13 @@ impl Net {
                      announcement intervals",
                     self.forget_after
                 );
-                st.replay.forget(*sender);
+                if self.key.is_some() {
+                    st.replay.forget(*sender);
+                } else {
+                    // Without a key a window keeps out nothing that could not be forged, and
+                    // a forged session far ahead would shut the real host out for ever.
+                    st.replay.remove(*sender);
+                }
                 st.reassembly.forget(*sender);
             }
             let aged = st.reassembly.expire(now, REASSEMBLY_AGE);

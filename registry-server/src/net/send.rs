@@ -8,22 +8,26 @@ use std::time::Instant;
 
 use super::faults::{Action, Faults};
 use super::stats::Counters;
+use super::warn::Cause;
 use super::wire::{self, Header};
 use super::{lock, Net, SendState};
 
 impl Net {
-    /// Sends one message to each destination, fragmented at the chunk size.
-    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) {
+    /// Sends one message to each destination, fragmented at the chunk size. A message larger
+    /// than the peers accept is not sent (values are checked against `--max-value` before, by
+    /// name): `false`.
+    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) -> bool {
         if to.is_empty() {
-            return;
+            return true;
         }
         if body.len() > self.max_message as usize {
             tracing::warn!(
-                "not sending a message of {} bytes (limit {})",
+                "not sending a message of {} bytes on channel {channel:#x}: larger than \
+                 --max-value {} allows",
                 body.len(),
-                self.max_message
+                self.max_value
             );
-            return;
+            return false;
         }
         let mut s = lock(&self.send);
         s.message += 1;
@@ -79,6 +83,7 @@ impl Net {
             }
             s.gso_buffer = gso;
         }
+        true
     }
 
     /// Appends one datagram to `out`: its header, `body`, and the MAC over both when keyed.
@@ -116,7 +121,10 @@ impl Net {
                     self.send_to(d, to);
                 }
             }
-            Err(_) => Counters::add(&self.counters.send_errors, count as u64),
+            Err(e) => {
+                Counters::add(&self.counters.send_errors, count as u64);
+                self.warn_send_error(&e, to);
+            }
         }
     }
 
@@ -150,7 +158,21 @@ impl Net {
                 Counters::add(&self.counters.sent_datagrams, 1);
                 Counters::add(&self.counters.sent_bytes, n as u64);
             }
-            Err(_) => Counters::add(&self.counters.send_errors, 1),
+            Err(e) => {
+                Counters::add(&self.counters.send_errors, 1);
+                self.warn_send_error(&e, to);
+            }
+        }
+    }
+
+    /// A failed send is counted (`send_errors`) and said once a minute per destination: a
+    /// route gone or a firewall rule would otherwise show only as a growing counter.
+    fn warn_send_error(&self, e: &std::io::Error, to: SocketAddr) {
+        if self.warnings.due(Cause::SendError, &to.to_string()) {
+            tracing::warn!(
+                "sending to {to} failed: {e} (counted in send_errors; said once a minute per \
+                 destination)"
+            );
         }
     }
 }

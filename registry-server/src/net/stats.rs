@@ -65,7 +65,8 @@ pub struct NetStats {
     pub send_errors: u64,
     pub datagrams_received: u64,
     pub bytes_received: u64,
-    /// Datagrams (or reassembled values) dropped, by cause.
+    /// Datagrams (or reassembled values) dropped, and local values not sent (`too_large_to_send`),
+    /// by cause.
     pub dropped: std::collections::BTreeMap<String, u64>,
     /// Values sent to remote subscribers (each value once per receiving host).
     pub values_reflected: u64,

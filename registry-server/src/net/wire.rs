@@ -40,7 +40,8 @@ const KIND_ANNOUNCE: u8 = 1;
 const KIND_VALUE: u8 = 2;
 const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 2;
 
-/// Why a datagram was dropped; each has a counter in the registry's statistics.
+/// Why a datagram was dropped (or a value not sent); each has a counter in the registry's
+/// statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Drop {
     /// Shorter than its header or its declared lengths.
@@ -69,10 +70,15 @@ pub enum Drop {
     Older,
     /// The sender is a loopback address.
     Loopback,
+    /// An incomplete message replaced by a newer one of the same channel (the older value is of
+    /// no use any more: a fragment of it was lost, or the newer came too soon).
+    Superseded,
+    /// A local value larger than `--max-value`, not sent (once per value and subscribing host).
+    TooLargeToSend,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 13] = [
+    pub const ALL: [Drop; 15] = [
         Drop::Truncated,
         Drop::Malformed,
         Drop::Oversized,
@@ -86,6 +92,8 @@ impl Drop {
         Drop::Unexpected,
         Drop::Older,
         Drop::Loopback,
+        Drop::Superseded,
+        Drop::TooLargeToSend,
     ];
 
     /// Position in `ALL` (which lists the causes in declaration order; a test holds it so).
@@ -108,6 +116,8 @@ impl Drop {
             Drop::Unexpected => "unexpected",
             Drop::Older => "older",
             Drop::Loopback => "loopback",
+            Drop::Superseded => "superseded",
+            Drop::TooLargeToSend => "too_large_to_send",
         }
     }
 }

@@ -1,0 +1,120 @@
+//! Forged datagrams without a key, across hosts made of network namespaces: a datagram that
+//! fails validation must leave nothing behind, and a validly formed one claiming a session far
+//! ahead of the real host's must shut that host out only until it is forgotten.
+
+mod common;
+mod netns;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+use common::summary;
+use netns::{eventually, Lab, DOMAIN, PORT};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+/// A datagram as a registry of `DOMAIN` would send it (see `registry-server/src/net/wire.rs`),
+/// without a MAC: one whole message on `channel`.
+fn datagram(sender: &str, session: u64, channel: u64, body: &[u8]) -> Vec<u8> {
+    let fnv = |s: &str| bus::schema::fnv1a64(s.as_bytes());
+    let mut d = b"BTNW".to_vec();
+    d.extend_from_slice(&[3, 0, 0, 0]);
+    for v in [fnv(DOMAIN), fnv(sender), session, 1, channel, 1] {
+        d.extend_from_slice(&v.to_le_bytes());
+    }
+    let len = body.len() as u32;
+    for v in [len, 0, len, len] {
+        d.extend_from_slice(&v.to_le_bytes());
+    }
+    d.extend_from_slice(body);
+    d
+}
+
+/// Sends `datagram` from host C to host `to`'s discovery port.
+fn send_from_c(lab: &Lab, to: usize, datagram: Vec<u8>) {
+    let to: SocketAddr = format!("{}:{PORT}", lab.hosts[to].ip).parse().unwrap();
+    lab.in_netns(C, move || {
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        out.send_to(&datagram, to).unwrap();
+    });
+}
+
+fn hears_a(lab: &Lab) -> bool {
+    lab.stats(B).is_some_and(|s| {
+        s["peers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["host"] == "hA"))
+    })
+}
+
+/// The tester's datagram: host A's id, a session far ahead, an announcement channel and a body
+/// that is no message. Dropped as malformed, it used to move B's replay window to that session
+/// first, and every later announcement of A was refused as a replay: a publication A made
+/// afterwards never reached B.
+#[test]
+fn a_datagram_that_fails_validation_leaves_nothing_behind() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("B hears A", || hears_a(&lab));
+    send_from_c(&lab, B, datagram("hA", u64::MAX, 0, b"\x09junk"));
+    eventually("B drops the forged datagram as malformed", || {
+        lab.dropped(B, "malformed") > 0
+    });
+    lab.write_from(A, "/after", "100000", "20", "32");
+    let r = lab.read_until(B, "/after", "20", "15");
+    let s = summary(&lab.finish(r));
+    assert!(s["last"].as_u64() >= Some(20), "B never learnt /after: {s}");
+    assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
+}
+
+/// Captures one announcement of the host at `from` (to the multicast group), inside the
+/// current network namespace.
+fn capture_announcement_from(from: Ipv4Addr) -> Vec<u8> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT));
+    s.bind(&any.into()).unwrap();
+    s.join_multicast_v4(&"239.255.66.66".parse().unwrap(), &Ipv4Addr::UNSPECIFIED)
+        .unwrap();
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, src) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        if src.ip() == from {
+            return buf[..n].to_vec();
+        }
+    }
+}
+
+/// Without a key anyone can forge a valid announcement of A's claiming a session far ahead:
+/// B follows it, and refuses A's real datagrams (an older session) meanwhile. That lasts until
+/// B forgets the silent forged session; A must then be taken back (B used to keep the forged
+/// session's replay window, and refused A for ever).
+#[test]
+fn a_forged_session_far_ahead_shuts_the_real_host_out_only_until_forgotten() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/steady", "100000", "20", "32");
+    let r = lab.read_until(B, "/steady", "10", "15");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let mut forged = lab.in_netns(C, move || capture_announcement_from(a_ip));
+    forged[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    send_from_c(&lab, B, forged);
+    eventually("B refuses A's real announcements meanwhile", || {
+        lab.dropped(B, "replayed") > 0
+    });
+    // Forgotten after --forget-ms (1.5 s in the lab), A is heard again and its values flow.
+    let r = lab.read_for(B, "/steady", "12");
+    let s = summary(&lab.finish(r));
+    assert!(
+        s["reads"].as_u64() >= Some(20),
+        "B must take A back once the forged session is forgotten: {s}"
+    );
+    assert!(hears_a(&lab), "{:?}", lab.stats(B));
+}

@@ -1,0 +1,156 @@
+//! What a registry logs when the network cannot work as configured, across hosts made of
+//! network namespaces: a different key, a key on one host only, values over `--max-value` or
+//! `--reassembly-limit`, datagrams that cannot be sent. Each is said about once a minute, with
+//! what and where, besides its counter.
+
+mod common;
+mod netns;
+
+use netns::{eventually, Lab};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+fn key_file(lab: &mut Lab, name: &str, bytes: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = lab.file(name, bytes);
+    // The registry refuses a key file other users may read.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    path
+}
+
+/// How many lines of `log` contain `text`.
+fn lines_with(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+#[test]
+fn a_different_key_or_a_key_on_one_side_only_is_logged_once_a_minute_per_source() {
+    let mut lab = Lab::new(3);
+    let one = key_file(&mut lab, "key-one", "the first key of the warnings test");
+    let two = key_file(&mut lab, "key-two", "the other key of the warnings test");
+    lab.start_registry(A, &["--key-file", &one], &[]);
+    lab.start_registry(B, &["--key-file", &two], &[]);
+    lab.start_registry(C, &[], &[]);
+    let (a_ip, b_ip, c_ip) = (
+        lab.hosts[A].ip.clone(),
+        lab.hosts[B].ip.clone(),
+        lab.hosts[C].ip.clone(),
+    );
+    let bad_mac = format!("datagrams from {b_ip} fail the MAC: a different key?");
+    let unauthenticated =
+        format!("unauthenticated datagrams from {c_ip} while this registry has a key");
+    let no_key = format!("datagrams from {a_ip} carry a MAC but this registry has no key");
+    eventually("A and C log what is wrong", || {
+        let (a, c) = (lab.log(A), lab.log(C));
+        a.contains(&bad_mac) && a.contains(&unauthenticated) && c.contains(&no_key)
+    });
+    // Many more datagrams come (ten announcements a second each): said once all the same.
+    eventually("A counts many datagrams with a bad MAC", || {
+        lab.dropped(A, "bad_mac") >= 20
+    });
+    let a = lab.log(A);
+    assert_eq!(lines_with(&a, &bad_mac), 1, "{a}");
+    assert_eq!(lines_with(&a, &unauthenticated), 1, "{a}");
+}
+
+#[test]
+fn a_datagram_that_cannot_be_sent_is_logged_with_the_error_and_destination() {
+    let mut lab = Lab::new(1);
+    lab.start_registry(A, &[], &[]);
+    eventually("A announces", || {
+        lab.stats(A)
+            .is_some_and(|s| s["datagrams_sent"].as_u64() >= Some(1))
+    });
+    // Without its multicast route the host cannot send to the group any more.
+    let deleted = lab
+        .command(A, std::path::Path::new("ip"))
+        .args(["route", "del", "224.0.0.0/4"])
+        .status()
+        .expect("run ip route");
+    assert!(deleted.success(), "ip route del 224.0.0.0/4");
+    let said = "sending to 239.255.66.66:7447 failed: Network is unreachable";
+    eventually("A logs the failed send", || lab.log(A).contains(said));
+    eventually("A counts many failed sends", || {
+        lab.stats(A)
+            .is_some_and(|s| s["send_errors"].as_u64() >= Some(20))
+    });
+    let log = lab.log(A);
+    assert_eq!(lines_with(&log, said), 1, "{log}");
+}
+
+/// A value larger than the sender's `--max-value` is not sent: said once for the slot, with
+/// its name and the limit as given, and counted as such rather than as reflected.
+#[test]
+fn a_value_over_max_value_is_logged_once_by_slot_and_counted_apart() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--max-value", "1000"], &[]);
+    lab.start_registry(B, &[], &[]);
+    let reader = lab.read_for(B, "/big", "20");
+    lab.write_from(A, "/big", "100000", "20", "5000");
+    eventually("A counts values too large to send", || {
+        lab.dropped(A, "too_large_to_send") >= 20
+    });
+    let log = lab.log(A);
+    let said = "not reflecting /big to hB: a value of";
+    assert_eq!(lines_with(&log, said), 1, "{log}");
+    assert!(log.contains("larger than --max-value 1000 "), "{log}");
+    let stats = lab.stats(A).expect("A's statistics");
+    assert_eq!(stats["values_reflected"], 0, "{stats}");
+    lab.kill(reader);
+}
+
+/// Values larger than the receiver's `--reassembly-limit` (host B) or `--max-value` (host C)
+/// cannot be taken: each receiver says so, naming the slot, the sender, the size and the
+/// option to raise, once a minute however many datagrams come.
+#[test]
+fn a_value_over_the_receivers_limits_is_logged_with_slot_size_and_option() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &["--reassembly-limit", "100000"], &[]);
+    lab.start_registry(C, &["--max-value", "100000"], &[]);
+    let readers = [
+        lab.read_for(B, "/large", "20"),
+        lab.read_for(C, "/large", "20"),
+    ];
+    // Small values first (sizes grow to the largest in 16 steps): B and C know /large by the
+    // time its values no longer fit.
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/large",
+            "--count",
+            "100000",
+            "--interval-ms",
+            "50",
+            "--min-size",
+            "8",
+            "--max-size",
+            "300000",
+            "--linger",
+            "60",
+        ],
+    );
+    let a_ip = lab.hosts[A].ip.clone();
+    let over_limit =
+        format!("(a value of /large) from {a_ip} does not fit --reassembly-limit 100000");
+    let over_max = format!("(a value of /large) from {a_ip} is larger than --max-value 100000");
+    eventually("B and C log why they drop /large", || {
+        lab.log(B).contains(&over_limit) && lab.log(C).contains(&over_max)
+    });
+    eventually("B and C drop many datagrams as oversized", || {
+        lab.dropped(B, "oversized") >= 20 && lab.dropped(C, "oversized") >= 20
+    });
+    assert_eq!(lines_with(&lab.log(B), &over_limit), 1, "{}", lab.log(B));
+    assert_eq!(lines_with(&lab.log(C), &over_max), 1, "{}", lab.log(C));
+    assert!(lab
+        .log(B)
+        .contains("raise --reassembly-limit on this registry"));
+    for r in readers {
+        lab.kill(r);
+    }
+}
