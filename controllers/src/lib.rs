@@ -170,6 +170,7 @@ impl RobotController {
             let last_refresh = Arc::clone(&last_refresh);
             // Refresh three times per time to live, so that one late refresh never expires it.
             let period = ttl / 3;
+            let ttl_ns = ttl.as_nanos() as u64; // at most an hour: fits
             std::thread::Builder::new()
                 .name("baton-controller-refresh".into())
                 .spawn(move || {
@@ -192,6 +193,8 @@ impl RobotController {
                             .is_some_and(|d| s.last_publish.elapsed() > d);
                         if late != overdue {
                             overdue = late;
+                            // Not refreshed on purpose meanwhile: not a gap to report below.
+                            last_refresh.store(now_ns(), Ordering::Relaxed);
                             if late {
                                 tracing::warn!(
                                     "controller {}: no publish within its deadline; the block \
@@ -209,6 +212,22 @@ impl RobotController {
                             publication, block, ..
                         } = &mut *s;
                         block.stamp_ns = now_ns();
+                        // Refreshes a time to live apart: the process (or the computer) was
+                        // stopped. Its block expired meanwhile, and an application that only
+                        // looks at its outcome now would never know that it lost, then
+                        // regained, its resources.
+                        let gap = block
+                            .stamp_ns
+                            .saturating_sub(last_refresh.load(Ordering::Relaxed));
+                        if gap > ttl_ns {
+                            tracing::warn!(
+                                "controller {}: not refreshed for {:?}, longer than its time to \
+                                 live ({ttl:?}; the process was stopped): the arbiters counted \
+                                 it absent meanwhile, and what it owned may have gone to others",
+                                block.name,
+                                Duration::from_nanos(gap)
+                            );
+                        }
                         match publication.write(block) {
                             Ok(()) => {
                                 last_refresh.store(block.stamp_ns, Ordering::Relaxed);

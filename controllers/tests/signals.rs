@@ -96,3 +96,34 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("x: released every resource"), "{text}");
 }
+
+/// A controller stopped (SIGSTOP, a suspended machine) for longer than its time to live lost
+/// its place meanwhile, though its outcome may read the same as before once it continues: it
+/// says so.
+#[test]
+fn a_controller_stopped_past_its_time_to_live_says_so_when_it_continues() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    let x = r.controller("x", "compromising", &[], 200);
+    eventually("x publishes its block", || {
+        r.t.inspect(&["get", "/robot/controller/x", "--json"])
+            .status
+            .success()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !r.t.stderr_of(x).contains("not refreshed"),
+        "{}",
+        r.t.stderr_of(x)
+    );
+    r.t.signal(x, Signal::SIGSTOP);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    r.t.signal(x, Signal::SIGCONT);
+    eventually(
+        "x says it was not refreshed for longer than its time to live",
+        || {
+            r.t.stderr_of(x)
+                .contains("longer than its time to live (200ms; the process was stopped)")
+        },
+    );
+}
