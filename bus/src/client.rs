@@ -490,6 +490,13 @@ impl Drop for Endpoint {
         if self.registration.kind == EndpointKind::Publication {
             if let Some(slot) = self.slot.get() {
                 slot.mark_writer_gone();
+            } else if lock(&self.pending).is_some() {
+                // Written while no registry answered, and never bound: nobody will read it.
+                tracing::warn!(
+                    "{}: the value written was never published (no registry-server answered \
+                     before the publication ended)",
+                    self.registration.name
+                );
             }
         }
         self.client.unregister(self.registration.endpoint);

@@ -339,3 +339,27 @@ fn endpoints_whose_slot_the_registry_made_anew_say_so() {
     let text = publication.bind_error().unwrap().to_string();
     assert!(text.contains("restart it"), "{text}");
 }
+
+/// A value written while no registry answers is kept for the binding; a publication that ends
+/// before any registry answered loses it, and says so rather than nothing.
+#[test]
+fn a_value_that_never_reached_the_bus_is_said() {
+    let mut t = TestBus::new();
+    let controller = t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--duration-s",
+            "0.5",
+        ],
+    );
+    let out = t.finish(controller);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("/robot/controller/x: the value written was never published"),
+        "{log}"
+    );
+}
