@@ -8,7 +8,7 @@ mod netns;
 use std::time::Duration;
 
 use common::summary;
-use netns::Lab;
+use netns::{eventually, Lab};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -424,4 +424,34 @@ fn a_registry_restart_never_shows_its_live_publications_as_gone_elsewhere() {
     let s = summary(&lab.finish(watcher));
     assert_ne!(s["writer"], "Gone", "{s}");
     assert_eq!(s["bad"], 0, "{s}");
+}
+
+/// A publisher restarted on its host with a larger capacity: the mirror on the other host is
+/// made anew although a subscriber there maps it (that one is told its slot was replaced), and
+/// subscribers that come later get the new values. They used to wait in silence for as long
+/// as the first subscriber lived.
+#[test]
+fn a_publication_restarted_larger_reaches_the_subscribers_of_its_mirror() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let small = lab.write_from(A, "/grow", "10", "20", "16");
+    let first = lab.read_for(B, "/grow", "30");
+    let r = lab.read_until(B, "/grow", "10", "20");
+    assert_eq!(summary(&lab.finish(r))["last"], 10);
+    lab.kill(small);
+    // Its values count from 1 again: 30 is beyond anything the old mirror held.
+    lab.write_from(A, "/grow", "100000", "20", "5000");
+    eventually(
+        "B makes its mirror anew, the first reader still on the old one",
+        || {
+            lab.log(B)
+                .contains("mirror /grow made anew with room for 5120 bytes")
+        },
+    );
+    let r = lab.read_until(B, "/grow", "30", "20");
+    let s = summary(&lab.finish(r));
+    assert!(s["last"].as_u64() >= Some(30), "{s}");
+    assert_eq!(s["bad"], 0, "{s}");
+    lab.kill(first);
 }

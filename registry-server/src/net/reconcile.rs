@@ -85,12 +85,12 @@ impl Net {
                 }
             };
             match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
-                Ok((segment, bound)) => {
+                Ok((segment, bound, created)) => {
                     out.extend(bound);
-                    let fresh = st
-                        .mirrors
-                        .get(name.as_str())
-                        .is_none_or(|m| m.origin != c.claim.host || m.hash != c.claim.schema_hash);
+                    let fresh = created
+                        || st.mirrors.get(name.as_str()).is_none_or(|m| {
+                            m.origin != c.claim.host || m.hash != c.claim.schema_hash
+                        });
                     if fresh {
                         match Slot::open(&segment, true) {
                             Ok(slot) => {
@@ -177,7 +177,12 @@ impl Net {
             let Some(r) = reflected.get_mut(&name) else {
                 continue;
             };
-            if r.slot.segment() != p.segment || r.hash != p.schema.hash.0 {
+            // A publication restarted with a larger capacity has a new segment of the same
+            // name: the capacity tells it from the one mapped here.
+            if r.slot.segment() != p.segment
+                || r.hash != p.schema.hash.0
+                || r.slot.capacity() as u64 != p.capacity
+            {
                 if let Ok(slot) = Slot::open(&p.segment, true) {
                     r.slot = Arc::new(slot);
                     r.hash = p.schema.hash.0;

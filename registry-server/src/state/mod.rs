@@ -57,8 +57,9 @@ enum NoSlot {
 
 impl SlotEntry {
     /// The entry's slot, with room for `capacity` bytes: created if missing, re-created larger
-    /// if it is too small and nobody maps it (its old value is lost; nobody saw it). `Ok(true)`
-    /// when a segment was created.
+    /// if it is too small and nobody maps it (its old value is lost; nobody saw it), or, with
+    /// `replace_in_use`, also while mapped (the old one marked writer gone; its users are the
+    /// caller's to tell). `Ok(true)` when a segment was created.
     fn ensure_slot(
         &mut self,
         segment: &str,
@@ -66,16 +67,18 @@ impl SlotEntry {
         schema: &Schema,
         capacity: u64,
         group: Option<Gid>,
+        replace_in_use: bool,
     ) -> Result<bool, NoSlot> {
         if let Some(slot) = &self.slot {
             if (slot.capacity() as u64) < capacity {
                 let reconnecting = self.adopted_until.is_some_and(|t| Instant::now() < t);
-                if reconnecting || self.endpoints.iter().any(|e| e.bound) {
+                if !replace_in_use && (reconnecting || self.endpoints.iter().any(|e| e.bound)) {
                     return Err(NoSlot::TooSmallInUse {
                         capacity: slot.capacity() as u64,
                     });
                 }
                 tracing::info!("re-creating {name} with capacity {capacity}");
+                slot.mark_writer_gone();
                 self.slot = None;
                 let _ = bus::shm::unlink(segment);
             }
@@ -405,7 +408,14 @@ impl Registry {
                     .get_mut(&reg.name)
                     .ok_or_else(|| failed("slot vanished".into()))?;
                 let created = entry
-                    .ensure_slot(&segment, &reg.name, &parsed, reg.capacity, self.group)
+                    .ensure_slot(
+                        &segment,
+                        &reg.name,
+                        &parsed,
+                        reg.capacity,
+                        self.group,
+                        false,
+                    )
                     .map_err(|e| match e {
                         NoSlot::TooSmallInUse { capacity } => {
                             Refusal::CapacityTooSmall { capacity }
@@ -561,7 +571,7 @@ impl Registry {
         // The registry writes it itself: no grace for reconnecting writers to wait for.
         entry.adopted_until = None;
         entry
-            .ensure_slot(&segment, name, schema, capacity, self.group)
+            .ensure_slot(&segment, name, schema, capacity, self.group, false)
             .map_err(|e| match e {
                 NoSlot::TooSmallInUse { capacity: has } => {
                     format!("{name} has room for {has} bytes, needs {capacity}, and is in use")

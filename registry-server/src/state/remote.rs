@@ -112,16 +112,23 @@ impl Registry {
             .is_some_and(|e| e.published_here() || e.writer_reconnecting())
     }
 
-    /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed (or re-creates
-    /// one too small that nobody maps), records the origin host, makes this registry its writer,
-    /// and binds the subscriptions that wait for it. Returns the segment and the messages.
+    /// Makes `name` a mirror of `claim`'s publication: creates the slot if needed, records the
+    /// origin host, makes this registry its writer, and binds the subscriptions that wait for
+    /// it. Returns the segment, the messages, and whether the slot was created now (the caller
+    /// maps it afresh).
+    ///
+    /// A mirror too small for the publication (restarted on its host with a larger capacity)
+    /// is made anew even while subscribers here map it: kept, it would hold nothing new for
+    /// as long as one of them lived, and every subscriber that came later would wait in
+    /// silence. Those mapping the old one are sent their slot again, which they find replaced
+    /// (`BusError::Replaced`, "restart it"); those that come later get the new one.
     pub fn ensure_mirror(
         &mut self,
         name: &SlotName,
         claim: &RemoteClaim,
         schema: &Schema,
         capacity: u64,
-    ) -> Result<(String, Outbox), String> {
+    ) -> Result<(String, Outbox, bool), String> {
         let segment = self.domain.segment_name(name);
         let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
             slot: None,
@@ -140,8 +147,13 @@ impl Registry {
                 entry.schema.type_name, claim.host, claim.type_name
             ));
         }
+        let outgrown_in_use = entry
+            .slot
+            .as_ref()
+            .is_some_and(|s| (s.capacity() as u64) < capacity)
+            && entry.endpoints.iter().any(|e| e.bound);
         let created = entry
-            .ensure_slot(&segment, name, schema, capacity, self.group)
+            .ensure_slot(&segment, name, schema, capacity, self.group, true)
             .map_err(|e| match e {
                 NoSlot::TooSmallInUse { .. } => format!(
                     "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
@@ -150,6 +162,26 @@ impl Registry {
                 ),
                 NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
             })?;
+        let mut out = Outbox::new();
+        if outgrown_in_use {
+            let users: Vec<_> = entry.endpoints.iter().filter(|e| e.bound).collect();
+            tracing::warn!(
+                "mirror {name} made anew with room for {capacity} bytes (host '{}' publishes it \
+                 larger now); its {} subscriber(s) here map the old one and are told to restart",
+                claim.host,
+                users.len()
+            );
+            for e in users {
+                out.push((
+                    e.conn,
+                    0,
+                    Reply::Bound {
+                        endpoint: e.endpoint,
+                        segment: segment.clone(),
+                    },
+                ));
+            }
+        }
         let slot = entry
             .slot
             .as_ref()
@@ -174,8 +206,8 @@ impl Registry {
         if slot.writer_state() != WriterState::Alive || slot.writer().pid != std::process::id() {
             slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
-        let out = entry.bind_waiting(&segment);
-        Ok((segment, out))
+        out.extend(entry.bind_waiting(&segment));
+        Ok((segment, out, created))
     }
 
     /// The remote publisher of a mirror went away (or its host was forgotten).
