@@ -5,11 +5,10 @@
 mod common;
 mod netns;
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::time::Duration;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 
 use common::summary;
-use netns::{eventually, Lab, DOMAIN, PORT};
+use netns::{capture_from, eventually, Lab, DOMAIN, PORT};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -70,26 +69,6 @@ fn a_datagram_that_fails_validation_leaves_nothing_behind() {
     assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
 }
 
-/// Captures one announcement of the host at `from` (to the multicast group), inside the
-/// current network namespace.
-fn capture_announcement_from(from: Ipv4Addr) -> Vec<u8> {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    s.set_reuse_address(true).unwrap();
-    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT));
-    s.bind(&any.into()).unwrap();
-    s.join_multicast_v4(&"239.255.66.66".parse().unwrap(), &Ipv4Addr::UNSPECIFIED)
-        .unwrap();
-    let s: UdpSocket = s.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut buf = vec![0u8; 65536];
-    loop {
-        let (n, src) = s.recv_from(&mut buf).expect("a datagram within 10 s");
-        if src.ip() == from {
-            return buf[..n].to_vec();
-        }
-    }
-}
-
 /// Without a key anyone can forge a valid announcement of A's claiming a session far ahead:
 /// B follows it, and refuses A's real datagrams (an older session) meanwhile. That lasts until
 /// B forgets the silent forged session; A must then be taken back (B used to keep the forged
@@ -103,7 +82,7 @@ fn a_forged_session_far_ahead_shuts_the_real_host_out_only_until_forgotten() {
     let r = lab.read_until(B, "/steady", "10", "15");
     assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
     let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
-    let mut forged = lab.in_netns(C, move || capture_announcement_from(a_ip));
+    let mut forged = lab.in_netns(C, move || capture_from(a_ip));
     forged[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
     send_from_c(&lab, B, forged);
     eventually("B refuses A's real announcements meanwhile", || {

@@ -5,11 +5,11 @@
 mod common;
 mod netns;
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use common::summary;
-use netns::{eventually, Lab, PORT};
+use netns::{capture_from, eventually, Lab, PORT};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -24,29 +24,10 @@ fn key_file(tag: &str, bytes: &str) -> std::path::PathBuf {
     path
 }
 
-/// Receives one datagram sent by `from` to the multicast group, inside the current netns.
 /// A reader of `/auth` on `host` until it holds the fifth value; its summary.
 fn last_auth_value_on(lab: &mut Lab, host: usize) -> serde_json::Value {
     let r = lab.read_until(host, "/auth", "5", "20");
     summary(&lab.finish(r))
-}
-
-fn capture_from(from: Ipv4Addr) -> Vec<u8> {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    s.set_reuse_address(true).unwrap();
-    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT));
-    s.bind(&any.into()).unwrap();
-    s.join_multicast_v4(&"239.255.66.66".parse().unwrap(), &Ipv4Addr::UNSPECIFIED)
-        .unwrap();
-    let s: UdpSocket = s.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut buf = vec![0u8; 65536];
-    loop {
-        let (n, src) = s.recv_from(&mut buf).expect("a datagram within 10 s");
-        if src.ip() == from {
-            return buf[..n].to_vec();
-        }
-    }
 }
 
 #[test]

@@ -341,3 +341,24 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Receives one datagram that the host at `from` sends to the multicast group (its next
+/// announcement), inside the current network namespace (`Lab::in_netns`).
+pub fn capture_from(from: std::net::Ipv4Addr) -> Vec<u8> {
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT));
+    s.bind(&any.into()).unwrap();
+    s.join_multicast_v4(&"239.255.66.66".parse().unwrap(), &Ipv4Addr::UNSPECIFIED)
+        .unwrap();
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, src) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        if src.ip() == from {
+            return buf[..n].to_vec();
+        }
+    }
+}
