@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,8 @@ pub struct SubscriptionGroup {
     members: Vec<MemberState>,
     /// Unique in the process: a `Member` of another group is told apart.
     id: u64,
+    /// The waker `wait_any` also sleeps on (`wake_on`), and its count when last looked at.
+    waker: Option<(GroupWaker, u32)>,
 }
 
 impl Default for SubscriptionGroup {
@@ -102,7 +104,29 @@ impl Default for SubscriptionGroup {
         SubscriptionGroup {
             members: Vec::new(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            waker: None,
         }
+    }
+}
+
+/// Ends a `SubscriptionGroup::wait_any` from another thread (a signal handler's thread, a
+/// timer): the wait returns, with no member changed unless one did. For a process that must
+/// act on something besides the bus without polling. Clones wake the same groups; a wake
+/// while nobody waits ends the next wait at once.
+#[derive(Clone, Default)]
+pub struct GroupWaker(Arc<AtomicU32>);
+
+impl GroupWaker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wakes every group that waits on this waker (or will: see the type).
+    pub fn wake(&self) {
+        // SeqCst against the group's load of the count before it sleeps on it: either the
+        // group sees the new count, or the kernel finds the word changed or wakes it.
+        self.0.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&self.0, false);
     }
 }
 
@@ -155,6 +179,22 @@ impl MemberState {
 impl SubscriptionGroup {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes `waker.wake()` end this group's `wait_any` (see `GroupWaker`). Wakes from before
+    /// this call do not count.
+    pub fn wake_on(&mut self, waker: &GroupWaker) {
+        let seen = waker.0.load(Ordering::SeqCst);
+        self.waker = Some((waker.clone(), seen));
+    }
+
+    /// Whether the waker was woken since last looked at (and now it has been).
+    fn woken(&mut self) -> bool {
+        let Some((waker, seen)) = &mut self.waker else {
+            return false;
+        };
+        let now = waker.0.load(Ordering::SeqCst);
+        std::mem::replace(seen, now) != now
     }
 
     /// Adds a subscription; the handle gives typed access to it later.
@@ -234,9 +274,10 @@ impl SubscriptionGroup {
 
     /// Blocks until at least one member changed (a newer value, its writer came or went, or
     /// its update failed: see the type), pulls the members that changed and returns their
-    /// indices; an empty list means `timeout` passed. A member reported may have no value yet
-    /// (its publisher appeared before writing). At most 127 members can be
-    /// waited on (the kernel's `futex_waitv` limit, one word kept for binding).
+    /// indices; an empty list means `timeout` passed, or a `GroupWaker` of the group woke it.
+    /// A member reported may have no value yet (its publisher appeared before writing). At
+    /// most 127 members can be waited on (the kernel's `futex_waitv` limit, one word kept for
+    /// binding; 126 with a waker).
     ///
     /// Before sleeping every member is pulled. After a wake-up only the member whose write woke
     /// the group is (when the kernel names it and it did change): touching one slot instead of
@@ -244,10 +285,12 @@ impl SubscriptionGroup {
     /// same moment are reported by the next call, which then returns at once.
     pub fn wait_any(&mut self, timeout: Duration) -> Result<Vec<usize>, BusError> {
         let deadline = futex::deadline_after(timeout);
-        if self.members.len() >= WAITV_MAX {
+        // Words kept besides the members': one for binding, one for a waker.
+        let reserved = 1 + usize::from(self.waker.is_some());
+        if self.members.len() + reserved > WAITV_MAX {
             return Err(BusError::GroupTooLarge {
                 members: self.members.len(),
-                max: WAITV_MAX - 1,
+                max: WAITV_MAX - reserved,
             });
         }
         loop {
@@ -255,8 +298,17 @@ impl SubscriptionGroup {
             if !changed.is_empty() {
                 return Ok(changed);
             }
+            if self.woken() {
+                return Ok(Vec::new());
+            }
             if self.members.is_empty() {
-                std::thread::sleep(futex::time_left(deadline));
+                match &self.waker {
+                    Some((waker, seen)) => {
+                        futex::wait(&waker.0, *seen, false, deadline);
+                        self.woken();
+                    }
+                    None => std::thread::sleep(futex::time_left(deadline)),
+                }
                 return Ok(Vec::new());
             }
             match self.sleep(deadline) {
@@ -333,6 +385,14 @@ impl SubscriptionGroup {
                     ready |= sub.slot().is_some();
                 }
             }
+        }
+        if let Some((waker, seen)) = &self.waker {
+            word_members.push(None);
+            words.push(WaitOn {
+                word: &waker.0,
+                expected: *seen,
+                shared: false,
+            });
         }
         if ready {
             return futex::Wake::Maybe(None);

@@ -527,3 +527,40 @@ fn a_latest_word_corrupted_to_zero_is_slept_on_not_spun_on() {
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value(), Some(&9));
 }
+
+/// A `GroupWaker` ends a group's wait from another thread (a stop signal), whether its members
+/// are bound or still wait for their slot; a wake while nobody waits ends the next wait.
+#[test]
+fn a_group_waker_ends_the_wait_from_another_thread() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let (mut publication, _slot) = bound_with_slot::<u64>(&t, &bus, "/woken/x");
+    publication.write(&1).unwrap();
+    let mut group = bus::SubscriptionGroup::new();
+    group.add(bus.subscribe::<u64>("/woken/x").unwrap());
+    group.add(bus.subscribe::<u64>("/woken/never-published").unwrap());
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![0]);
+    let waker = bus::GroupWaker::new();
+    group.wake_on(&waker);
+    let from_thread = waker.clone();
+    let started = Instant::now();
+    let wake = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        from_thread.wake();
+    });
+    assert!(group.wait_any(WATCHDOG).unwrap().is_empty());
+    let took = started.elapsed();
+    assert!(took < WATCHDOG / 2, "woken only at the timeout ({took:?})");
+    wake.join().unwrap();
+    // Woken before the wait: it ends at once, and the next wait is an ordinary one.
+    waker.wake();
+    assert!(group.wait_any(WATCHDOG).unwrap().is_empty());
+    assert!(group
+        .wait_any(Duration::from_millis(100))
+        .unwrap()
+        .is_empty());
+    // A write still wakes it with its member.
+    publication.write(&2).unwrap();
+    assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![0]);
+}
