@@ -1,9 +1,10 @@
 //! `arbiter`: one control arbiter process per resource group.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use arbiter::process::StopRequest;
 
 use clap::Parser;
 
@@ -30,26 +31,25 @@ struct Args {
     domain: String,
 }
 
-/// How long a stop waits for the arbiter's loop to send the safe commands. The loop sees the
-/// stop at its next wake-up, which the heartbeat (100 ms by default) bounds; with no heartbeat
-/// it may sleep until a controller writes, and the process ends without that last command
-/// (its writer then reads gone, which a driver treats as the safe command).
+/// How long a stop waits for the arbiter's loop to send the safe commands (it is woken at
+/// once, and needs no registry for them). Past that (the loop stuck), the process ends without
+/// that last command: its writer then reads gone, which a driver treats as the safe command.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
 fn main() {
     daemon::init_logging("info");
     let args = Args::parse();
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(StopRequest::default());
     let stopping = Arc::clone(&stop);
     let on_stop = move |signal| {
         tracing::info!("stopping on {signal}: every resource gets its safe command");
-        stopping.store(true, Ordering::Relaxed);
+        stopping.request();
         std::thread::sleep(STOP_GRACE);
         tracing::warn!(
-            "nothing woke the arbiter within {STOP_GRACE:?} (no heartbeat): stopping without \
-             the safe commands; the command's writer now reads gone"
+            "the arbiter did not stop within {STOP_GRACE:?}: stopping without the safe \
+             commands; the command's writer now reads gone"
         );
-        std::process::exit(0);
+        std::process::exit(1);
     };
     if let Err(e) = daemon::on_stop(on_stop) {
         eprintln!("arbiter: {e}");
@@ -61,7 +61,7 @@ fn main() {
     }
 }
 
-fn run(args: &Args, stop: &AtomicBool) -> Result<(), String> {
+fn run(args: &Args, stop: &StopRequest) -> Result<(), String> {
     let config = arbiter::config::ArbiterConfig::load(&args.config).map_err(|e| e.to_string())?;
     let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;

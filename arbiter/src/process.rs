@@ -177,7 +177,7 @@ pub fn run(
     bus: &Bus,
     config: &ArbiterConfig,
     health: &daemon::Health,
-    stop: &AtomicBool,
+    stop: &StopRequest,
     mut on_cycle: impl FnMut(&ArbiterBlock),
 ) -> Result<(), BusError> {
     let name = config.name.as_str();
@@ -191,6 +191,7 @@ pub fn run(
         .create()?;
     let mut command = CommandValue::new(name, &config.resources, config.heartbeat);
     let mut watched = Watched::new(bus, name, &[])?;
+    watched.group.wake_on(&stop.waker);
     let mut previous: Option<Allocation> = None;
     // This cycle's result; its storage is the one from two cycles back (swapped below).
     let mut allocation = Allocation::default();
@@ -209,9 +210,10 @@ pub fn run(
     let mut stopping = false;
     let mut replaced_checked = Instant::now();
     loop {
-        if !stopping && stop.load(Ordering::Relaxed) {
+        if !stopping && stop.is_requested() {
+            // No new subscriptions (that would wait for the registry): the controllers
+            // followed count as absent from this cycle on.
             stopping = true;
-            watched = Watched::new(bus, name, &[])?;
             renamed = true;
         }
         let next_expiry = previous.as_ref().and_then(|d| d.next_expiry_ns);
@@ -272,6 +274,7 @@ pub fn run(
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
                 watched = Watched::new(bus, name, &listed)?;
+                watched.group.wake_on(&stop.waker);
                 watched.group.update_all()?;
                 renamed = true;
             }
@@ -280,6 +283,9 @@ pub fn run(
         // the blocks just pulled count as read now, and the cycle decides at this instant.
         let now = now_ns();
         watched.parse(config, &changed, renamed, now);
+        if stopping {
+            watched.alive.fill(false);
+        }
         // A rebuilt group has read the state afresh: take it even if the old group's wake-up
         // did not name it.
         let state_changed = renamed || changed.contains(&watched.state.index());
@@ -331,6 +337,25 @@ pub fn run(
             tracing::info!("{name}: every resource has its safe command; stopped");
             return Ok(());
         }
+    }
+}
+
+/// A request to stop, from another thread (the signal thread): the arbiter's loop wakes at
+/// once, sends every resource its safe command, publishes that and returns.
+#[derive(Default)]
+pub struct StopRequest {
+    requested: AtomicBool,
+    waker: bus::GroupWaker,
+}
+
+impl StopRequest {
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+
+    fn is_requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
     }
 }
 

@@ -127,3 +127,30 @@ fn a_controller_stopped_past_its_time_to_live_says_so_when_it_continues() {
         },
     );
 }
+
+/// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a
+/// long time to live (nothing else would wake it for a minute), it sends the safe command.
+#[test]
+fn sigterm_wakes_an_arbiter_without_heartbeat_for_its_safe_command() {
+    let mut r = Robot::new(&["x"]);
+    std::fs::write(&r.arm_file, format!("heartbeat_ms = 0\n{}", robot::ARM)).unwrap();
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let x = r.controller("x", "compromising", &["arm/turret=1"], 60_000);
+    eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    r.t.signal(arbiter, Signal::SIGTERM);
+    let out = r.t.finish(arbiter);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("every resource has its safe command; stopped"),
+        "{log}"
+    );
+    // Nobody owns the turret: it holds (no simulator here: where it was last commanded).
+    let block = r.arm_block().unwrap();
+    assert!(block["owners"]["turret"].is_null(), "{block}");
+    assert!(block["outcomes"]["x"] != "full", "{block}");
+}
