@@ -224,12 +224,29 @@ pub fn run(
         if let Some(heartbeat) = config.heartbeat {
             timeout = timeout.min(heartbeat.saturating_sub(command_written.elapsed()));
         }
-        let changed = if renamed {
+        let mut changed = if renamed {
             watched.group.update_all()?
         } else {
             watched.group.wait_any(timeout)?
         };
         health.begin();
+        if changed
+            .iter()
+            .any(|&i| matches!(watched.group.error(i), Some(BusError::Replaced { .. })))
+        {
+            // The registry made slots followed here anew (it restarted on corrupted or
+            // removed segments): subscriptions follow the new ones only when made again.
+            tracing::warn!("{name}: slots it follows were made anew; subscribing again");
+            let listed: Vec<String> = watched
+                .controller_names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+            watched = Watched::new(bus, name, &listed)?;
+            watched.group.wake_on(&stop.waker);
+            changed = watched.group.update_all()?;
+            renamed = true;
+        }
         if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| now_ns() < t) {
             // Nothing to decide (no slot changed, no block expired): the heartbeat is due.
             // The same command, stamped now, tells a driver this arbiter still runs.

@@ -250,6 +250,8 @@ pub struct Subscription<T, C = Serde> {
     /// memory was inconsistent: a corrupt segment), when that is newer than `last`: reported
     /// once and passed over; updates and waits look for a value written after it.
     passed_over: Option<u64>,
+    /// Whether `update` has reported that the registry made the slot anew.
+    replaced_reported: bool,
     _codec: PhantomData<fn() -> C>,
 }
 
@@ -262,6 +264,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             value: None,
             last: None,
             passed_over: None,
+            replaced_reported: false,
             _codec: PhantomData,
         })
     }
@@ -272,7 +275,9 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// decode (a hostile writer) as `BusError::Decode`, one the slot's memory cannot give
     /// (corrupted) as `BusError::Inconsistent`. The subscription keeps the last good value and
     /// its metadata, and the next update or wait looks for a value written after that one
-    /// (a writer's next write makes a corrupted slot readable again).
+    /// (a writer's next write makes a corrupted slot readable again). A slot the registry made
+    /// anew under the subscription is reported once too, as `BusError::Replaced` (waits wake
+    /// for it): subscribe again to follow the new one.
     pub fn update(&mut self) -> Result<bool, BusError> {
         let Some(slot) = self.endpoint.slot.get() else {
             return match self.endpoint.error() {
@@ -280,6 +285,14 @@ impl<T, C: Codec<T>> Subscription<T, C> {
                 None => Ok(false),
             };
         };
+        // Reported once (as `BusError::Replaced`), like a value passed over; the subscription
+        // then goes on reading the old memory, which nobody writes: subscribe again.
+        if !self.replaced_reported && self.endpoint.replaced.load(Ordering::Acquire) {
+            if let Some(e @ BusError::Replaced { .. }) = self.endpoint.error() {
+                self.replaced_reported = true;
+                return Err(e);
+            }
+        }
         let seen = self.last_sequence();
         match C::read(slot, seen, &mut self.scratch, &mut self.value) {
             Ok(Some(info)) => {

@@ -324,6 +324,12 @@ impl SubscriptionGroup {
         }
     }
 
+    /// The error that made `wait_any` or `update_all` report member `index` as changed, if
+    /// any, left for `take_error`.
+    pub fn error(&self, index: usize) -> Option<&BusError> {
+        self.members.get(index).and_then(|m| m.error.as_ref())
+    }
+
     /// The error that made `wait_any` or `update_all` report member `index` as changed, if any
     /// (see the type).
     pub fn take_error(&mut self, index: usize) -> Option<BusError> {

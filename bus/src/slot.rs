@@ -519,6 +519,14 @@ impl Slot {
         word.store(settled | STATE_ALIVE, Ordering::Release);
     }
 
+    /// Wakes everyone waiting on this slot, as a write would, without a value: a waiter
+    /// re-checks what it waits for (a client wakes the waiters of memory the registry
+    /// replaced, so that they learn it).
+    pub fn wake_all_waiters(&self) {
+        self.notify_word().fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(self.notify_word(), true);
+    }
+
     /// Marks the writer gone (clean drop, or the registry saw its process die) and wakes
     /// waiters so that they can notice. The version is kept: the record is the same writer's.
     pub fn mark_writer_gone(&self) {
@@ -527,8 +535,7 @@ impl Slot {
                 .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
                     Some((w & !STATE_MASK) | STATE_GONE)
                 });
-        self.notify_word().fetch_add(1, Ordering::SeqCst);
-        futex::wake_all(self.notify_word(), true);
+        self.wake_all_waiters();
     }
 
     /// Host the current value came from (empty for local values).

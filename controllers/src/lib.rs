@@ -418,6 +418,7 @@ impl RobotController {
     pub fn refresh(&mut self) -> Result<bool, ControllerError> {
         self.check_publication()?;
         let changed = self.watched.group.update_all()?;
+        let changed = self.resubscribe_if_replaced(changed)?;
         self.pulled(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
@@ -429,6 +430,7 @@ impl RobotController {
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         self.check_publication()?;
         let changed = self.watched.group.wait_any(timeout)?;
+        let changed = self.resubscribe_if_replaced(changed)?;
         self.pulled(&changed);
         self.follow_manager(&changed)?;
         Ok(!changed.is_empty())
@@ -442,6 +444,26 @@ impl RobotController {
             Some(e) => Err(e.into()),
             None => Ok(()),
         }
+    }
+
+    /// After a pull of the group: if the registry made slots followed here anew (it restarted
+    /// on corrupted or removed segments), subscribes to them again, since only a new
+    /// subscription follows the new slot; returns what changed, pulled afresh then.
+    fn resubscribe_if_replaced(&mut self, changed: Vec<usize>) -> Result<Vec<usize>, BusError> {
+        let replaced = changed
+            .iter()
+            .any(|&i| matches!(self.watched.group.error(i), Some(BusError::Replaced { .. })));
+        if !replaced {
+            return Ok(changed);
+        }
+        tracing::warn!(
+            "controller {}: slots it follows were made anew; subscribing again",
+            self.name
+        );
+        // Nothing is carried over from the old slots: the new ones number their values anew.
+        let listed = self.watched.listed.clone();
+        self.watched = Watched::new(&self.bus, &listed)?;
+        self.watched.group.update_all()
     }
 
     /// After a pull of the group: logs the failures it reported (a slot of another type under

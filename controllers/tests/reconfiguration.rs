@@ -474,3 +474,75 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
         "{log}"
     );
 }
+
+/// The manager's slot made anew by a registry restarted on its corrupted segment: the manager
+/// ends (its publication no longer reaches anyone) and, started again, publishes a new order;
+/// the arbiter, whose subscription still mapped the old memory, subscribes again and follows
+/// it without a restart of its own.
+#[test]
+fn an_arbiter_follows_a_manager_slot_made_anew() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    let arbiter = r.arbiter();
+    r.x_holding_the_turret("30");
+    r.expect(
+        "x holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+    r.t.kill_registry();
+    r.t.overwrite_segment("/robot/manager", 0, b"garbage!");
+    r.t.start_registry();
+    let out = r.t.finish(manager);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("/robot/manager was created anew"), "{log}");
+    // Started again (as systemd would), with an order that no longer lists x.
+    std::fs::write(&r.manager_file, manager_toml(&["y"])).unwrap();
+    r.manager();
+    eventually("the arbiter follows the new order", || {
+        r.arm_block()
+            .is_some_and(|b| b["owners"]["turret"].is_null() && b["outcomes"].get("x").is_none())
+    });
+    assert!(r.t.is_running(arbiter), "{}", r.t.stderr_of(arbiter));
+    assert!(r
+        .t
+        .stderr_of(arbiter)
+        .contains("slots it follows were made anew; subscribing again"));
+}
+
+/// Slots made anew under the robot-controller library and the manager: the arm's feedback
+/// block (its arbiter, ended by it, is started again) and the registry's directory. The
+/// controller follows the new arbiter's feedback, and the manager still places a new unlisted
+/// controller, neither restarted.
+#[test]
+fn controllers_and_the_manager_follow_slots_made_anew() {
+    let (mut r, _manager) = Robot::running_unlisted_last(&["x"]);
+    let arbiter = r.t.pid(2);
+    let x = r.x_holding_the_turret("60");
+    eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    r.t.kill_registry();
+    r.t.overwrite_segment("/robot/arbiter/arm", 0, b"garbage!");
+    r.t.overwrite_segment(bus::directory::DIRECTORY_SLOT, 0, b"garbage!");
+    r.t.start_registry();
+    eventually("the arbiter ends", || {
+        !std::path::Path::new(&format!("/proc/{arbiter}")).exists()
+            || std::fs::read_to_string(format!("/proc/{arbiter}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    });
+    r.arbiter();
+    eventually("x follows the new arbiter's feedback", || {
+        r.t.stdout_of(x)
+            .rsplit("arbiter not running")
+            .next()
+            .is_some_and(|after| after.contains("x arm: full (owns: turret)"))
+    });
+    let y = r.controller("y", "compromising", &["arm/shoulder=0.2"], 200);
+
+    eventually("y joins the order and gets the shoulder", || {
+        r.t.stdout_of(y).contains("y arm: full (owns: shoulder)")
+    });
+}

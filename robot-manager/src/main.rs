@@ -366,6 +366,7 @@ fn watch_directory(bus: &bus::Bus) -> Result<(LatestDirectory, UnixStream), Stri
     }
     let latest = Arc::new(Mutex::new(None));
     let shared = Arc::clone(&latest);
+    let bus = bus.clone();
     std::thread::Builder::new()
         .name("directory".into())
         .spawn(move || loop {
@@ -377,6 +378,17 @@ fn watch_directory(bus: &bus::Bus) -> Result<(LatestDirectory, UnixStream), Stri
                     let _ = (&wake).write(&[1]);
                 }
                 Ok(false) => {}
+                Err(bus::BusError::Replaced { .. }) => {
+                    // The registry made the directory anew (it restarted on a corrupted
+                    // segment): only a new subscription follows the new one.
+                    match bus.subscribe::<Directory>(DIRECTORY_SLOT) {
+                        Ok(again) => subscription = again,
+                        Err(e) => {
+                            tracing::warn!("subscribing to {DIRECTORY_SLOT} again: {e}");
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!("reading {DIRECTORY_SLOT}: {e}");
                     std::thread::sleep(Duration::from_secs(1));
