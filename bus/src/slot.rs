@@ -72,6 +72,10 @@ const ORIGIN_AREA: usize = 64;
 const OFF_ORIGIN_SEQ: usize = 664;
 /// Zero in segments made before it existed: "session unknown".
 const OFF_ORIGIN_SESSION: usize = 672;
+/// The writer record's version (see `Slot::writer`); 0 in segments made before it existed.
+const OFF_WRITER_VERSION: usize = 680;
+/// How often `Slot::writer` reads a record that changes meanwhile before taking it as it is.
+const TRIES_FOR_A_SETTLED_RECORD: u32 = 10_000;
 pub(crate) const HEADER_SIZE: usize = 1024;
 const BUF_SEQ: usize = 0;
 const BUF_LEN: usize = 8;
@@ -463,29 +467,32 @@ impl Slot {
         stamps
     }
 
-    /// The writer's record. The state word carries a version above its two state bits, which
-    /// `set_writer` bumps to an odd "changing" mark before it stores the pid and start time and
-    /// again when done; a record read between two equal, settled words is one writer's, so a
-    /// pid never goes with another process's start time (which would make a live writer look
-    /// dead). A record that keeps changing, or a corrupt one, reads as it stands after a few
-    /// tries.
+    /// The writer's record. `set_writer` makes the record's version (a word of its own) odd
+    /// before it stores the pid and start time, and even again when done; a record read
+    /// between two equal even versions is one writer's, so a pid never goes with another
+    /// process's start time (which would make a live writer look dead). A record that keeps
+    /// changing, or a corrupt one (a registry killed between its two stores leaves the version
+    /// odd), reads as it stands after `TRIES_FOR_A_SETTLED_RECORD` tries (well under a
+    /// millisecond; off every hot path: those read `writer_state`). The state word keeps
+    /// its values (0 none, 1 alive, 2 gone): processes built before the version read it alike.
     pub fn writer(&self) -> WriterInfo {
-        let word = self.word32(OFF_WRITER_STATE);
+        let version = self.word32(OFF_WRITER_VERSION);
         let mut tries = 0;
         loop {
-            let w1 = load_acquire32(word);
+            let v1 = load_acquire32(version);
             let pid = self.load32(OFF_WRITER_PID);
             let start_time = self.load64(OFF_WRITER_START);
+            let state = self.writer_state();
             // Pairs with `set_writer`'s Release fence: if a load above saw a later record's pid
-            // or start time, this load sees that record's changing mark (or later).
+            // or start time, this load sees that record's odd version (or later).
             fence(Ordering::Acquire);
-            let w2 = word.load(Ordering::Relaxed);
+            let v2 = version.load(Ordering::Relaxed);
             tries += 1;
-            if (w1 == w2 && !changing(w1)) || tries == 100 {
+            if (v1 == v2 && v1 % 2 == 0) || tries == TRIES_FOR_A_SETTLED_RECORD {
                 return WriterInfo {
                     pid,
                     start_time,
-                    state: writer_state_of(w2),
+                    state,
                 };
             }
             std::hint::spin_loop();
@@ -495,12 +502,16 @@ impl Slot {
     /// Whether the writer lives: one load, for the paths that check it on every update
     /// (subscription groups, arbiters).
     pub fn writer_state(&self) -> WriterState {
-        writer_state_of(self.load32(OFF_WRITER_STATE))
+        match self.load32(OFF_WRITER_STATE) {
+            1 => WriterState::Alive,
+            2 => WriterState::Gone,
+            _ => WriterState::None,
+        }
     }
 
     /// Records the slot's writer (registry, at registration). The same live writer registering
-    /// again (after a registry restart) changes nothing: marking it changing would show its
-    /// readers a writer that is not alive for a moment, and an arbiter would drop its command.
+    /// again (after a registry restart) changes nothing, so that its readers never see it as
+    /// anything but alive.
     pub fn set_writer(&self, pid: u32, start_time: u64) {
         if self.writer_state() == WriterState::Alive
             && self.load32(OFF_WRITER_PID) == pid
@@ -508,15 +519,15 @@ impl Slot {
         {
             return;
         }
-        let word = self.word32(OFF_WRITER_STATE);
-        let changing_version = (word.load(Ordering::Relaxed) >> WRITER_VERSION_SHIFT) | 1;
-        word.store(changing_version << WRITER_VERSION_SHIFT, Ordering::Relaxed);
-        // Orders the changing mark before the new pid and start time (see `writer`).
+        let version = self.word32(OFF_WRITER_VERSION);
+        let changing = version.load(Ordering::Relaxed) | 1;
+        version.store(changing, Ordering::Relaxed);
+        // Orders the odd version before the new pid and start time (see `writer`).
         fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
-        let settled = changing_version.wrapping_add(1) << WRITER_VERSION_SHIFT;
-        word.store(settled | STATE_ALIVE, Ordering::Release);
+        self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
+        version.store(changing.wrapping_add(1), Ordering::Release);
     }
 
     /// Wakes everyone waiting on this slot, as a write would, without a value: a waiter
@@ -528,13 +539,9 @@ impl Slot {
     }
 
     /// Marks the writer gone (clean drop, or the registry saw its process die) and wakes
-    /// waiters so that they can notice. The version is kept: the record is the same writer's.
+    /// waiters so that they can notice.
     pub fn mark_writer_gone(&self) {
-        let _ =
-            self.word32(OFF_WRITER_STATE)
-                .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-                    Some((w & !STATE_MASK) | STATE_GONE)
-                });
+        self.word32(OFF_WRITER_STATE).store(2, Ordering::Release);
         self.wake_all_waiters();
     }
 
@@ -636,27 +643,6 @@ impl Slot {
 }
 
 mod segment;
-// The writer state word: a state in its low two bits (0 none, 1 alive, 2 gone), a version above
-// them (odd, with state none, while `set_writer` changes the record). Segments written before the version existed hold 0, 1 or 2:
-// version 0, read alike.
-const STATE_MASK: u32 = 0b11;
-const STATE_ALIVE: u32 = 1;
-const STATE_GONE: u32 = 2;
-const WRITER_VERSION_SHIFT: u32 = 2;
-
-fn writer_state_of(word: u32) -> WriterState {
-    match word & STATE_MASK {
-        STATE_ALIVE => WriterState::Alive,
-        STATE_GONE => WriterState::Gone,
-        _ => WriterState::None,
-    }
-}
-
-/// `set_writer` is between its two stores of the word.
-fn changing(word: u32) -> bool {
-    (word >> WRITER_VERSION_SHIFT) & 1 == 1
-}
-
 #[cfg(test)]
 mod tests;
 mod waiters;

@@ -215,6 +215,8 @@ fn a_repair_never_leaves_a_live_waiter_asleep_uncounted() {
 fn the_writer_record_never_flickers() {
     let (_s, slot) = new_slot("writer");
     slot.set_writer(10, 1000);
+    // The state word keeps the values processes built before the record's version read.
+    assert_eq!(slot.word32(OFF_WRITER_STATE).load(Ordering::Relaxed), 1);
     let reader = Slot::open(slot.segment(), false).unwrap();
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -223,9 +225,12 @@ fn the_writer_record_never_flickers() {
                 slot.set_writer(10, 1000);
             }
             for i in 0..200_000u32 {
-                // Two writers whose pid and start time always go together.
+                // Two writers whose pid and start time always go together. A moment between
+                // two changes, as between two registrations: a record changing without pause
+                // reads as it stands after a few tries (see `Slot::writer`).
                 let pid = 11 + i % 2;
                 slot.set_writer(pid, u64::from(pid) * 100);
+                std::thread::yield_now();
             }
             done.store(true, Ordering::SeqCst);
         });
