@@ -86,11 +86,13 @@ impl Mapping {
     }
 
     /// Whether `name` still names the file this maps (it does not once the segment was removed,
-    /// or removed and created again).
+    /// or removed and created again). When that cannot be looked at (no file descriptor left,
+    /// no permission), it is taken to: only a file seen gone or different counts as another.
     pub fn is_named(&self, name: &str) -> bool {
-        shm_open(name, OFlag::O_RDONLY, Mode::empty())
-            .and_then(|fd| fstat(&fd))
-            .is_ok_and(|st| (st.st_dev, st.st_ino) == self.file)
+        match shm_open(name, OFlag::O_RDONLY, Mode::empty()).and_then(|fd| fstat(&fd)) {
+            Ok(st) => (st.st_dev, st.st_ino) == self.file,
+            Err(e) => e != nix::Error::ENOENT,
+        }
     }
 
     fn map(name: &str, fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SegmentError> {

@@ -256,3 +256,35 @@ fn the_writer_record_never_flickers() {
         assert!(same_writer_reads > 0);
     });
 }
+
+/// A slot is another once its name stands for another file, or none; when the name cannot be
+/// looked at (no file descriptor left), it is taken as the same: a process short of
+/// descriptors must not take every slot for replaced.
+#[test]
+fn a_slot_is_replaced_only_when_its_name_is_seen_to_stand_for_another_file() {
+    let (scratch, slot) = new_slot("current");
+    assert!(slot.is_current());
+    let limits = |soft: libc::rlim_t, hard: libc::rlim_t| libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    let mut before = limits(0, 0);
+    // SAFETY: getrlimit writes one rlimit into the valid local.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) },
+        0
+    );
+    // No descriptor above 2 can be opened now (this test runs in a process of its own).
+    let none_left = limits(3, before.rlim_max);
+    // SAFETY: setrlimit reads one valid rlimit.
+    assert_eq!(
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none_left) },
+        0
+    );
+    let current = slot.is_current();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &before) }, 0);
+    assert!(current, "taken for replaced when it could not be looked at");
+    crate::shm::unlink(&scratch.0).unwrap();
+    assert!(!slot.is_current(), "removed");
+}
