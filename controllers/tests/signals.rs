@@ -1,7 +1,7 @@
 //! The services under `systemctl stop` and `systemctl kill -s HUP`: SIGTERM stops each one with
 //! a log line and exit status 0 (the arbiter first sends every resource its safe command), and
-//! SIGHUP stops none of them (it reloads the manager's file; a robot-controller, whose terminal
-//! closed, releases and ends).
+//! SIGHUP stops none of them (it reloads the manager's file; a robot-controller ends on it only
+//! when it is its terminal's, releasing).
 
 #[path = "../../tools/tests/common/mod.rs"]
 mod common;
@@ -90,10 +90,15 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     let out = r.t.finish(registry);
     assert!(out.status.success(), "registry: {out:?}");
 
-    // A robot-controller whose terminal hangs up releases, as on SIGTERM.
+    // A robot-controller without a terminal (a service) lives through SIGHUP too; SIGTERM ends
+    // it, releasing.
     r.t.signal(x, Signal::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(r.t.is_running(x), "SIGHUP ended the robot-controller");
+    r.t.signal(x, Signal::SIGTERM);
     let out = r.t.finish(x);
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
     assert!(text.contains("x: released every resource"), "{text}");
 }
 

@@ -1,6 +1,7 @@
 //! `robot-controller`: a generic robot controller for scripts and people. Holds a set of
 //! commands until it ends and prints its outcomes whenever they change.
 
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ enum StatusArg {
     long_about = "Hold commands for robot resources and print what the arbiters grant.\n\n\
 Publishes /robot/controller/<name> (kept fresh while it runs), and prints one line per arbiter \
 whenever this controller's outcome or owned resources change. Ends after --duration-s, or on \
-Ctrl-C / SIGTERM / SIGHUP, releasing its resources at once.\n\n\
+Ctrl-C / SIGTERM (or SIGHUP when its terminal closes), releasing its resources at once.\n\n\
 Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
 )]
 struct Args {
@@ -297,22 +298,44 @@ fn say(line: &str) {
 }
 
 fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<(), String> {
-    // Block SIGINT, SIGTERM and SIGHUP (its terminal closed) before any other thread starts
-    // (threads inherit the mask), then wait for them in a thread of their own: no code runs in
-    // signal-handler context. Each ends the run, releasing the resources at once.
-    let mut set = nix::sys::signal::SigSet::empty();
-    set.add(nix::sys::signal::SIGINT);
-    set.add(nix::sys::signal::SIGTERM);
-    set.add(nix::sys::signal::SIGHUP);
+    use nix::sys::signal::{SigSet, Signal};
+    // Block SIGINT, SIGTERM and SIGHUP before any other thread starts (threads inherit the
+    // mask), then wait for them in a thread of their own: no code runs in signal-handler
+    // context. SIGINT and SIGTERM end the run, releasing the resources at once. SIGHUP does
+    // too when it means the terminal closed (started from one, and not under `nohup`);
+    // otherwise (a service: `systemctl kill -s HUP` aimed at the robot manager) it is ignored,
+    // since an application stopped by it would count as stopped cleanly and stay down.
+    let hangup_stops = std::io::stdin().is_terminal() && !ignored_at_start(Signal::SIGHUP);
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(signal);
+    }
     set.thread_block()
         .map_err(|e| format!("blocking signals: {e}"))?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if set.wait().is_ok() {
+            while let Ok(signal) = set.wait() {
+                if signal == Signal::SIGHUP && !hangup_stops {
+                    tracing::info!("SIGHUP ignored (not the terminal's: none, or nohup)");
+                    continue;
+                }
                 flag.store(true, Ordering::Relaxed);
+                return;
             }
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Whether `signal` was ignored when this process started (`nohup` ignores SIGHUP): from the
+/// kernel's `SigIgn` mask in /proc/self/status, where bit n - 1 stands for signal n.
+fn ignored_at_start(signal: nix::sys::signal::Signal) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (signal as u32 - 1)) != 0)
 }
