@@ -502,10 +502,13 @@ impl Drop for Endpoint {
             if let Some(slot) = self.slot.get() {
                 slot.mark_writer_gone();
             } else if lock(&self.pending).is_some() {
-                // Written while no registry answered, and never bound: nobody will read it.
+                // Written while unbound, and never bound: nobody will read it.
+                let why = match self.error() {
+                    Some(e) => e.to_string(),
+                    None => "no registry-server answered before the publication ended".into(),
+                };
                 tracing::warn!(
-                    "{}: the value written was never published (no registry-server answered \
-                     before the publication ended)",
+                    "{}: the value written was never published ({why})",
                     self.registration.name
                 );
             }

@@ -170,7 +170,6 @@ impl RobotController {
             let last_refresh = Arc::clone(&last_refresh);
             // Refresh three times per time to live, so that one late refresh never expires it.
             let period = ttl / 3;
-            let ttl_ns = ttl.as_nanos() as u64; // at most an hour: fits
             std::thread::Builder::new()
                 .name("baton-controller-refresh".into())
                 .spawn(move || {
@@ -178,9 +177,13 @@ impl RobotController {
                     // every attempt; the same for a missed publish deadline.
                     let mut failing = false;
                     let mut overdue = false;
+                    // When this thread last ran (the monotonic clock: a wall clock stepped
+                    // forward is no gap), for the gap reported below.
+                    let mut last_turn = Instant::now();
                     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                         stopped.recv_timeout(period)
                     {
+                        let gap = std::mem::replace(&mut last_turn, Instant::now()).elapsed();
                         let mut s = lock(&shared);
                         if !s.published {
                             last_refresh.store(now_ns(), Ordering::Relaxed);
@@ -193,8 +196,6 @@ impl RobotController {
                             .is_some_and(|d| s.last_publish.elapsed() > d);
                         if late != overdue {
                             overdue = late;
-                            // Not refreshed on purpose meanwhile: not a gap to report below.
-                            last_refresh.store(now_ns(), Ordering::Relaxed);
                             if late {
                                 tracing::warn!(
                                     "controller {}: no publish within its deadline; the block \
@@ -212,20 +213,17 @@ impl RobotController {
                             publication, block, ..
                         } = &mut *s;
                         block.stamp_ns = now_ns();
-                        // Refreshes a time to live apart: the process (or the computer) was
-                        // stopped. Its block expired meanwhile, and an application that only
-                        // looks at its outcome now would never know that it lost, then
-                        // regained, its resources.
-                        let gap = block
-                            .stamp_ns
-                            .saturating_sub(last_refresh.load(Ordering::Relaxed));
-                        if gap > ttl_ns {
+                        // This thread's turns a time to live apart: the process (or the
+                        // computer) was stopped. Its block expired meanwhile, and an
+                        // application that only looks at its outcome now would never know
+                        // that it lost, then regained, its resources.
+                        if gap > ttl {
                             tracing::warn!(
-                                "controller {}: not refreshed for {:?}, longer than its time to \
-                                 live ({ttl:?}; the process was stopped): the arbiters counted \
-                                 it absent meanwhile, and what it owned may have gone to others",
-                                block.name,
-                                Duration::from_nanos(gap)
+                                "controller {}: not refreshed for {gap:?}, longer than its time \
+                                 to live ({ttl:?}; the process was stopped): the arbiters \
+                                 counted it absent meanwhile, and what it owned may have gone to \
+                                 others",
+                                block.name
                             );
                         }
                         match publication.write(block) {
