@@ -173,8 +173,10 @@ impl Peers {
     }
 
     /// Every public name published remotely, with its publisher. When two hosts publish one
-    /// name, the one heard first keeps it and `conflict(name, kept, ignored)` is called.
+    /// name, `keeps` says which keeps it (the same answer on every host, whatever the order in
+    /// which each heard them) and `conflict(name, kept, ignored)` is called.
     pub fn claims(&self, conflict: &mut dyn FnMut(&str, &str, &str)) -> BTreeMap<SlotName, Claim> {
+        // Heard first, then by name: the conflicts are reported in a stable order.
         let mut hosts: Vec<&PeerEntry> = self.by_host.values().collect();
         hosts.sort_by_key(|p| p.first_heard);
         let mut claims: BTreeMap<SlotName, Claim> = BTreeMap::new();
@@ -186,22 +188,25 @@ impl Peers {
                 if bus::directory::is_host_local(&info.name) {
                     continue;
                 }
-                if let Some(first) = claims.get(&name) {
-                    conflict(&info.name, &first.claim.host, &p.announce.host);
-                    continue;
-                }
-                claims.insert(
-                    name,
-                    Claim {
-                        claim: RemoteClaim {
-                            host: p.announce.host.clone(),
-                            type_name: info.type_name.clone(),
-                            schema_hash: info.schema_hash,
-                            writer_alive: info.writer_alive,
-                        },
-                        info: info.clone(),
+                let claim = Claim {
+                    claim: RemoteClaim {
+                        host: p.announce.host.clone(),
+                        type_name: info.type_name.clone(),
+                        schema_hash: info.schema_hash,
+                        writer_alive: info.writer_alive,
                     },
-                );
+                    info: info.clone(),
+                };
+                match claims.get_mut(&name) {
+                    None => {
+                        claims.insert(name, claim);
+                    }
+                    Some(held) if keeps(&claim.claim, &held.claim) => {
+                        conflict(&info.name, &claim.claim.host, &held.claim.host);
+                        *held = claim;
+                    }
+                    Some(held) => conflict(&info.name, &held.claim.host, &p.announce.host),
+                }
             }
         }
         claims
@@ -219,6 +224,15 @@ impl Peers {
     pub fn iter(&self) -> impl Iterator<Item = &PeerEntry> {
         self.by_host.values()
     }
+}
+
+/// Which of two hosts publishing one name keeps it: a live publisher before one that is gone,
+/// then the host whose name sorts first. Every registry decides alike, so that two publishers
+/// accepted each on its own host before their buses met (a partition healed) do not both go
+/// on, and the hosts that follow the name follow the same one. (A name already published
+/// elsewhere is refused to a new publisher at once: this decides only the races.)
+pub fn keeps(a: &RemoteClaim, b: &RemoteClaim) -> bool {
+    (!a.writer_alive, &a.host) < (!b.writer_alive, &b.host)
 }
 
 #[cfg(test)]

@@ -51,11 +51,19 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         }
-        // Their local publishers are told (a robot controller must not take the arbiters'
-        // feedback for its name as its own).
+        // A local publisher that loses such a race (`peers::keeps`, decided alike on every host)
+        // is told: it goes on here, but a robot controller must not take the arbiters' feedback
+        // for its name as its own, so it stops, and the other host's keeps the name.
         let elsewhere = claims
             .iter()
-            .filter(|(name, _)| reg.is_published_here(name))
+            .filter(|(name, c)| {
+                let here = crate::state::RemoteClaim {
+                    host: self.host.clone(),
+                    writer_alive: true,
+                    ..c.claim.clone()
+                };
+                reg.is_published_here(name) && super::peers::keeps(&c.claim, &here)
+            })
             .map(|(n, c)| (n.clone(), c.claim.host.clone()))
             .collect();
         out.extend(reg.set_published_elsewhere(elsewhere));

@@ -212,6 +212,13 @@ impl Lab {
         )
     }
 
+    /// Whether a child still runs (not exited, not reaped).
+    pub fn is_running(&mut self, child: usize) -> bool {
+        self.children[child]
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Kills a child with SIGKILL and reaps it.
     pub fn kill(&mut self, child: usize) {
         if let Some(mut c) = self.children[child].take() {
