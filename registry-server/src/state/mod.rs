@@ -271,6 +271,17 @@ impl Registry {
                     .and_then(|e| e.slot.as_ref())
                     .map(|s| s.segment().to_owned());
                 out.insert(0, (conn, id, Reply::Registered { endpoint, segment }));
+                // Registered again (it reconnected) while its name is still another host's:
+                // told again, as the answer cleared what it was told before.
+                if let Some(host) = self.elsewhere.get(&reg.name) {
+                    if reg.kind == EndpointKind::Publication {
+                        out.push((
+                            conn,
+                            0,
+                            remote::published_elsewhere(endpoint, &reg.name, host),
+                        ));
+                    }
+                }
                 out
             }
             Err(refusal) => {

@@ -11,6 +11,20 @@ use bus::SlotName;
 
 use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim, SlotEntry};
 
+/// The refusal that tells a local publisher its name is kept by another host's publisher.
+pub(super) fn published_elsewhere(endpoint: u64, name: &SlotName, host: &str) -> Reply {
+    Reply::Refused {
+        endpoint,
+        refusal: Refusal::Failed {
+            reason: format!(
+                "host '{host}' publishes {name} too (their buses met with the name published on \
+                 both); one public name has one publisher on the whole bus: rename or stop one \
+                 of them"
+            ),
+        },
+    }
+}
+
 impl Registry {
     /// Replaces what is known of other hosts' publications.
     pub fn set_remote_claims(&mut self, claims: BTreeMap<SlotName, RemoteClaim>) {
@@ -41,16 +55,7 @@ impl Registry {
                 .filter(|e| e.kind == EndpointKind::Publication);
             for p in publishers {
                 let reply = match now {
-                    Some(host) => Reply::Refused {
-                        endpoint: p.endpoint,
-                        refusal: Refusal::Failed {
-                            reason: format!(
-                                "host '{host}' publishes {name} too (their buses met with the \
-                                 name published on both); one public name has one publisher \
-                                 on the whole bus: rename or stop one of them"
-                            ),
-                        },
-                    },
+                    Some(host) => published_elsewhere(p.endpoint, name, host),
                     None => Reply::Bound {
                         endpoint: p.endpoint,
                         segment: segment.clone(),

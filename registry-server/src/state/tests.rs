@@ -100,12 +100,40 @@ fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
         "{out:?}"
     );
     assert!(
-        reg.set_published_elsewhere(conflict).is_empty(),
+        reg.set_published_elsewhere(conflict.clone()).is_empty(),
         "told once"
     );
+    // Registered again (its process reconnected): the answer clears what it was told, so it
+    // is told again.
+    reg.disconnect(7);
+    reg.connect(
+        8,
+        Peer {
+            pid: std::process::id(),
+            start_time: bus::process::own_start_time(),
+            program: "t".into(),
+        },
+    );
+    let out = reg.register(
+        8,
+        2,
+        registration("/both/x", EndpointKind::Publication, &schema),
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [
+                (8, 2, Reply::Registered { .. }),
+                ..,
+                (8, 0, Reply::Refused { .. })
+            ]
+        ),
+        "{out:?}"
+    );
+    assert!(reg.set_published_elsewhere(conflict).is_empty());
     let out = reg.set_published_elsewhere(BTreeMap::new());
     assert!(
-        matches!(&out[..], [(7, 0, Reply::Bound { endpoint: 1, .. })]),
+        matches!(&out[..], [(8, 0, Reply::Bound { endpoint: 1, .. })]),
         "{out:?}"
     );
     let _ = domain.remove_all_segments();
