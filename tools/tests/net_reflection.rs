@@ -455,3 +455,25 @@ fn a_publication_restarted_larger_reaches_the_subscribers_of_its_mirror() {
     assert_eq!(s["bad"], 0, "{s}");
     lab.kill(first);
 }
+
+/// A mirror whose publisher is gone on its host and that nobody here reads is forgotten like a
+/// local slot (`--keep-unused`): applications of new names on a payload computer no longer
+/// grow the robot's /dev/shm.
+#[test]
+fn an_unused_mirror_of_a_gone_publisher_is_forgotten() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &["--keep-unused", "0"], &[]);
+    let writer = lab.write_from(A, "/job/1", "100000", "20", "64");
+    let r = lab.read_until(B, "/job/1", "3", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(3));
+    let mirrored = |lab: &Lab| {
+        String::from_utf8_lossy(&lab.inspect(B, &["list", "/job/*"]).stdout).contains("/job/1")
+    };
+    assert!(
+        mirrored(&lab),
+        "B holds the mirror while its publisher runs"
+    );
+    lab.kill(writer);
+    eventually("B forgets the mirror", || !mirrored(&lab));
+}

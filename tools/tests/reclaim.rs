@@ -57,6 +57,13 @@ fn slots_of_gone_publishers_are_kept_up_to_a_limit_oldest_forgotten_first() {
     write_once(&mut t, "/jobs/0");
     let mut late = bus.subscribe::<tools::stress::Checked>("/jobs/0").unwrap();
     assert!(late.wait_update(WATCHDOG).unwrap());
+    drop(late);
+    // A restarted registry adopts them all at once: the ones written last are kept.
+    t.kill_registry();
+    t.start_registry_with(&["--keep-unused", "1"]);
+    eventually("the slot written last kept", || {
+        segments(&t, "/jobs/") == ["/jobs/0", "/jobs/watched"]
+    });
     drop(watched);
 }
 

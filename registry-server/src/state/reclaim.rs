@@ -1,5 +1,5 @@
-//! Forgetting slots nobody uses any more: a local slot whose publisher is gone and that has no
-//! endpoint left. Such a slot keeps its last value for a subscriber that comes later (a
+//! Forgetting slots nobody uses any more: a slot whose publisher is gone (on this host, or, for a
+//! mirror, on its origin host) and that has no endpoint left. Such a slot keeps its last value for a subscriber that comes later (a
 //! publisher that wrote once and exited is still read), so public ones are kept up to a
 //! limit, `keep_unused`, and the ones unused longest are forgotten first; without the limit an
 //! application started under a new name each time (a script's `robot-controller --name
@@ -26,11 +26,10 @@ pub const PRIVATE_UNUSED_FOR: Duration = Duration::from_secs(5);
 pub const DEFAULT_KEEP_UNUSED: usize = 1000;
 
 impl SlotEntry {
-    /// A slot of this host with no endpoint and no live writer (see the module comment). An
-    /// adopted slot counts only once its processes had their time to register again.
+    /// A slot with no endpoint and no live writer (see the module comment); not the registry's
+    /// own. An adopted slot counts only once its processes had their time to register again.
     fn unused(&self, now: Instant) -> bool {
-        self.origin.is_none()
-            && !self.own
+        !self.own
             && self.endpoints.is_empty()
             && self.adopted_until.is_none_or(|t| now >= t)
             && self
@@ -54,11 +53,19 @@ impl Registry {
         for name in &unused {
             self.unused_since.entry(name.clone()).or_insert(now);
         }
-        let mut public: Vec<(Instant, &SlotName)> = Vec::new();
+        // Unused since when, then (for slots seen unused at the same sweep: adopted at a
+        // restart) since their last write.
+        let mut public: Vec<(Instant, u64, &SlotName)> = Vec::new();
         let mut forget: Vec<SlotName> = Vec::new();
         for (name, since) in &self.unused_since {
             if !name.is_private() {
-                public.push((*since, name));
+                let written = self
+                    .slots
+                    .get(name)
+                    .and_then(|e| e.slot.as_ref())
+                    .and_then(|s| s.last_write())
+                    .map_or(0, |w| w.write_time_ns);
+                public.push((*since, written, name));
             } else if now.duration_since(*since) >= PRIVATE_UNUSED_FOR {
                 forget.push(name.clone());
             }
@@ -66,7 +73,7 @@ impl Registry {
         if public.len() > self.keep_unused {
             public.sort();
             let over = public.len() - self.keep_unused;
-            forget.extend(public[..over].iter().map(|(_, n)| (*n).clone()));
+            forget.extend(public[..over].iter().map(|(_, _, n)| (*n).clone()));
         }
         for name in &forget {
             self.unused_since.remove(name);
