@@ -197,15 +197,23 @@ impl Peers {
                     },
                     info: info.clone(),
                 };
+                // A publisher that is gone (its last value announced) giving way to a live one
+                // is no conflict.
                 match claims.get_mut(&name) {
                     None => {
                         claims.insert(name, claim);
                     }
                     Some(held) if keeps(&claim.claim, &held.claim) => {
-                        conflict(&info.name, &claim.claim.host, &held.claim.host);
+                        if held.claim.writer_alive {
+                            conflict(&info.name, &claim.claim.host, &held.claim.host);
+                        }
                         *held = claim;
                     }
-                    Some(held) => conflict(&info.name, &held.claim.host, &p.announce.host),
+                    Some(held) => {
+                        if claim.claim.writer_alive {
+                            conflict(&info.name, &held.claim.host, &p.announce.host);
+                        }
+                    }
                 }
             }
         }

@@ -33,9 +33,11 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         });
-        // Names published both here and remotely: the local one keeps working.
+        // Names published both here and remotely (by a live publisher there; one that is gone
+        // only announces its last value): the local one keeps working here.
         for (name, claim) in &claims {
             if reg.is_published_here(name)
+                && claim.claim.writer_alive
                 && st_log(
                     &mut st.logged,
                     &mut current,

@@ -324,7 +324,9 @@ impl Registry {
             .cloned()
             .ok_or_else(|| failed("unknown connection".into()))?;
         if let Some(claim) = self.remote.get(&reg.name) {
-            if reg.kind == EndpointKind::Publication {
+            // A remote publication that is gone (its last value still announced) leaves the
+            // name free: the new publisher here takes over, and that host follows it.
+            if reg.kind == EndpointKind::Publication && claim.writer_alive {
                 self.conflicts += 1;
                 tracing::warn!(
                     "conflict: refused publication of {} ({}) by pid {}: host '{}' already \
