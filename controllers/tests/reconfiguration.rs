@@ -439,6 +439,33 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
 }
 
+/// Kills the registry, corrupts the header of each of `slots` (as stray writes would), and
+/// starts the registry again: it cannot adopt them and makes them anew.
+fn restart_registry_on_corrupted(r: &mut Robot, slots: &[&str]) {
+    r.t.kill_registry();
+    for slot in slots {
+        r.t.overwrite_segment(slot, 0, b"garbage!");
+    }
+    r.t.start_registry();
+}
+
+/// Waits for `child` to end with exit status 1, saying that `slot` was made anew.
+fn ends_saying_made_anew(r: &mut Robot, child: usize, slot: &str) {
+    let out = r.t.finish(child);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains(&format!("{slot} was created anew")), "{log}");
+}
+
+/// Waits until x alone holds the turret.
+fn x_holds_the_turret(r: &Robot) {
+    r.expect(
+        "x holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+}
+
 /// The arbiter's command slot made anew by a registry restarted on its corrupted segment: the
 /// simulator and controllers would never see its commands again, so the arbiter ends with the
 /// reason (exit status 1: systemd restarts it onto the new slot), and so does the simulator,
@@ -451,28 +478,10 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
     let arbiter = r.arbiter();
     let sim = r.t.spawn_bin("robot-sim", &[]);
     r.x_holding_the_turret("30");
-    r.expect(
-        "x holds the turret",
-        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
-        json!({"x": "full"}),
-    );
-    r.t.kill_registry();
-    r.t.overwrite_segment("/robot/arbiter/arm/command", 0, b"garbage!");
-    r.t.start_registry();
-    let out = r.t.finish(arbiter);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{log}");
-    assert!(
-        log.contains("/robot/arbiter/arm/command was created anew"),
-        "{log}"
-    );
-    let out = r.t.finish(sim);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{log}");
-    assert!(
-        log.contains("/robot/arbiter/arm/command was created anew"),
-        "{log}"
-    );
+    x_holds_the_turret(&r);
+    restart_registry_on_corrupted(&mut r, &["/robot/arbiter/arm/command"]);
+    ends_saying_made_anew(&mut r, arbiter, "/robot/arbiter/arm/command");
+    ends_saying_made_anew(&mut r, sim, "/robot/arbiter/arm/command");
 }
 
 /// The manager's slot made anew by a registry restarted on its corrupted segment: the manager
@@ -486,18 +495,9 @@ fn an_arbiter_follows_a_manager_slot_made_anew() {
     let manager = r.manager();
     let arbiter = r.arbiter();
     r.x_holding_the_turret("30");
-    r.expect(
-        "x holds the turret",
-        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
-        json!({"x": "full"}),
-    );
-    r.t.kill_registry();
-    r.t.overwrite_segment("/robot/manager", 0, b"garbage!");
-    r.t.start_registry();
-    let out = r.t.finish(manager);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{log}");
-    assert!(log.contains("/robot/manager was created anew"), "{log}");
+    x_holds_the_turret(&r);
+    restart_registry_on_corrupted(&mut r, &["/robot/manager"]);
+    ends_saying_made_anew(&mut r, manager, "/robot/manager");
     // Started again (as systemd would), with an order that no longer lists x.
     std::fs::write(&r.manager_file, manager_toml(&["y"])).unwrap();
     r.manager();
@@ -524,10 +524,10 @@ fn controllers_and_the_manager_follow_slots_made_anew() {
     eventually("x holds the turret", || {
         r.t.stdout_of(x).contains("x arm: full (owns: turret)")
     });
-    r.t.kill_registry();
-    r.t.overwrite_segment("/robot/arbiter/arm", 0, b"garbage!");
-    r.t.overwrite_segment(bus::directory::DIRECTORY_SLOT, 0, b"garbage!");
-    r.t.start_registry();
+    restart_registry_on_corrupted(
+        &mut r,
+        &["/robot/arbiter/arm", bus::directory::DIRECTORY_SLOT],
+    );
     eventually("the arbiter ends", || {
         !std::path::Path::new(&format!("/proc/{arbiter}")).exists()
             || std::fs::read_to_string(format!("/proc/{arbiter}/stat"))

@@ -12,7 +12,7 @@ use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
 
 mod stop;
-pub use stop::{exit_on_stop, on_stop};
+pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup};
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape
 /// codes) only when stderr is a terminal and `NO_COLOR` is not set: the journal and log files

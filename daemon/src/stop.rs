@@ -16,6 +16,15 @@ use nix::sys::signal::{SigSet, Signal};
 /// thread (later signals wait: `timeout`, a terminal and systemd's control-group kill may each
 /// send one more). It should end the process, or make `main` end it.
 pub fn on_stop(on_stop: impl FnOnce(&'static str) + Send + 'static) -> Result<(), String> {
+    on_stop_or_hangup(false, on_stop)
+}
+
+/// `on_stop`, where SIGHUP stops too when `hangup_stops` (a program run from a terminal, which
+/// closing sends it).
+pub fn on_stop_or_hangup(
+    hangup_stops: bool,
+    on_stop: impl FnOnce(&'static str) + Send + 'static,
+) -> Result<(), String> {
     let mut set = SigSet::empty();
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         set.add(signal);
@@ -27,8 +36,8 @@ pub fn on_stop(on_stop: impl FnOnce(&'static str) + Send + 'static) -> Result<()
         .spawn(move || {
             let mut on_stop = Some(on_stop);
             while let Ok(signal) = set.wait() {
-                if signal == Signal::SIGHUP {
-                    tracing::info!("SIGHUP ignored: this service has nothing to reload");
+                if signal == Signal::SIGHUP && !hangup_stops {
+                    tracing::info!("SIGHUP ignored: this program has nothing to reload");
                 } else if let Some(stop) = on_stop.take() {
                     stop(signal.as_str());
                 }

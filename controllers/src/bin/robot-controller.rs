@@ -298,34 +298,13 @@ fn say(line: &str) {
 }
 
 fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<(), String> {
-    use nix::sys::signal::{SigSet, Signal};
-    // Block SIGINT, SIGTERM and SIGHUP before any other thread starts (threads inherit the
-    // mask), then wait for them in a thread of their own: no code runs in signal-handler
-    // context. SIGINT and SIGTERM end the run, releasing the resources at once. SIGHUP does
-    // too when it means the terminal closed (started from one, and not under `nohup`);
-    // otherwise (a service: `systemctl kill -s HUP` aimed at the robot manager) it is ignored,
-    // since an application stopped by it would count as stopped cleanly and stay down.
-    let hangup_stops = std::io::stdin().is_terminal() && !ignored_at_start(Signal::SIGHUP);
-    let mut set = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(signal);
-    }
-    set.thread_block()
-        .map_err(|e| format!("blocking signals: {e}"))?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            while let Ok(signal) = set.wait() {
-                if signal == Signal::SIGHUP && !hangup_stops {
-                    tracing::info!("SIGHUP ignored (not the terminal's: none, or nohup)");
-                    continue;
-                }
-                flag.store(true, Ordering::Relaxed);
-                return;
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(())
+    // SIGINT and SIGTERM end the run, releasing the resources at once. SIGHUP does too when it
+    // means the terminal closed (started from one, and not under `nohup`); otherwise (a
+    // service: `systemctl kill -s HUP` aimed at the robot manager) it is ignored, since an
+    // application stopped by it would count as stopped cleanly and stay down.
+    let hangup_stops =
+        std::io::stdin().is_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP);
+    daemon::on_stop_or_hangup(hangup_stops, move |_| flag.store(true, Ordering::Relaxed))
 }
 
 /// Whether `signal` was ignored when this process started (`nohup` ignores SIGHUP): from the
