@@ -470,10 +470,11 @@ impl Slot {
     /// The writer's record. `set_writer` makes the record's version (a word of its own) odd
     /// before it stores the pid and start time, and even again when done; a record read
     /// between two equal even versions is one writer's, so a pid never goes with another
-    /// process's start time (which would make a live writer look dead). A record that keeps
-    /// changing, or a corrupt one (a registry killed between its two stores leaves the version
-    /// odd), reads as it stands after `TRIES_FOR_A_SETTLED_RECORD` tries (well under a
-    /// millisecond; off every hot path: those read `writer_state`). The state word keeps
+    /// process's start time (which would make a live writer look dead). A record that does not
+    /// settle within `TRIES_FOR_A_SETTLED_RECORD` tries (well under a millisecond; off every
+    /// hot path: those read `writer_state`) reads as it stands with its state `None`: its
+    /// writer was stopped between its stores (preempted, or a registry killed there leaves the
+    /// version odd), or it changes without pause; nothing can be said of it. The state word keeps
     /// its values (0 none, 1 alive, 2 gone): processes built before the version read it alike.
     pub fn writer(&self) -> WriterInfo {
         let version = self.word32(OFF_WRITER_VERSION);
@@ -488,11 +489,18 @@ impl Slot {
             fence(Ordering::Acquire);
             let v2 = version.load(Ordering::Relaxed);
             tries += 1;
-            if (v1 == v2 && v1 % 2 == 0) || tries == TRIES_FOR_A_SETTLED_RECORD {
+            if v1 == v2 && v1 % 2 == 0 {
                 return WriterInfo {
                     pid,
                     start_time,
                     state,
+                };
+            }
+            if tries == TRIES_FOR_A_SETTLED_RECORD {
+                return WriterInfo {
+                    pid,
+                    start_time,
+                    state: WriterState::None,
                 };
             }
             std::hint::spin_loop();

@@ -226,8 +226,9 @@ fn the_writer_record_never_flickers() {
             }
             for i in 0..200_000u32 {
                 // Two writers whose pid and start time always go together. A moment between
-                // two changes, as between two registrations: a record changing without pause
-                // reads as it stands after a few tries (see `Slot::writer`).
+                // two changes, as between two registrations (a record that does not settle,
+                // its writer preempted mid-change on a loaded machine, reads as none: see
+                // `Slot::writer`).
                 let pid = 11 + i % 2;
                 slot.set_writer(pid, u64::from(pid) * 100);
                 std::thread::yield_now();
@@ -287,4 +288,20 @@ fn a_slot_is_replaced_only_when_its_name_is_seen_to_stand_for_another_file() {
     assert!(current, "taken for replaced when it could not be looked at");
     crate::shm::unlink(&scratch.0).unwrap();
     assert!(!slot.is_current(), "removed");
+}
+
+/// A record left half changed (a registry killed between its stores leaves the version odd)
+/// reads as "none" in full, never as a live writer with a doubtful pid; the one-load state
+/// the hot paths read is untouched.
+#[test]
+fn a_record_that_never_settles_reads_as_none() {
+    let (_s, slot) = new_slot("unsettled");
+    slot.set_writer(10, 1000);
+    slot.word32(OFF_WRITER_VERSION).store(7, Ordering::Relaxed);
+    assert_eq!(slot.writer().state, WriterState::None);
+    assert_eq!(slot.writer_state(), WriterState::Alive);
+    // The next registration settles it.
+    slot.set_writer(11, 1100);
+    let w = slot.writer();
+    assert_eq!((w.pid, w.start_time, w.state), (11, 1100, WriterState::Alive));
 }
