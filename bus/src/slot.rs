@@ -521,13 +521,14 @@ impl Slot {
     /// again (after a registry restart) changes nothing, so that its readers never see it as
     /// anything but alive.
     pub fn set_writer(&self, pid: u32, start_time: u64) {
+        let version = self.word32(OFF_WRITER_VERSION);
         if self.writer_state() == WriterState::Alive
             && self.load32(OFF_WRITER_PID) == pid
             && self.load64(OFF_WRITER_START) == start_time
+            && version.load(Ordering::Relaxed) % 2 == 0
         {
             return;
         }
-        let version = self.word32(OFF_WRITER_VERSION);
         let changing = version.load(Ordering::Relaxed) | 1;
         version.store(changing, Ordering::Relaxed);
         // Orders the odd version before the new pid and start time (see `writer`).
