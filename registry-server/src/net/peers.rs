@@ -197,23 +197,15 @@ impl Peers {
                     },
                     info: info.clone(),
                 };
-                // A publisher that is gone (its last value announced) giving way to a live one
-                // is no conflict.
                 match claims.get_mut(&name) {
                     None => {
                         claims.insert(name, claim);
                     }
                     Some(held) if keeps(&claim.claim, &held.claim) => {
-                        if held.claim.writer_alive {
-                            conflict(&info.name, &claim.claim.host, &held.claim.host);
-                        }
+                        conflict(&info.name, &claim.claim.host, &held.claim.host);
                         *held = claim;
                     }
-                    Some(held) => {
-                        if claim.claim.writer_alive {
-                            conflict(&info.name, &held.claim.host, &p.announce.host);
-                        }
-                    }
+                    Some(held) => conflict(&info.name, &held.claim.host, &p.announce.host),
                 }
             }
         }

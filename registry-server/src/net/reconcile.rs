@@ -33,11 +33,9 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         });
-        // Names published both here and remotely (by a live publisher there; one that is gone
-        // only announces its last value): the local one keeps working here.
+        // Names published both here and remotely: the local one keeps working.
         for (name, claim) in &claims {
             if reg.is_published_here(name)
-                && claim.claim.writer_alive
                 && st_log(
                     &mut st.logged,
                     &mut current,

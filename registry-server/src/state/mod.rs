@@ -324,9 +324,7 @@ impl Registry {
             .cloned()
             .ok_or_else(|| failed("unknown connection".into()))?;
         if let Some(claim) = self.remote.get(&reg.name) {
-            // A remote publication that is gone (its last value still announced) leaves the
-            // name free: the new publisher here takes over, and that host follows it.
-            if reg.kind == EndpointKind::Publication && claim.writer_alive {
+            if reg.kind == EndpointKind::Publication {
                 self.conflicts += 1;
                 tracing::warn!(
                     "conflict: refused publication of {} ({}) by pid {}: host '{}' already \

@@ -68,9 +68,7 @@ impl Registry {
         out
     }
 
-    /// Public slots published on this host (by a process, or by the registry itself), and
-    /// those whose publisher here is gone but whose last value stays (`writer_alive` false):
-    /// a subscriber on another host that comes later reads it, as one here does.
+    /// Public slots published on this host (by a process, or by the registry itself).
     pub fn local_publications(&self) -> Vec<LocalPublication> {
         self.slots
             .iter()
@@ -78,11 +76,7 @@ impl Registry {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && e.origin.is_none()
-                    && (e.published_here()
-                        || e.writer_reconnecting()
-                        || e.slot.as_ref().is_some_and(|s| {
-                            s.writer_state() == WriterState::Gone && s.latest_sequence() != 0
-                        }))
+                    && (e.published_here() || e.writer_reconnecting())
             })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
