@@ -66,9 +66,10 @@ struct Watched {
     read_at: Vec<Option<(u64, u64)>>,
 }
 
-/// Most controllers one arbiter follows: a group waits on at most `WAITV_MAX - 1` slots, two
-/// of them the manager's and the resource state's. The robot manager refuses a longer list.
-pub const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 3;
+/// Most controllers one arbiter follows: one wait covers `WAITV_MAX` words, four of them the
+/// manager's slot, the resource state's, the word that wakes it on binding and the one that
+/// wakes it to stop (`StopRequest`). The robot manager refuses a longer list.
+pub const MAX_CONTROLLERS: usize = bus::futex::WAITV_MAX - 4;
 
 /// Most arbiters a robot controller follows: its group waits on the manager's slot and one
 /// per arbiter, at most `WAITV_MAX - 1`. The robot manager refuses a longer list.

@@ -7,7 +7,7 @@ mod robot;
 
 use std::time::Instant;
 
-use common::TestBus;
+use common::{eventually, TestBus};
 use nix::sys::signal::Signal;
 use robot::{manager_toml, manager_toml_unlisted_last, Robot};
 use serde_json::{json, Value};
@@ -523,4 +523,22 @@ fn a_run_no_arbiter_answered_fails_and_a_refusal_says_it_released() {
         printed.contains("not in the robot manager's order"),
         "{printed}"
     );
+}
+
+/// The longest order the manager publishes is one an arbiter can follow (one wait over every
+/// controller's block, the manager's and the state's slots, and the words for binding and
+/// stopping): it serves a controller listed last.
+#[test]
+fn an_arbiter_follows_the_longest_order_the_manager_publishes() {
+    let names: Vec<String> = (0..arbiter::process::MAX_CONTROLLERS)
+        .map(|i| format!("c{i}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut r = Robot::running(&names);
+    let last = names[names.len() - 1];
+    let c = r.controller(last, "compromising", &["arm/turret=1"], 500);
+    eventually(&format!("{last} gets the turret"), || {
+        r.t.stdout_of(c)
+            .contains(&format!("{last} arm: full (owns: turret)"))
+    });
 }

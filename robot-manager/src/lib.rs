@@ -163,11 +163,11 @@ mod tests {
         let names: Vec<String> = (0..130).map(|i| format!("\"c{i}\"")).collect();
         let full = format!(
             "controllers = [{}]\narbiters = []\nunlisted = \"last\"",
-            names[..124].join(",")
+            names[..123].join(",")
         );
         let f = ManagerFile::parse(&full).unwrap();
         let discovered = ["x".to_string(), "y".to_string(), "c0".to_string()];
-        assert_eq!(f.effective(&discovered, 1).controllers.len(), 125);
+        assert_eq!(f.effective(&discovered, 1).controllers.len(), 124);
         assert_eq!(f.unplaced(&discovered), 1);
         let too_many = format!("controllers = [{}]\narbiters = []", names.join(","));
         let too_many_arbiters = format!("controllers = []\narbiters = [{}]", names.join(","));
@@ -186,7 +186,7 @@ mod tests {
                 "unknown variant",
             ),
             ("arbiters = []", "missing field"),
-            (&too_many, "an arbiter follows at most 125"),
+            (&too_many, "an arbiter follows at most 124"),
             (&too_many_arbiters, "a robot controller follows at most 126"),
         ] {
             let e = ManagerFile::parse(bad).unwrap_err();
