@@ -534,11 +534,19 @@ fn an_arbiter_follows_the_longest_order_the_manager_publishes() {
         .map(|i| format!("c{i}"))
         .collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut r = Robot::running(&names);
+    let mut r = Robot::new(&names);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
     let last = names[names.len() - 1];
     let c = r.controller(last, "compromising", &["arm/turret=1"], 500);
     eventually(&format!("{last} gets the turret"), || {
         r.t.stdout_of(c)
             .contains(&format!("{last} arm: full (owns: turret)"))
     });
+    // And the arbiter goes on waiting on them all (it used to end at its first wait).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(r.t.is_running(arbiter), "{}", r.t.stderr_of(arbiter));
+    r.t.signal(c, nix::sys::signal::Signal::SIGTERM);
+    assert!(r.t.finish(c).status.success());
 }
