@@ -46,6 +46,8 @@ pub(crate) struct CommandWatch {
     /// When a new command was last pulled.
     changed_at: Option<Instant>,
     heartbeat_ms: u64,
+    /// The registry made the command's slot anew: only a new subscription follows it.
+    replaced: bool,
 }
 
 /// An arbiter's command older than five heartbeats, and at least this, means it hangs.
@@ -56,9 +58,13 @@ impl CommandWatch {
         let Some(sub) = self.subscription.as_mut() else {
             return;
         };
-        if let Ok(true) = sub.update() {
-            self.changed_at = Some(Instant::now());
-            self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
+        match sub.update() {
+            Ok(true) => {
+                self.changed_at = Some(Instant::now());
+                self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
+            }
+            Err(BusError::Replaced { .. }) => self.replaced = true,
+            _ => {}
         }
     }
 
@@ -104,6 +110,7 @@ impl Watched {
                         subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
                         changed_at: None,
                         heartbeat_ms: 0,
+                        replaced: false,
                     },
                 }),
                 Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
@@ -115,6 +122,11 @@ impl Watched {
             listed: arbiters.to_vec(),
             arbiters: followed,
         })
+    }
+
+    /// Whether the registry made an arbiter's command slot anew under its subscription here.
+    pub fn commands_replaced(&self) -> bool {
+        self.arbiters.iter().any(|a| a.command.replaced)
     }
 
     /// Follows the arbiters' writers and commands after a pull (see `starting`).

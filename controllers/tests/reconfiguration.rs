@@ -477,11 +477,24 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
     r.manager();
     let arbiter = r.arbiter();
     let sim = r.t.spawn_bin("robot-sim", &[]);
-    r.x_holding_the_turret("30");
+    let x = r.x_holding_the_turret("30");
     x_holds_the_turret(&r);
     restart_registry_on_corrupted(&mut r, &["/robot/arbiter/arm/command"]);
     ends_saying_made_anew(&mut r, arbiter, "/robot/arbiter/arm/command");
     ends_saying_made_anew(&mut r, sim, "/robot/arbiter/arm/command");
+    // Started again (as systemd would): the running controller follows its new command slot,
+    // and does not take the arbiter for hung.
+    r.arbiter();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    eventually(
+        "x's last word on the arm is that it holds the turret",
+        || {
+            r.t.stdout_of(x)
+                .rsplit("x arm: ")
+                .next()
+                .is_some_and(|last| last.starts_with("full (owns: turret)"))
+        },
+    );
 }
 
 /// The manager's slot made anew by a registry restarted on its corrupted segment: the manager
