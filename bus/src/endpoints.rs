@@ -322,7 +322,9 @@ impl<T, C: Codec<T>> Subscription<T, C> {
                 return Ok(true);
             }
             let wake = match self.endpoint.slot.get() {
-                Some(slot) => wait_on_slot(slot, self.last_sequence(), deadline),
+                Some(slot) => wait_on_slot(slot, self.last_sequence(), deadline, || {
+                    self.replaced_unreported()
+                }),
                 None => {
                     let client = &self.endpoint.client;
                     let seen = client.bind_word.load(Ordering::SeqCst);
@@ -392,6 +394,11 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         self.endpoint.wait_bound(timeout)
     }
 
+    /// Whether the registry made the slot anew and `update` has not reported it yet.
+    pub(crate) fn replaced_unreported(&self) -> bool {
+        !self.replaced_reported && self.endpoint.replaced.load(Ordering::SeqCst)
+    }
+
     /// The newest sequence this subscription has dealt with: its value's, or a newer one that
     /// could not be read (`passed_over`).
     pub(crate) fn last_sequence(&self) -> u64 {
@@ -404,14 +411,21 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     }
 }
 
-/// Sleeps on `slot`'s notify word unless its latest sequence already differs from `seen`.
-fn wait_on_slot(slot: &Slot, seen: u64, deadline: Option<Instant>) -> futex::Wake {
+/// Sleeps on `slot`'s notify word unless its latest sequence already differs from `seen`, or
+/// `news` says there is something else to report (checked after the notify word is read, like
+/// the sequence: an event that bumps the word after that is seen by the futex).
+fn wait_on_slot(
+    slot: &Slot,
+    seen: u64,
+    deadline: Option<Instant>,
+    news: impl Fn() -> bool,
+) -> futex::Wake {
     // Counted first, then the notify word read, then re-checked (see `slot::waiters`): a
     // concurrent write either sees the count or changes the word we sleep against, and a
     // count a writer dropped as stale in between means: do not sleep, count again.
     let ticket = slot.count_waiter();
     let wake = match slot.notify_to_sleep_on(&ticket) {
-        Some(expected) if !slot.has_news(seen) => {
+        Some(expected) if !slot.has_news(seen) && !news() => {
             futex::wait(slot.notify_word(), expected, true, deadline)
         }
         _ => futex::Wake::Maybe(None),

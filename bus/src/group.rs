@@ -40,6 +40,7 @@ trait AnySubscription {
     fn update(&mut self) -> Result<bool, BusError>;
     fn writer_state(&self) -> Option<crate::slot::WriterState>;
     fn sequence(&self) -> u64;
+    fn replaced_unreported(&self) -> bool;
     fn slot(&self) -> Option<&crate::slot::Slot>;
     fn client(&self) -> &Arc<ClientShared>;
     fn as_any(&self) -> &dyn Any;
@@ -55,6 +56,9 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     }
     fn sequence(&self) -> u64 {
         self.last_sequence()
+    }
+    fn replaced_unreported(&self) -> bool {
+        Subscription::replaced_unreported(self)
     }
     fn slot(&self) -> Option<&crate::slot::Slot> {
         self.endpoint().slot.get()
@@ -374,7 +378,8 @@ impl SubscriptionGroup {
                     });
                     ready |= expected.is_none()
                         || slot.has_news(sub.sequence())
-                        || sub.writer_state() != m.writer;
+                        || sub.writer_state() != m.writer
+                        || sub.replaced_unreported();
                 }
                 None => {
                     let client = sub.client();
