@@ -177,13 +177,15 @@ impl RobotController {
                     // every attempt; the same for a missed publish deadline.
                     let mut failing = false;
                     let mut overdue = false;
-                    // When this thread last ran (the monotonic clock: a wall clock stepped
-                    // forward is no gap), for the gap reported below.
-                    let mut last_turn = Instant::now();
+                    // When this thread last ran, for the gap reported below: on the boot-time
+                    // clock, which a wall clock stepped forward does not move and which counts
+                    // the time a suspended machine slept.
+                    let mut last_turn = since_boot();
                     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                         stopped.recv_timeout(period)
                     {
-                        let gap = std::mem::replace(&mut last_turn, Instant::now()).elapsed();
+                        let now = since_boot();
+                        let gap = now.saturating_sub(std::mem::replace(&mut last_turn, now));
                         let mut s = lock(&shared);
                         if !s.published {
                             last_refresh.store(now_ns(), Ordering::Relaxed);
@@ -581,6 +583,13 @@ impl RobotController {
         self.clear_all();
         self.publish()
     }
+}
+
+/// Time since boot, suspended time included (CLOCK_BOOTTIME; `Instant` stops while the machine
+/// sleeps).
+fn since_boot() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_or(Duration::ZERO, Duration::from)
 }
 
 impl Drop for RobotController {
