@@ -373,8 +373,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
     /// Why this subscription is not bound, or no longer shares its slot with the others: the
     /// registry refused it (another type), its slot could not be mapped, or the registry made
-    /// the slot anew under it (`BusError::Replaced`: the process must be restarted to follow
-    /// the new one).
+    /// the slot anew under it (`BusError::Replaced`: a new subscription follows the new one).
     pub fn bind_error(&self) -> Option<BusError> {
         self.endpoint.error()
     }

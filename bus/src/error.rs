@@ -137,8 +137,8 @@ pub enum BusError {
     },
     #[error(
         "{name} was created anew by the registry (its segment {segment} was unreadable or \
-         removed while this process used it); this process still uses the old memory, which \
-         no other process reads or writes: restart it"
+         removed while this process used it); this endpoint still uses the old memory, which \
+         no other process reads or writes: subscribe again, or restart a publisher"
     )]
     Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]

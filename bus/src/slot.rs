@@ -510,7 +510,9 @@ impl Slot {
     /// Whether the writer lives: one load, for the paths that check it on every update
     /// (subscription groups, arbiters).
     pub fn writer_state(&self) -> WriterState {
-        match self.load32(OFF_WRITER_STATE) {
+        // Builds of one afternoon kept a version above two state bits in this word: a segment
+        // one of them wrote reads by its low bits.
+        match self.load32(OFF_WRITER_STATE) & 0b11 {
             1 => WriterState::Alive,
             2 => WriterState::Gone,
             _ => WriterState::None,

@@ -337,7 +337,7 @@ fn endpoints_whose_slot_the_registry_made_anew_say_so() {
         )
     });
     let text = publication.bind_error().unwrap().to_string();
-    assert!(text.contains("restart it"), "{text}");
+    assert!(text.contains("restart a publisher"), "{text}");
 }
 
 /// A value written while no registry answers is kept for the binding; a publication that ends
