@@ -75,6 +75,14 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
 #[test]
 fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
     let domain = Domain::new(&format!("unit-elsewhere-{}", std::process::id())).unwrap();
+    /// Removes the test's segments however it ends.
+    struct Cleanup(Domain);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = self.0.remove_all_segments();
+        }
+    }
+    let _cleanup = Cleanup(domain.clone());
     let mut reg = Registry::new(domain.clone(), None);
     reg.connect(
         7,
@@ -136,5 +144,4 @@ fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
         matches!(&out[..], [(8, 0, Reply::Bound { endpoint: 1, .. })]),
         "{out:?}"
     );
-    let _ = domain.remove_all_segments();
 }
