@@ -1,11 +1,11 @@
-//! Forgetting slots nobody uses any more: a slot whose publisher is gone (on this host, or, for a
-//! mirror, on its origin host) and that has no endpoint left. Such a slot keeps its last value for a subscriber that comes later (a
-//! publisher that wrote once and exited is still read), so public ones are kept up to a
-//! limit, `keep_unused`, and the ones unused longest are forgotten first; without the limit an
-//! application started under a new name each time (a script's `robot-controller --name
-//! job-$N`) grew /dev/shm, the registry's mappings and its directory slot without end. A
-//! private slot (generated name, known only to whom its writer told) is forgotten once unused
-//! for `PRIVATE_UNUSED_FOR`.
+//! Forgetting slots nobody uses any more: a slot whose publisher is gone (on this host, or, for
+//! a mirror, on its origin host) and that has no endpoint left. Such a slot keeps its last
+//! value for a subscriber that comes later (a publisher that wrote once and exited is still
+//! read), so public ones are kept up to a limit, `keep_unused`, and the ones unused longest are
+//! forgotten first; without the limit an application started under a new name each time (a
+//! script's `robot-controller --name job-$N`) grew /dev/shm, the registry's mappings and its
+//! directory slot without end. A private slot (generated name, known only to whom its writer
+//! told) is forgotten once unused for `PRIVATE_UNUSED_FOR`.
 //!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
 //! `bus-inspect` reading it without the registry) keeps its mapping; a publication or
