@@ -166,8 +166,9 @@ impl Watched {
 }
 
 /// Runs the arbiter until an error, or until `stop` is requested: woken at once, it then sends
-/// every resource its safe command, publishes that cycle and returns. `health` is marked busy during each cycle (for the systemd watchdog);
-/// `on_cycle` is called after each published cycle.
+/// every resource its safe command, publishes that cycle and returns. `health` is marked busy
+/// during each cycle (for the systemd watchdog); `on_cycle` is called after each published
+/// cycle.
 ///
 /// A cycle is on the latency path from a controller's write to the coherent command, so it
 /// re-parses only the blocks that changed, decides by position (`algorithm::allocate`, no

@@ -452,8 +452,8 @@ impl Slot {
             }
             let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
             let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
-            // Pairs with the writer's Release fence, as in `read_in_place`: if len or time came from
-            // a later write, the re-read sees that write's odd marker (or later).
+            // Pairs with the writer's Release fence, as in `read_in_place`: if len or time came
+            // from a later write, the re-read sees that write's odd marker (or later).
             fence(Ordering::Acquire);
             if seq.load(Ordering::Relaxed) == s1 && len <= self.layout.capacity as u64 {
                 stamps.push(BufferStamp {
