@@ -151,8 +151,9 @@ impl Request {
     }
 }
 
-/// The result of one cycle by position: resources in the arbiter's order, controllers in the
-/// order of the requests `allocate` was given. No names, so a cycle allocates nothing per controller; `to_decision` names it.
+/// The result of one cycle by position: resources in the arbiter's order, controllers in the order
+/// of the requests `allocate` was given. No names, so a cycle allocates nothing per controller;
+/// `to_decision` names it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Allocation {
     /// Per resource: the index of the controller that owns it, or `None` (safe command).

@@ -78,8 +78,15 @@ pub const MAX_ARBITERS: usize = bus::futex::WAITV_MAX - 2;
 impl Watched {
     /// Watches `controllers` (distinct names) in that order. A controller that cannot be
     /// followed is logged and counts as absent, so that one bad slot never stops the arbiter.
-    fn new(bus: &Bus, arbiter: &str, controllers: &[String]) -> Result<Watched, BusError> {
+    /// A `stop` request wakes its group.
+    fn new(
+        bus: &Bus,
+        arbiter: &str,
+        controllers: &[String],
+        stop: &StopRequest,
+    ) -> Result<Watched, BusError> {
         let mut group = SubscriptionGroup::new();
+        group.wake_on(&stop.waker);
         let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
         let state = group.add(bus.subscribe::<ResourceState>(&state_slot(arbiter))?);
         if controllers.len() > MAX_CONTROLLERS {
@@ -191,8 +198,7 @@ pub fn run(
         .capacity(command_capacity(config))
         .create()?;
     let mut command = CommandValue::new(name, &config.resources, config.heartbeat);
-    let mut watched = Watched::new(bus, name, &[])?;
-    watched.group.wake_on(&stop.waker);
+    let mut watched = Watched::new(bus, name, &[], stop)?;
     let mut previous: Option<Allocation> = None;
     // This cycle's result; its storage is the one from two cycles back (swapped below).
     let mut allocation = Allocation::default();
@@ -243,8 +249,7 @@ pub fn run(
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-            watched = Watched::new(bus, name, &listed)?;
-            watched.group.wake_on(&stop.waker);
+            watched = Watched::new(bus, name, &listed, stop)?;
             changed = watched.group.update_all()?;
             renamed = true;
         }
@@ -291,8 +296,7 @@ pub fn run(
                     break;
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
-                watched = Watched::new(bus, name, &listed)?;
-                watched.group.wake_on(&stop.waker);
+                watched = Watched::new(bus, name, &listed, stop)?;
                 watched.group.update_all()?;
                 renamed = true;
             }

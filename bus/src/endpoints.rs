@@ -287,7 +287,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         };
         // Reported once (as `BusError::Replaced`), like a value passed over; the subscription
         // then goes on reading the old memory, which nobody writes: subscribe again.
-        if !self.replaced_reported && self.endpoint.replaced.load(Ordering::Acquire) {
+        if self.replaced_unreported() {
             if let Some(e @ BusError::Replaced { .. }) = self.endpoint.error() {
                 self.replaced_reported = true;
                 return Err(e);

@@ -305,16 +305,6 @@ impl SubscriptionGroup {
             if self.woken() {
                 return Ok(Vec::new());
             }
-            if self.members.is_empty() {
-                match &self.waker {
-                    Some((waker, seen)) => {
-                        futex::wait(&waker.0, *seen, false, deadline);
-                        self.woken();
-                    }
-                    None => std::thread::sleep(futex::time_left(deadline)),
-                }
-                return Ok(Vec::new());
-            }
             match self.sleep(deadline) {
                 futex::Wake::TimedOut => return Ok(self.pull_all()),
                 futex::Wake::Maybe(Some(member)) => {
@@ -409,7 +399,7 @@ impl SubscriptionGroup {
             return futex::Wake::Maybe(None);
         }
         if words.is_empty() {
-            // Every member left out after a failure: nothing can wake us.
+            // No member (or every one left out after a failure), no waker: nothing can wake us.
             std::thread::sleep(futex::time_left(deadline));
             return futex::Wake::TimedOut;
         }

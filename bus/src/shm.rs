@@ -70,7 +70,7 @@ impl Mapping {
             let _ = shm_unlink(name);
             return Err(e);
         }
-        Self::map(name, fd, len, true)
+        Self::map(name, fd, true)
     }
 
     /// Maps an existing segment at its current size.
@@ -81,8 +81,7 @@ impl Mapping {
             OFlag::O_RDONLY
         };
         let fd = shm_open(name, flags, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
-        let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
-        Self::map(name, fd, stat.st_size.max(0) as usize, writable)
+        Self::map(name, fd, writable)
     }
 
     /// Whether `name` still names the file this maps (it does not once the segment was removed,
@@ -95,8 +94,10 @@ impl Mapping {
         }
     }
 
-    fn map(name: &str, fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SegmentError> {
+    /// Maps all of `fd` (its size, and which file it is, from one `fstat`).
+    fn map(name: &str, fd: OwnedFd, writable: bool) -> Result<Mapping, SegmentError> {
         let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
+        let len = stat.st_size.max(0) as usize;
         let nz_len = NonZeroUsize::new(len).ok_or_else(|| SegmentError::TooShort {
             segment: name.to_owned(),
             size: 0,
@@ -108,8 +109,8 @@ impl Mapping {
             ProtFlags::PROT_READ
         };
         // SAFETY: we map a fresh region chosen by the kernel (addr None), so no existing Rust
-        // object is aliased; `fd` is a valid shared-memory descriptor of at least `len` bytes
-        // (created with that size or measured by fstat).
+        // object is aliased; `fd` is a valid shared-memory descriptor of `len` bytes, as
+        // measured by fstat just now.
         let base = unsafe { mmap(None, nz_len, prot, MapFlags::MAP_SHARED, &fd, 0) }
             .map_err(|e| io_err(name, "mmap", e))?;
         // The mapping keeps the segment alive; the descriptor is no longer needed.

@@ -306,12 +306,12 @@ impl RobotController {
         self.staged.status = status;
     }
 
-    /// Publishes the commands and status set so far, freshly stamped: the arbiters see every
-    /// change made since the last publish at once, never part of them. The first publish also
-    /// pulls (`refresh`), and its errors are `refresh`'s: the arbiter blocks held then are
-    /// from before this controller, and `feedback` reports no outcome from them. Until the first call
-    /// nothing is on the bus; from then on a background thread keeps the published block
-    /// fresh (re-stamped, unchanged).
+    /// Publishes the commands and status set so far, freshly stamped: the arbiters see every change
+    /// made since the last publish at once, never part of them. The first publish also pulls
+    /// (`refresh`), and its errors are `refresh`'s: the arbiter blocks held then are from before
+    /// this controller, and `feedback` reports no outcome from them. Until the first call nothing
+    /// is on the bus; from then on a background thread keeps the published block fresh (re-stamped,
+    /// unchanged).
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         if !lock(&self.shared).published {
             // What the arbiters say of this name before now is about an earlier process of it.

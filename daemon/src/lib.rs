@@ -1,8 +1,8 @@
 //! Plumbing every Baton service shares: logging set-up (`tracing` to stderr, one line per event,
 //! `RUST_LOG` overrides the default level), stopping on SIGTERM and SIGINT (`stop`), and systemd
-//! notifications through sd_notify: readiness, status, and the watchdog. Every notification is a no-op when the process was not
-//! started by systemd (no `NOTIFY_SOCKET`), so the same binaries run by hand, in tests and
-//! under systemd.
+//! notifications through sd_notify: readiness, status, and the watchdog. Every notification is a
+//! no-op when the process was not started by systemd (no `NOTIFY_SOCKET`), so the same binaries run
+//! by hand, in tests and under systemd.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

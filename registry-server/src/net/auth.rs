@@ -120,13 +120,13 @@ pub enum Stream {
 ///
 /// Windows are changed only by datagrams found valid (`check`, then `commit`).
 ///
-/// With a key, windows outlive the forgetting of their host: forgetting only marks a window as
-/// the first to evict. Consequence: a host whose restart yields a smaller session (its clock
-/// went backwards, e.g. a computer without a real-time clock booting before time
-/// synchronisation) is refused as a replay until its windows are evicted or this registry
-/// restarts; its datagrams are counted as `replayed`. A registry with a state directory (`--state-dir`, the systemd unit's) never
-/// restarts with a smaller session (`session.rs`). (Mirrors then follow it again: a value of the
-/// session the peers follow now is taken as a new series even when that session is smaller, see
+/// With a key, windows outlive the forgetting of their host: forgetting only marks a window as the
+/// first to evict. Consequence: a host whose restart yields a smaller session (its clock went
+/// backwards, e.g. a computer without a real-time clock booting before time synchronisation) is
+/// refused as a replay until its windows are evicted or this registry restarts; its datagrams are
+/// counted as `replayed`. A registry with a state directory (`--state-dir`, the systemd unit's)
+/// never restarts with a smaller session (`session.rs`). (Mirrors then follow it again: a value of
+/// the session the peers follow now is taken as a new series even when that session is smaller, see
 /// `receive.rs`.)
 ///
 /// Without a key a forgotten host's windows are dropped (`remove`): anyone can forge its
