@@ -509,3 +509,53 @@ fn a_name_published_on_two_hosts_when_their_buses_meet_stops_one_controller() {
     );
     lab.kill(on_a);
 }
+
+/// The same name published on two hosts whose buses meet, with a third host subscribed: only
+/// the host that keeps the name (hA) sends its values. The other one's publisher goes on
+/// writing on its own host, but its registry no longer reflects them: they used to reach the
+/// subscribing host, which dropped each one as `unexpected` (it mirrors hA), as long as the
+/// losing publisher lived.
+#[test]
+fn the_host_that_loses_a_name_stops_sending_its_values() {
+    let mut lab = Lab::new(3);
+    lab.set_connected(B, false);
+    for h in [A, B, C] {
+        lab.start_registry(h, &[], &[]);
+    }
+    lab.write_from(A, "/twice", "100000", "20", "32");
+    lab.write_from(B, "/twice", "100000", "20", "32");
+    let reader = lab.read_for(C, "/twice", "12");
+    eventually("C mirrors hA's values", || {
+        lab.stats(C)
+            .is_some_and(|s| s["values_mirrored"].as_u64().unwrap_or(0) >= 5)
+    });
+    lab.set_connected(B, true);
+    eventually("B finds the conflict", || lab.log(B).contains("conflict"));
+    // Until B's registry has heard C's wishes and the conflict, a few of its values may still
+    // be on their way; from then on none.
+    std::thread::sleep(Duration::from_secs(2));
+    let (dropped, reflected) = (
+        lab.dropped(C, "unexpected"),
+        lab.stats(B).map(|s| s["values_reflected"].clone()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        lab.dropped(C, "unexpected"),
+        dropped,
+        "C keeps receiving B's values: {:?}",
+        lab.stats(C)
+    );
+    assert_eq!(
+        lab.stats(B).map(|s| s["values_reflected"].clone()),
+        reflected,
+        "B keeps reflecting /twice"
+    );
+    assert!(
+        lab.stats(C)
+            .is_some_and(|s| s["values_mirrored"].as_u64().unwrap_or(0) >= 100),
+        "C goes on mirroring hA: {:?}",
+        lab.stats(C)
+    );
+    let s = summary(&lab.finish(reader));
+    assert_eq!(s["backwards"], 0, "{s}");
+}

@@ -33,40 +33,46 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         });
-        // Names published both here and remotely: the local one keeps working.
+        // Names published both here and remotely: the local one keeps working here. Which
+        // publisher the bus follows is `peers::keeps` (decided alike on every host); a local
+        // one that loses is told (`set_published_elsewhere`): it goes on here, but a robot
+        // controller must not take the arbiters' feedback for its name as its own, so it
+        // stops. Its values are no longer sent: the hosts that follow the name follow the
+        // other host, and would only drop them.
+        let mut elsewhere = BTreeMap::new();
         for (name, claim) in &claims {
-            if reg.is_published_here(name)
-                && st_log(
-                    &mut st.logged,
-                    &mut current,
-                    name.as_str(),
-                    &claim.claim.host,
-                )
-            {
+            if !reg.is_published_here(name) {
+                continue;
+            }
+            let here = crate::state::RemoteClaim {
+                host: self.host.clone(),
+                writer_alive: true,
+                ..claim.claim.clone()
+            };
+            let lost = super::peers::keeps(&claim.claim, &here);
+            if lost {
+                elsewhere.insert(name.clone(), claim.claim.host.clone());
+            }
+            if st_log(
+                &mut st.logged,
+                &mut current,
+                name.as_str(),
+                &claim.claim.host,
+            ) {
+                let outcome = if lost {
+                    "the bus follows that host's: not sending this host's values"
+                } else {
+                    "the bus follows this host's: not mirroring that host's"
+                };
                 tracing::warn!(
-                    "conflict: {name} is published here and on host '{}' ({}); not mirroring it",
+                    "conflict: {name} is published here and on host '{}' ({}); {outcome}",
                     claim.claim.host,
                     claim.claim.type_name
                 );
                 Counters::add(&self.counters.conflicts, 1);
             }
         }
-        // A local publisher that loses such a race (`peers::keeps`, decided alike on every host)
-        // is told: it goes on here, but a robot controller must not take the arbiters' feedback
-        // for its name as its own, so it stops, and the other host's keeps the name.
-        let elsewhere = claims
-            .iter()
-            .filter(|(name, c)| {
-                let here = crate::state::RemoteClaim {
-                    host: self.host.clone(),
-                    writer_alive: true,
-                    ..c.claim.clone()
-                };
-                reg.is_published_here(name) && super::peers::keeps(&c.claim, &here)
-            })
-            .map(|(n, c)| (n.clone(), c.claim.host.clone()))
-            .collect();
-        out.extend(reg.set_published_elsewhere(elsewhere));
+        out.extend(reg.set_published_elsewhere(elsewhere.clone()));
         let remote: BTreeMap<SlotName, crate::state::RemoteClaim> = claims
             .iter()
             .filter(|(name, _)| !reg.is_published_here(name))
@@ -154,7 +160,7 @@ impl Net {
         for p in reg.local_publications() {
             let name = p.name.as_str().to_owned();
             let targets = st.peers.wanting(&name);
-            if targets.is_empty() {
+            if targets.is_empty() || elsewhere.contains_key(&p.name) {
                 continue;
             }
             keep.insert(name.clone());
