@@ -9,7 +9,8 @@
 //! min = -1.5                    # limits, finite; left out: unbounded (switch: 0..1)
 //! max = 1.5
 //! safe = "hold"                 # "hold" (position only) | "zero" | "off" | a number;
-//!                               # default: hold for position, zero for velocity and switch
+//!                               # default: hold for position, zero for velocity and switch;
+//!                               # a number (0 too) must lie within the limits
 //! ```
 
 use std::path::Path;
@@ -175,6 +176,19 @@ impl ArbiterConfig {
                 ))
                 }
             };
+            // A safe command outside the limits would be clamped into them: a released wheel
+            // whose limits exclude 0 would keep turning, a switch whose min is 1 stay on.
+            if let SafeCommand::Value(v) = safe {
+                if v < limits.min || v > limits.max {
+                    return Err(format!(
+                        "resource {:?}: its safe command {v} (what it gets when nobody owns it) \
+                         lies outside its limits {}..{}; it would be clamped to a command that \
+                         does not stop it: widen the limits to include {v}, or give `safe` a \
+                         number within them",
+                        r.name, limits.min, limits.max
+                    ));
+                }
+            }
             resources.push(ResourceSpec {
                 name: r.name,
                 kind: r.kind,
@@ -247,6 +261,22 @@ mod tests {
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"velocity\"\nsafe = \"hold\"",
                 "holds a position",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"velocity\"\nmin = 0.2\nmax = 1",
+                "safe command 0 (what it gets when nobody owns it) lies outside its limits 0.2..1",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"switch\"\nmin = 1",
+                "safe command 0",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = -1\nmax = 1\nsafe = 2",
+                "safe command 2",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nmin = 1\nmax = 2\nsafe = \"zero\"",
+                "safe command 0",
             ),
             (
                 "name = \"a\"\nheartbeat_ms = 5\n[[resources]]\nname = \"x\"",
