@@ -233,7 +233,8 @@ pub struct ValueMeta {
     /// Increases by one with every write to the slot.
     pub sequence: u64,
     pub write_time: SystemTime,
-    /// The slot's writer now (not when the value was written).
+    /// The state now of the value's writer: `Gone` once it exited or died, also when another
+    /// publication has taken the slot since but not written yet (`Slot::writer_state_of`).
     pub writer: WriterState,
     pub writer_pid: u32,
     /// Host the value came from; `None` for values written on this computer.
@@ -355,7 +356,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     pub fn meta(&self) -> Option<ValueMeta> {
         let info = self.last?;
         let slot = self.endpoint.slot.get()?;
-        let writer = slot.writer();
+        let writer = slot.writer_of(Some(info.sequence));
         let origin = slot.origin();
         Some(ValueMeta {
             sequence: info.sequence,
@@ -366,9 +367,13 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         })
     }
 
-    /// State of the slot's writer now; `None` while unbound.
+    /// State now of the writer of the value held (the slot's writer, or `Gone` when the value
+    /// is from an earlier one: `Slot::writer_state_of`); `None` while unbound.
     pub fn writer(&self) -> Option<WriterState> {
-        self.endpoint.slot.get().map(|s| s.writer_state())
+        self.endpoint
+            .slot
+            .get()
+            .map(|s| s.writer_state_of(self.sequence()))
     }
 
     /// Why this subscription is not bound, or no longer shares its slot with the others: the

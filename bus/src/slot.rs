@@ -5,7 +5,8 @@
 //! ```text
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
 //! 512    latest sequence (u64), notify word (u32), waiters (u64: epoch, count) (one cache line)
-//! 576    writer pid, state, start time, origin host, origin sequence        (registry-maintained)
+//! 576    writer pid, state, start time, origin host, origin sequence, writer record version,
+//!        writer's first sequence                                             (registry-maintained)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      `buffer_count` buffers, each: seq, len, write time (64 B) + `capacity` payload bytes
 //! ```
@@ -74,6 +75,10 @@ const OFF_ORIGIN_SEQ: usize = 664;
 const OFF_ORIGIN_SESSION: usize = 672;
 /// The writer record's version (see `Slot::writer`); 0 in segments made before it existed.
 const OFF_WRITER_VERSION: usize = 680;
+/// The first sequence the writer recorded can have written (`set_writer`): a value before it
+/// is an earlier writer's. 0 in segments made before it was kept: every value counts as the
+/// writer's.
+const OFF_WRITER_FIRST: usize = 688;
 /// How often `Slot::writer` reads a record that changes meanwhile before taking it as it is.
 const TRIES_FOR_A_SETTLED_RECORD: u32 = 10_000;
 pub(crate) const HEADER_SIZE: usize = 1024;
@@ -519,10 +524,40 @@ impl Slot {
         }
     }
 
-    /// Records the slot's writer (registry, at registration). The same live writer registering
-    /// again (after a registry restart) changes nothing, so that its readers never see it as
-    /// anything but alive.
-    pub fn set_writer(&self, pid: u32, start_time: u64) {
+    /// The state of the writer of value `sequence` (a value read from this slot; `None`: no
+    /// value): the writer's state, except that a value from before the writer recorded now
+    /// (`set_writer`'s `first_sequence`) is an earlier writer's, and that one is gone. A
+    /// process that starts publishing a name whose last writer died does not make that
+    /// writer's value live again before it writes its own: a robot controller restarted under
+    /// the same name must not have its dead predecessor's command obeyed.
+    pub fn writer_state_of(&self, sequence: Option<u64>) -> WriterState {
+        match self.writer_state() {
+            WriterState::Alive if self.is_earlier_writers(sequence) => WriterState::Gone,
+            state => state,
+        }
+    }
+
+    /// As `writer`, with the state of the writer of value `sequence` (`writer_state_of`).
+    pub fn writer_of(&self, sequence: Option<u64>) -> WriterInfo {
+        let mut writer = self.writer();
+        if writer.state == WriterState::Alive && self.is_earlier_writers(sequence) {
+            writer.state = WriterState::Gone;
+        }
+        writer
+    }
+
+    /// Whether value `sequence` was written before the writer recorded now. Sequence 0 is
+    /// never a value.
+    fn is_earlier_writers(&self, sequence: Option<u64>) -> bool {
+        sequence.is_some_and(|s| s != 0 && s < self.load64(OFF_WRITER_FIRST))
+    }
+
+    /// Records the slot's writer (registry, at registration): its values are those from
+    /// `first_sequence` on (`writer_state_of`; 0: every value the slot holds counts as its
+    /// own, as for a mirror, whose values are all its origin's). The same live writer
+    /// registering again (after a registry restart) changes nothing, so that its readers never
+    /// see it as anything but alive.
+    pub fn set_writer(&self, pid: u32, start_time: u64, first_sequence: u64) {
         let version = self.word32(OFF_WRITER_VERSION);
         if self.writer_state() == WriterState::Alive
             && self.load32(OFF_WRITER_PID) == pid
@@ -537,6 +572,7 @@ impl Slot {
         fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
+        self.store64(OFF_WRITER_FIRST, first_sequence);
         self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
         version.store(changing.wrapping_add(1), Ordering::Release);
     }

@@ -163,3 +163,64 @@ fn a_stopped_reader_does_not_block_writers() {
     let out = t.finish(reader);
     assert!(!out.status.success() || summary(&out)["bad"] == 0);
 }
+
+/// A process that starts publishing a name whose writer died, and has not written yet, does
+/// not make the dead writer's value live again: to a subscription (also one made afterwards,
+/// as an arbiter re-reads every controller when the priority order changes) and to
+/// `bus-inspect` that value's writer is gone until the new process writes. An arbiter used to
+/// obey a killed robot controller's command again as soon as a process of the same name
+/// started, for as long as the old block's time to live.
+#[test]
+fn a_new_publisher_does_not_revive_its_dead_predecessors_value() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<Checked>("/revive").unwrap();
+    let write = |count: &'static str| {
+        [
+            "write",
+            "--name",
+            "/revive",
+            "--count",
+            count,
+            "--max-size",
+            "64",
+            "--linger",
+            "30",
+        ]
+    };
+    let first = t.spawn_stress(&write("3"));
+    common::eventually("the first writer's three values", || {
+        sub.update().is_ok() && sub.value().is_some_and(|v| v.sequence == 3)
+    });
+    assert_eq!(sub.writer(), Some(bus::WriterState::Alive));
+    t.signal(first, Signal::SIGKILL);
+    let _ = t.finish(first);
+    common::eventually("the killed writer marked gone", || {
+        sub.writer() == Some(bus::WriterState::Gone)
+    });
+    let idle = t.spawn_stress(&write("0"));
+    let idle_pid = t.pid(idle);
+    let info = || -> serde_json::Value {
+        serde_json::from_slice(&t.inspect(&["info", "/revive", "--json"]).stdout)
+            .unwrap_or_default()
+    };
+    common::eventually("the new writer registered", || {
+        info()["slot"]["writer_pid"].as_i64() == Some(i64::from(idle_pid))
+    });
+    assert_eq!(sub.writer(), Some(bus::WriterState::Gone));
+    let mut fresh = bus.subscribe::<Checked>("/revive").unwrap();
+    fresh.wait_bound(common::WATCHDOG).unwrap();
+    assert!(fresh.update().unwrap(), "the value left behind");
+    assert_eq!(fresh.value().map(|v| v.sequence), Some(3));
+    assert_eq!(fresh.writer(), Some(bus::WriterState::Gone));
+    assert_eq!(fresh.meta().unwrap().writer, bus::WriterState::Gone);
+    assert_eq!(info()["slot"]["writer_alive"], false, "{}", info());
+    t.signal(idle, Signal::SIGKILL);
+    let _ = t.finish(idle);
+    // A new writer's own value is its own.
+    let second = t.spawn_stress(&write("1"));
+    assert!(fresh.wait_update(common::WATCHDOG).unwrap());
+    assert_eq!(fresh.writer(), Some(bus::WriterState::Alive));
+    t.signal(second, Signal::SIGKILL);
+}

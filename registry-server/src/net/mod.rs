@@ -139,6 +139,10 @@ struct Reflected {
     last_sent: u64,
     /// A value too large to send was logged (once per slot, not per write and refresh).
     too_large_said: bool,
+    /// Whether this host announces the slot's writer alive (as of the last reconcile). A
+    /// publisher that registered after its last writer died is announced alive once it
+    /// writes: its first value sent asks for a reconcile, which announces it.
+    announced_alive: bool,
 }
 
 /// A local slot written with a remote host's values.

@@ -176,6 +176,7 @@ impl Net {
                                 targets: BTreeMap::new(),
                                 last_sent: 0,
                                 too_large_said: false,
+                                announced_alive: p.writer_alive,
                             },
                         );
                     }
@@ -203,6 +204,7 @@ impl Net {
                     r.last_sent = 0;
                 }
             }
+            r.announced_alive = p.writer_alive;
             r.targets
                 .retain(|host, _| targets.iter().any(|t| &t.0 == host));
             for (host, addr, session) in targets {

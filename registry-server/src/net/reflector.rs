@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus::futex;
-use bus::slot::{ReadInfo, Slot};
+use bus::slot::{ReadInfo, Slot, WriterState};
 
 use super::announce;
 use super::stats::{Counters, NetStats, PeerStats};
@@ -106,6 +106,7 @@ impl Net {
             reflected, owed, ..
         } = &mut *st;
         let mut owed = std::mem::take(owed);
+        let mut announce_alive = false;
         for (name, r) in reflected.iter_mut() {
             let owed_hosts = owed.remove(name);
             let changed = r.slot.latest_sequence() != r.last_sent;
@@ -127,8 +128,13 @@ impl Net {
             };
             if changed {
                 r.last_sent = read.sequence;
+                announce_alive |= !r.announced_alive
+                    && r.slot.writer_state_of(Some(read.sequence)) == WriterState::Alive;
             }
             self.send_value(name, r, read, value, message, &to);
+        }
+        if announce_alive {
+            st.dirty = true;
         }
     }
 

@@ -451,7 +451,10 @@ impl Registry {
                     slot.set_origin("");
                     slot.set_origin_sequence(0);
                 }
-                slot.set_writer(peer.pid, peer.start_time);
+                // The value the slot holds, if any, is an earlier writer's: it does not count
+                // as this one's until it writes (`Slot::writer_state_of`).
+                let first = slot.latest_sequence().saturating_add(1);
+                slot.set_writer(peer.pid, peer.start_time, first);
                 entry.endpoints.push(EndpointRef {
                     conn,
                     endpoint: reg.endpoint,
@@ -592,7 +595,8 @@ impl Registry {
         entry.own = true;
         if let Some(slot) = &entry.slot {
             slot.set_origin("");
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
+            let first = slot.latest_sequence().saturating_add(1);
+            slot.set_writer(std::process::id(), bus::process::own_start_time(), first);
         }
         Ok(segment)
     }

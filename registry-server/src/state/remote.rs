@@ -84,7 +84,10 @@ impl Registry {
                     name: name.clone(),
                     schema: e.schema.clone(),
                     capacity: slot.capacity() as u64,
-                    writer_alive: slot.writer_state() == WriterState::Alive,
+                    // Of the value it holds: a publisher that registered after its last
+                    // writer died is not announced alive before it writes.
+                    writer_alive: slot.writer_state_of(Some(slot.latest_sequence()))
+                        == WriterState::Alive,
                     segment: slot.segment().to_owned(),
                 })
             })
@@ -208,8 +211,14 @@ impl Registry {
             slot.set_origin(&claim.host);
             entry.origin = Some(claim.host.clone());
         }
-        if slot.writer_state() != WriterState::Alive || slot.writer().pid != std::process::id() {
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
+        // A mirror's values are all its origin's (its first sequence 0): whether their writer
+        // lives is what the origin host announces, which already counts a value from before
+        // its publisher registered as gone. A mirror made for a gone publisher gets a writer
+        // once (then marked gone), so that it lists as one.
+        let writer = slot.writer();
+        let registry_alive = writer.state == WriterState::Alive && writer.pid == std::process::id();
+        if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
+            slot.set_writer(std::process::id(), bus::process::own_start_time(), 0);
         }
         out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))

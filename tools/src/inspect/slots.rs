@@ -66,7 +66,9 @@ pub fn list(domain: &Domain, pattern: Option<&str>) -> Result<(Vec<SlotSummary>,
 pub fn summarize(slot: &Slot, here: &str) -> Result<SlotSummary> {
     let mut value = Vec::new();
     let info = slot.read(0, &mut value)?;
-    let writer = slot.writer();
+    // The writer of the value shown: one that registered after it was written (its writer
+    // died) has not written yet, and the value is not its.
+    let writer = slot.writer_of(info.map(|i| i.sequence));
     let alive = writer.is_running();
     let origin = slot.origin();
     let age_s = info.map(|i| age(i.write_time()).as_secs_f64());
@@ -174,7 +176,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         e => e,
     })?;
     let origin = slot.origin();
-    let writer = writer_now(slot);
+    let writer = writer_now(slot, info.sequence);
     let writer_pid = slot.writer().pid;
     Ok(Some(Reading {
         name: slot.name().to_string(),
@@ -193,10 +195,10 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     }))
 }
 
-/// The writer's state, with a writer marked alive whose process has died (while no registry
-/// ran to notice) reported as gone, as `list` does.
-fn writer_now(slot: &Slot) -> WriterState {
-    let writer = slot.writer();
+/// The state of the writer of value `sequence`, with a writer marked alive whose process has
+/// died (while no registry ran to notice) reported as gone, as `list` does.
+fn writer_now(slot: &Slot, sequence: u64) -> WriterState {
+    let writer = slot.writer_of(Some(sequence));
     if writer.state == WriterState::Alive && !writer.is_running() {
         WriterState::Gone
     } else {
