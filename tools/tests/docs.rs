@@ -59,10 +59,11 @@ fn robot() -> TestBus {
     t.spawn_bin("arbiter", &["--config", &config("arbiters/arm.toml")]);
     t.spawn_bin("arbiter", &["--config", &config("arbiters/drive.toml")]);
     t.spawn_bin("robot-sim", &[]);
-    common::eventually("the arm arbiter publishes", || {
-        t.inspect(&["get", "/robot/arbiter/arm", "--json"])
-            .status
-            .success()
+    // The arbiters publish without waiting for the manager: wait for both.
+    common::eventually("the manager and the arm arbiter publish", || {
+        ["/robot/manager", "/robot/arbiter/arm"]
+            .iter()
+            .all(|name| t.inspect(&["get", name, "--json"]).status.success())
     });
     t
 }
