@@ -78,17 +78,41 @@ pub const MAX_ARBITERS: usize = bus::futex::WAITV_MAX - 2;
 impl Watched {
     /// Watches `controllers` (distinct names) in that order. A controller that cannot be
     /// followed is logged and counts as absent, so that one bad slot never stops the arbiter.
-    /// A `stop` request wakes its group.
+    /// A `stop` request wakes its group. The subscriptions of `previous` (the slots watched
+    /// until now) are kept for the names it watched: a new order takes effect at once, even
+    /// while no registry runs to bind new subscriptions (every controller would count as
+    /// absent until one did).
     fn new(
         bus: &Bus,
         arbiter: &str,
         controllers: &[String],
         stop: &StopRequest,
+        previous: Option<Watched>,
     ) -> Result<Watched, BusError> {
+        // Per name kept: its member in the old group, and when its block was first read (the
+        // cap on its expiry stays the same).
+        type Kept = (Member<ControllerBlock, Serde>, Option<(u64, u64)>);
+        let mut kept = previous.map(|p| {
+            let members: BTreeMap<String, Kept> = p
+                .controllers
+                .into_iter()
+                .zip(p.read_at)
+                .filter_map(|((name, member), read_at)| Some((name, (member?, read_at))))
+                .collect();
+            (p.group.release(), p.manager, p.state, members)
+        });
         let mut group = SubscriptionGroup::new();
         group.wake_on(&stop.waker);
-        let manager = group.add(bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?);
-        let state = group.add(bus.subscribe::<ResourceState>(&state_slot(arbiter))?);
+        let manager = match kept.as_mut().and_then(|(r, m, _, _)| r.take(*m)) {
+            Some(sub) => sub,
+            None => bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?,
+        };
+        let manager = group.add(manager);
+        let state = match kept.as_mut().and_then(|(r, _, s, _)| r.take(*s)) {
+            Some(sub) => sub,
+            None => bus.subscribe::<ResourceState>(&state_slot(arbiter))?,
+        };
+        let state = group.add(state);
         if controllers.len() > MAX_CONTROLLERS {
             tracing::warn!(
                 "{arbiter}: the manager lists {} controllers; following the first \
@@ -97,9 +121,20 @@ impl Watched {
             );
         }
         let mut members = Vec::new();
+        let mut read_at = Vec::new();
         for (i, name) in controllers.iter().enumerate() {
+            let (reused, first_read) = match kept.as_mut() {
+                Some((released, _, _, members)) if i < MAX_CONTROLLERS => match members.get(name) {
+                    Some((member, first_read)) => (released.take(*member), *first_read),
+                    None => (None, None),
+                },
+                _ => (None, None),
+            };
+            read_at.push(first_read);
             let member = if i >= MAX_CONTROLLERS {
                 None
+            } else if let Some(sub) = reused {
+                Some(group.add(sub))
             } else {
                 match bus.subscribe::<ControllerBlock>(&controller_slot(name)) {
                     Ok(sub) => Some(group.add(sub)),
@@ -117,7 +152,7 @@ impl Watched {
             state,
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
-            read_at: vec![None; members.len()],
+            read_at,
             controllers: members,
         })
     }
@@ -198,7 +233,7 @@ pub fn run(
         .capacity(command_capacity(config))
         .create()?;
     let mut command = CommandValue::new(name, &config.resources, config.heartbeat);
-    let mut watched = Watched::new(bus, name, &[], stop)?;
+    let mut watched = Watched::new(bus, name, &[], stop, None)?;
     let mut previous: Option<Allocation> = None;
     // This cycle's result; its storage is the one from two cycles back (swapped below).
     let mut allocation = Allocation::default();
@@ -249,7 +284,8 @@ pub fn run(
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-            watched = Watched::new(bus, name, &listed, stop)?;
+            // Nothing kept: the subscriptions follow slots no longer in use.
+            watched = Watched::new(bus, name, &listed, stop, None)?;
             changed = watched.group.update_all()?;
             renamed = true;
         }
@@ -296,7 +332,7 @@ pub fn run(
                     break;
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
-                watched = Watched::new(bus, name, &listed, stop)?;
+                watched = Watched::new(bus, name, &listed, stop, Some(watched))?;
                 watched.group.update_all()?;
                 renamed = true;
             }

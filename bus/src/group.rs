@@ -45,6 +45,7 @@ trait AnySubscription {
     fn client(&self) -> &Arc<ClientShared>;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
@@ -70,6 +71,9 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
         self
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
     }
 }
@@ -330,6 +334,21 @@ impl SubscriptionGroup {
         self.members.get_mut(index).and_then(|m| m.error.take())
     }
 
+    /// Ends the group and hands its subscriptions back (`Released::take`), bound as they are
+    /// and holding their values: a process that rebuilds a group (other members, another
+    /// order) keeps following the slots it already followed, also while no registry runs to
+    /// bind new subscriptions.
+    pub fn release(mut self) -> Released {
+        self.uncount();
+        Released {
+            members: std::mem::take(&mut self.members)
+                .into_iter()
+                .map(|m| Some(m.subscription))
+                .collect(),
+            group: self.id,
+        }
+    }
+
     /// Drops the waiter counts this group holds.
     fn uncount(&mut self) {
         self.members.iter_mut().for_each(MemberState::uncount);
@@ -409,6 +428,35 @@ impl SubscriptionGroup {
             }
             other => other,
         }
+    }
+}
+
+/// The subscriptions of a group that ended (`SubscriptionGroup::release`).
+pub struct Released {
+    members: Vec<Option<Box<dyn AnySubscription>>>,
+    group: u64,
+}
+
+impl Released {
+    /// Member `member`'s subscription, once; `None` if taken already.
+    ///
+    /// # Panics
+    ///
+    /// If `member` came from another group (as `SubscriptionGroup::get`).
+    pub fn take<T: 'static, C: Codec<T>>(
+        &mut self,
+        member: Member<T, C>,
+    ) -> Option<Subscription<T, C>> {
+        assert!(
+            member.group == self.group,
+            "a Member handle used with another SubscriptionGroup than the one that made it"
+        );
+        let subscription = self.members.get_mut(member.index)?.take()?;
+        let subscription = subscription
+            .into_any()
+            .downcast()
+            .expect("a Member handle always names a subscription of its own type");
+        Some(*subscription)
     }
 }
 

@@ -37,7 +37,7 @@ pub mod value;
 
 pub use endpoints::{Bus, Publication, PublicationBuilder, Subscription, ValueMeta};
 pub use error::{BusError, NameError, SegmentError};
-pub use group::{GroupWaker, Member, SubscriptionGroup};
+pub use group::{GroupWaker, Member, Released, SubscriptionGroup};
 pub use names::{Domain, SlotName};
 pub use slot::WriterState;
 pub use value::{Codec, Pod, Serde, DEFAULT_CAPACITY};

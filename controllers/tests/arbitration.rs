@@ -97,6 +97,27 @@ fn changing_the_priority_file_changes_owners() {
     );
 }
 
+/// A new order while no registry runs takes effect at once: the arbiter keeps following the
+/// controllers it followed (it used to subscribe to them anew, which cannot bind without a
+/// registry, and count every one as absent: every resource went to its safe command until a
+/// registry ran again).
+#[test]
+fn a_new_priority_order_applies_while_the_registry_is_down() {
+    let mut r = Robot::running(&["a", "b", "n"]);
+    r.abn(500);
+    r.expect_patent_example("initial");
+    r.t.kill_registry();
+    std::fs::write(&r.manager_file, manager_toml(&["n", "b", "a"])).unwrap();
+    r.expect(
+        "n first, without a registry",
+        json!({"turret": "b", "shoulder": "n", "elbow1": "n", "elbow2": "n"}),
+        json!({"a": "denied", "b": "partial", "n": "full"}),
+    );
+    r.t.start_registry();
+    std::fs::write(&r.manager_file, manager_toml(&["a", "b", "n"])).unwrap();
+    r.expect_patent_example("back to the first order, with a registry");
+}
+
 #[test]
 fn unlisted_controllers_join_last_when_the_manager_says_so() {
     let mut r = Robot::new(&["a"]);
