@@ -342,7 +342,10 @@ pub fn run(
         let now = now_ns();
         watched.parse(config, &changed, renamed, now);
         if stopping {
+            // Follows no controller, as out of service: no outcome for anyone (an `expired`
+            // would say a controller's block ran out, which it did not).
             watched.alive.fill(false);
+            watched.requests.fill(None);
         }
         // A rebuilt group has read the state afresh: take it even if the old group's wake-up
         // did not name it.

@@ -154,8 +154,14 @@ fn sigterm_wakes_an_arbiter_without_heartbeat_for_its_safe_command() {
         log.contains("every resource has its safe command; stopped"),
         "{log}"
     );
-    // Nobody owns the turret: it holds (no simulator here: where it was last commanded).
+    // Nobody owns the turret: it holds (no simulator here: where it was last commanded). The
+    // stopped arbiter follows no controller: no outcome for x (it said `expired`, as if x's
+    // block had run out), and x says the arbiter no longer runs.
     let block = r.arm_block().unwrap();
     assert!(block["owners"]["turret"].is_null(), "{block}");
-    assert!(block["outcomes"]["x"] != "full", "{block}");
+    assert_eq!(block["outcomes"], serde_json::json!({}), "{block}");
+    eventually("x says its arbiter stopped", || {
+        r.t.stdout_of(x)
+            .contains("x arm: arbiter not running (owns: nothing)")
+    });
 }
