@@ -157,6 +157,11 @@ fn the_manager_follows_its_file_through_a_replaced_directory() {
     std::fs::create_dir(&etc).unwrap();
     std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
     eventually("the new file is taken", || order_is(&r, json!(["b"])));
+    // The new directory is watched from then on: a file written in place in two steps is
+    // taken whole. The manager used to keep watching the removed directory only, and its
+    // periodic look published the first half.
+    let path = r.manager_file.clone();
+    write_in_place_in_two_steps(&r, &path, &["c", "b"], json!(["b"]));
 }
 
 /// An unlisted controller is told it joins only while a manager runs to place it: with the

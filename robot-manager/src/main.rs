@@ -78,9 +78,14 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // A config that is a symlink is watched where it points too (a deployment tool may edit
     // the target).
     // Not IN_CREATE: a file just created is usually still empty; its close comes next.
-    // IN_MODIFY only says a write is under way (see `writing` below).
-    let changes =
-        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_MODIFY;
+    // IN_MODIFY only says a write is under way (see `writing` below). A watched directory
+    // moved or removed no longer holds the config: its watch is dropped and the directory
+    // now at the path watched (IN_IGNORED comes without asking).
+    let changes = AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_DELETE_SELF;
     let mut watches = Vec::new();
     watch_config(&inotify, &mut watches, &args.config, changes)?;
 
@@ -121,6 +126,10 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // close never seen (the file written through a link elsewhere) stops counting after
     // `WRITE_UNFINISHED_FOR`.
     let mut writing: Option<std::time::Instant> = None;
+    // Why a directory of the config is not watched now (it was removed, to be replaced), as
+    // last logged: until it is, the file is looked at only after its directory is watched
+    // again, so that no write in place goes unseen between the two.
+    let mut unwatched: Option<String> = None;
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -130,7 +139,9 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         // inotify misses some replacements (the config's directory replaced, a symlink on
         // the way re-pointed); a look at the file every few seconds catches those. Until the
         // registry has bound the order's slot, also look for its refusal.
-        let timeout = if publication.is_bound() {
+        let timeout = if unwatched.is_some() {
+            WATCH_AGAIN_EVERY
+        } else if publication.is_bound() {
             LOOK_EVERY
         } else {
             REFUSAL_LOOK_EVERY
@@ -144,11 +155,6 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             // Two managers started before the registry: the one refused must not go on
             // logging an order that is not in force.
             return Err(e.to_string());
-        }
-        // The symlink may point elsewhere now: watch where it leads (a failure here is one
-        // more reason for the periodic look, not a reason to stop).
-        if let Err(e) = watch_config(&inotify, &mut watches, &args.config, changes) {
-            tracing::warn!("{e}");
         }
         let mut reload = false;
         while let Ok(Some(signal)) = signals.read_signal() {
@@ -168,10 +174,20 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         match inotify.read_events() {
             Ok(events) => {
                 for event in events {
+                    let gone = AddWatchFlags::IN_IGNORED
+                        | AddWatchFlags::IN_MOVE_SELF
+                        | AddWatchFlags::IN_DELETE_SELF;
+                    if event.mask.intersects(gone) {
+                        if !event.mask.contains(AddWatchFlags::IN_IGNORED) {
+                            let _ = inotify.rm_watch(event.wd);
+                        }
+                        watches.retain(|(wd, ..)| *wd != event.wd);
+                        continue;
+                    }
                     // A lost event (queue overflow) may have been the config's: reload.
                     let ours = watches
                         .iter()
-                        .any(|(wd, _, name)| event.wd == *wd && event.name == *name);
+                        .any(|(wd, _, name, _)| event.wd == *wd && event.name == *name);
                     if ours && event.mask == AddWatchFlags::IN_MODIFY {
                         writing.get_or_insert_with(std::time::Instant::now);
                     } else if ours || event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
@@ -184,6 +200,22 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             Err(e) => {
                 tracing::warn!("watching the config: {e}; reloading it to be safe");
                 reload = true;
+            }
+        }
+        // The symlink may point elsewhere now, or a directory be a new one: watch where it
+        // leads, before looking at the file (a failure here is a reason to try again soon,
+        // not a reason to stop).
+        match watch_config(&inotify, &mut watches, &args.config, changes) {
+            Ok(()) => {
+                if unwatched.take().is_some() {
+                    tracing::info!("watching {} again", args.config.display());
+                }
+            }
+            Err(e) => {
+                if unwatched.as_ref() != Some(&e) {
+                    tracing::warn!("{e}; trying again every {WATCH_AGAIN_EVERY} ms");
+                }
+                unwatched = Some(e);
             }
         }
         // Drain the wake-ups; the latest directory is what counts.
@@ -201,7 +233,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         }
         let now = Fingerprint::of(&args.config);
         let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
-        if now != fingerprint && (reload || !half_written) {
+        // A change found without an event waits until the file is watched (SIGHUP does not).
+        if now != fingerprint && (reload || (!half_written && unwatched.is_none())) {
             fingerprint = now;
             reload = true;
         }
@@ -259,6 +292,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
 const LOOK_EVERY: u16 = 2000;
 /// How long a write in place of the config (modified, not yet closed) defers the periodic look.
 const WRITE_UNFINISHED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often, in milliseconds, to try again to watch a config directory that is not there.
+const WATCH_AGAIN_EVERY: u16 = 50;
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
 
@@ -278,14 +313,18 @@ fn keep_previous(why: &str) {
 }
 
 /// The watches on the config: the directory of its path and of the file it leads to (through
-/// symlinks), with the file name looked for in each.
+/// symlinks), with the file name looked for in each and the directory's identity (device,
+/// inode) when it was watched.
 type ConfigWatches = Vec<(
     nix::sys::inotify::WatchDescriptor,
     PathBuf,
     Option<std::ffi::OsString>,
+    (u64, u64),
 )>;
 
 /// Watches `config`'s directory and, if it is a symlink, its target's, unless watched already.
+/// A directory replaced under its path (a deployment tool swaps the whole directory) is
+/// watched anew: inotify follows the old one, which no longer holds the config.
 fn watch_config(
     inotify: &Inotify,
     watches: &mut ConfigWatches,
@@ -299,13 +338,28 @@ fn watch_config(
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let name = path.file_name().map(|n| n.to_owned());
-        if watches.iter().any(|(_, d, n)| d == dir && *n == name) {
-            continue;
+        let identity = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(dir)
+                .map(|m| (m.dev(), m.ino()))
+                .map_err(|e| format!("watching {}: {e}", dir.display()))?
+        };
+        let at = watches
+            .iter()
+            .position(|(_, d, n, _)| d == dir && *n == name);
+        match at {
+            Some(i) if watches[i].3 == identity => continue,
+            Some(i) => {
+                let (old, ..) = watches.remove(i);
+                // The kernel has already dropped it if the old directory was removed.
+                let _ = inotify.rm_watch(old);
+            }
+            None => {}
         }
         let wd = inotify
             .add_watch(dir, changes)
             .map_err(|e| format!("watching {}: {e}", dir.display()))?;
-        watches.push((wd, dir.to_owned(), name));
+        watches.push((wd, dir.to_owned(), name, identity));
     }
     Ok(())
 }
