@@ -41,6 +41,11 @@ pub struct DirectoryEntry {
     /// Whether its publisher is running (a local writer that exited or died, or a remote one
     /// its host announced as gone, is `false`).
     pub publisher_alive: bool,
+    /// When its publisher's process started, in clock ticks since this computer booted (as
+    /// `process::start_time`); `None` for a remote publisher. Tells which of several
+    /// publications found at once came first (the robot manager places unlisted controllers
+    /// in order of appearance).
+    pub publisher_started: Option<u64>,
 }
 
 impl Directory {

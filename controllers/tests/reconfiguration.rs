@@ -9,7 +9,7 @@ mod robot;
 
 use common::eventually;
 use nix::sys::signal::Signal;
-use robot::{manager_toml, Robot};
+use robot::{manager_toml, manager_toml_unlisted_last, Robot};
 use serde_json::{json, Value};
 
 /// `/robot/manager` as `bus-inspect get --json` prints it.
@@ -254,6 +254,28 @@ fn the_manager_never_takes_a_half_written_file() {
     eventually("the first order", || order_is(&r, json!(["a", "b"])));
     let path = r.manager_file.clone();
     write_in_place_in_two_steps(&r, &path, &["b", "a"], json!(["a", "b"]));
+}
+
+/// A manager that starts after the controllers places the unlisted ones in order of
+/// appearance (when their processes started), not by name: it used to give `alpha`, which
+/// came second, the higher priority.
+#[test]
+fn a_manager_started_last_places_unlisted_controllers_as_they_came() {
+    let mut r = Robot::new(&[]);
+    std::fs::write(&r.manager_file, manager_toml_unlisted_last(&[])).unwrap();
+    r.t.start_registry();
+    r.arbiter();
+    for name in ["zeta", "alpha"] {
+        r.controller(name, "compromising", &["arm/turret=0.5"], 500);
+        let slot = format!("/robot/controller/{name}");
+        eventually("its block", || {
+            r.t.inspect(&["get", &slot, "--json"]).status.success()
+        });
+        // Process start times count in clock ticks (10 ms): the next one starts later.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    r.manager();
+    eventually("zeta first", || order_is(&r, json!(["zeta", "alpha"])));
 }
 
 /// A restarted manager keeps unlisted controllers where the order in force had them (in order

@@ -109,18 +109,23 @@ impl ManagerFile {
 pub const CONTROLLER_PREFIX: &str = "/robot/controller/";
 
 /// Names of the running robot controllers the registry's directory lists (on this computer or
-/// any other), in the directory's order. A slot under the prefix whose type is not a
+/// any other), in order of appearance (see below). A slot under the prefix whose type is not a
 /// `ControllerBlock` (`block_hash`, see [`controller_block_hash`]) is no controller, and one
 /// whose publisher is gone is left out: an unlisted controller that ended leaves the order.
 pub fn controllers_in(directory: &bus::directory::Directory, block_hash: u64) -> Vec<String> {
-    directory
+    let mut found: Vec<(Option<u64>, &str)> = directory
         .with_prefix(CONTROLLER_PREFIX)
         .filter(|e| e.schema_hash == block_hash && e.publisher_alive)
         .filter_map(|e| {
             let name = &e.name[CONTROLLER_PREFIX.len()..];
-            (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
+            (!name.is_empty() && !name.contains('/')).then_some((e.publisher_started, name))
         })
-        .collect()
+        .collect();
+    // In order of appearance as far as the directory tells: the local ones by when their
+    // process started, then the remote ones (whose start is not known here); by name within
+    // a tie. A manager that starts after the controllers places them as they came.
+    found.sort_by_key(|&(started, name)| (started.is_none(), started, name));
+    found.into_iter().map(|(_, name)| name.to_owned()).collect()
 }
 
 /// The schema hash a controller's memory block has on the bus.
@@ -204,6 +209,7 @@ mod tests {
             schema_hash: block,
             origin_host: origin.map(Into::into),
             publisher_alive: true,
+            publisher_started: origin.is_none().then_some(100),
         };
         let d = Directory {
             host: "hA".into(),
@@ -222,7 +228,22 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(controllers_in(&d, block), ["b", "teleop"]);
+        assert_eq!(
+            controllers_in(&d, block),
+            ["teleop", "b"],
+            "local ones first"
+        );
+        // Found at once, local ones come in the order their processes started.
+        let mut d2 = d.clone();
+        d2.entries.push(DirectoryEntry {
+            publisher_started: Some(99),
+            ..entry("/robot/controller/zeta", None)
+        });
+        d2.entries.push(DirectoryEntry {
+            publisher_started: Some(101),
+            ..entry("/robot/controller/alpha", None)
+        });
+        assert_eq!(controllers_in(&d2, block), ["zeta", "teleop", "alpha", "b"]);
         let mut discovered = vec!["teleop".to_owned(), "gone".to_owned()];
         let appeared = merge_discovered(&mut discovered, &controllers_in(&d, block));
         assert_eq!(discovered, ["teleop", "b"]);

@@ -62,6 +62,11 @@ impl Registry {
                 schema_hash: e.schema.hash.0,
                 origin_host: e.origin.clone(),
                 publisher_alive: writer == WriterState::Alive,
+                publisher_started: e
+                    .origin
+                    .is_none()
+                    .then(|| slot.writer().start_time)
+                    .filter(|&t| t != 0),
             });
         }
         for (name, claim) in &self.remote {
@@ -74,6 +79,7 @@ impl Registry {
                 schema_hash: claim.schema_hash,
                 origin_host: Some(claim.host.clone()),
                 publisher_alive: claim.writer_alive,
+                publisher_started: None,
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
