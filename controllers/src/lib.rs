@@ -543,6 +543,10 @@ impl RobotController {
     pub fn feedback(&self) -> Vec<Feedback> {
         let listed = self.listed();
         let joining = !listed && self.unlisted_join() && self.manager_running();
+        // Until the registry has bound this controller's block, no arbiter has read it: an
+        // outcome for its name is another process's (two of one name started before the
+        // registry: the one refused used to report the other's resources as its own).
+        let bound = lock(&self.shared).publication.is_bound();
         self.watched
             .arbiters
             .iter()
@@ -556,7 +560,7 @@ impl RobotController {
                 let block = self
                     .watched
                     .current_block(a)
-                    .filter(|_| listed && a.before_us.is_none());
+                    .filter(|_| bound && listed && a.before_us.is_none());
                 Feedback {
                     arbiter: a.name.clone(),
                     arbiter_running,

@@ -1,7 +1,7 @@
 //! Arbitration while the configuration changes under running programs, across real processes:
-//! the manager's file edited, its directory replaced, rejected; an arbiter leaving the
-//! manager's list under a running controller; two programs of one name started before the
-//! registry.
+//! an arbiter leaving the manager's list under a running controller; two programs of one name
+//! started before the registry; processes restarted under a controller; slots made anew. (The
+//! manager's own file: `manager_file.rs`.)
 
 #[path = "../../tools/tests/common/mod.rs"]
 mod common;
@@ -9,7 +9,7 @@ mod robot;
 
 use common::eventually;
 use nix::sys::signal::Signal;
-use robot::{manager_toml, manager_toml_unlisted_last, Robot};
+use robot::{manager_toml, Robot};
 use serde_json::{json, Value};
 
 /// `/robot/manager` as `bus-inspect get --json` prints it.
@@ -90,6 +90,32 @@ fn of_two_controllers_of_one_name_started_before_the_registry_the_refused_one_en
     assert!(r.t.is_running(kept));
 }
 
+/// The same with the arbiter already running (the registry restarted under it): the refused
+/// one never reports the other's outcome as its own before it ends (it used to print
+/// `x arm: full (owns: turret)`, the other's resources).
+#[test]
+fn of_two_controllers_of_one_name_the_refused_one_never_reports_the_others_outcome() {
+    let mut r = Robot::running(&["x"]);
+    r.expect(
+        "the arbiter runs",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({}),
+    );
+    r.t.kill_registry();
+    let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
+    let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.t.start_registry();
+    eventually("one of the two ends", || {
+        !r.t.is_running(first) || !r.t.is_running(second)
+    });
+    let refused = if r.t.is_running(first) { second } else { first };
+    let out = r.t.finish(refused);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!said.contains("full"), "{said}");
+}
+
 #[test]
 fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["a"]);
@@ -110,89 +136,6 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     });
 }
 
-#[test]
-fn the_manager_keeps_its_order_when_a_new_file_lists_too_many() {
-    let mut r = Robot::new(&["a"]);
-    r.t.start_registry();
-    let m = r.manager();
-    eventually("the order is published", || order_is(&r, json!(["a"])));
-    let too_long: Vec<String> = (0..126).map(|i| format!("c{i}")).collect();
-    std::fs::write(
-        &r.manager_file,
-        format!("controllers = {too_long:?}\narbiters = [\"arm\"]\n"),
-    )
-    .unwrap();
-    eventually("the manager refuses 126 controllers", || {
-        r.t.stderr_of(m).contains("126 controllers listed")
-    });
-    let too_many: Vec<String> = (0..127).map(|i| format!("a{i}")).collect();
-    std::fs::write(
-        &r.manager_file,
-        format!("controllers = [\"b\"]\narbiters = {too_many:?}\n"),
-    )
-    .unwrap();
-    eventually("the manager refuses 127 arbiters", || {
-        r.t.stderr_of(m).contains("127 arbiters listed")
-    });
-    assert!(r.t.is_running(m), "{}", r.t.stderr_of(m));
-    let order = manager_order(&r).unwrap();
-    assert_eq!(order["controllers"], json!(["a"]), "{order}");
-    assert_eq!(order["revision"], 1, "{order}");
-    std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
-    eventually("a good file is taken again", || order_is(&r, json!(["b"])));
-}
-
-#[test]
-fn the_manager_follows_its_file_through_a_replaced_directory() {
-    let mut r = Robot::new(&["a"]);
-    let etc = r.t.dir().join("etc");
-    std::fs::create_dir(&etc).unwrap();
-    r.manager_file = etc.join("manager.toml");
-    std::fs::write(&r.manager_file, manager_toml(&["a"])).unwrap();
-    r.t.start_registry();
-    r.manager();
-    eventually("the order is published", || order_is(&r, json!(["a"])));
-    // As a deployment tool may: the whole directory goes, a new one comes.
-    std::fs::remove_dir_all(&etc).unwrap();
-    std::fs::create_dir(&etc).unwrap();
-    std::fs::write(&r.manager_file, manager_toml(&["b"])).unwrap();
-    eventually("the new file is taken", || order_is(&r, json!(["b"])));
-    // The new directory is watched from then on: a file written in place in two steps is
-    // taken whole. The manager used to keep watching the removed directory only, and its
-    // periodic look published the first half.
-    let path = r.manager_file.clone();
-    write_in_place_in_two_steps(&r, &path, &["c", "b"], json!(["b"]));
-}
-
-/// An unlisted controller is told it joins only while a manager runs to place it: with the
-/// manager stopped its last order stays in force without the newcomer, and the controller says
-/// so; once a manager runs again it is placed last and gets what is free.
-#[test]
-fn an_unlisted_controller_joins_only_while_a_manager_runs() {
-    let (mut r, manager) = Robot::running_unlisted_last(&["a"]);
-    eventually("the manager publishes its order", || {
-        order_is(&r, json!(["a"]))
-    });
-    r.t.kill(manager);
-    let payload = r.controller("payload", "compromising", &["arm/turret=0.2"], 500);
-    eventually("payload says the manager is not running", || {
-        r.t.stdout_of(payload)
-            .contains("the robot manager is not running")
-    });
-    eventually("payload says it is not in the order", || {
-        r.t.stdout_of(payload)
-            .contains("payload arm: not in the robot manager's order")
-    });
-    let printed = r.t.stdout_of(payload);
-    assert!(!printed.contains("joining"), "{printed}");
-    r.manager();
-    eventually("payload is placed last and gets the turret", || {
-        r.t.stdout_of(payload)
-            .contains("payload arm: full (owns: turret)")
-    });
-    assert!(order_is(&r, json!(["a", "payload"])));
-}
-
 /// A corrupted slot stops nothing for good: with the manager's slot made inconsistent under the
 /// running arbiter (which reads it at every wake-up, here the controllers' refreshes), the
 /// arbiter passes over that value and follows the manager's next order. It used to leave the
@@ -210,128 +153,6 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     std::fs::write(&r.manager_file, manager_toml(&["b", "a"])).unwrap();
     r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
-}
-
-/// Writes a config listing `controllers` into `path` in place, in two steps: first without its
-/// `unlisted` line, flushed and left open past the manager's periodic look (2 s), while the
-/// order must stay `order_before`; then the line, and closed: the manager must take the whole
-/// file.
-fn write_in_place_in_two_steps(
-    r: &Robot,
-    path: &std::path::Path,
-    controllers: &[&str],
-    order_before: Value,
-) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .unwrap();
-    write!(
-        file,
-        "controllers = {controllers:?}\narbiters = [\"arm\"]\n"
-    )
-    .unwrap();
-    file.sync_data().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2600));
-    let order = manager_order(r).unwrap();
-    assert_eq!(order["controllers"], order_before, "{order}");
-    file.write_all(b"unlisted = \"last\"\n").unwrap();
-    drop(file);
-    eventually("the whole new file", || {
-        manager_order(r)
-            .is_some_and(|m| m["controllers"] == json!(controllers) && m["unlisted"] == "last")
-    });
-}
-
-/// A config written in place in two steps, with a pause between them, is taken once it is
-/// closed, never half-written: the manager's periodic look at the file (every 2 s) used to
-/// publish the first half (here: the new order without its `unlisted` line).
-#[test]
-fn the_manager_never_takes_a_half_written_file() {
-    let r = Robot::running(&["a", "b"]);
-    eventually("the first order", || order_is(&r, json!(["a", "b"])));
-    let path = r.manager_file.clone();
-    write_in_place_in_two_steps(&r, &path, &["b", "a"], json!(["a", "b"]));
-}
-
-/// A manager that starts after the controllers places the unlisted ones in order of
-/// appearance (when their processes started), not by name: it used to give `alpha`, which
-/// came second, the higher priority.
-#[test]
-fn a_manager_started_last_places_unlisted_controllers_as_they_came() {
-    let mut r = Robot::new(&[]);
-    std::fs::write(&r.manager_file, manager_toml_unlisted_last(&[])).unwrap();
-    r.t.start_registry();
-    r.arbiter();
-    for name in ["zeta", "alpha"] {
-        r.controller(name, "compromising", &["arm/turret=0.5"], 500);
-        let slot = format!("/robot/controller/{name}");
-        eventually("its block", || {
-            r.t.inspect(&["get", &slot, "--json"]).status.success()
-        });
-        // Process start times count in clock ticks (10 ms): the next one starts later.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    r.manager();
-    eventually("zeta first", || order_is(&r, json!(["zeta", "alpha"])));
-}
-
-/// A restarted manager keeps unlisted controllers where the order in force had them (in order
-/// of appearance), so ownership does not move: it used to place them in the directory's
-/// (name) order, and a turret held by `zeta`, which came first, passed to `alpha`.
-#[test]
-fn a_restarted_manager_keeps_unlisted_controllers_in_their_places() {
-    let (mut r, manager) = Robot::running_unlisted_last(&["a"]);
-    r.controller("zeta", "compromising", &["arm/turret=0.5"], 500);
-    eventually("zeta is placed", || order_is(&r, json!(["a", "zeta"])));
-    r.controller("alpha", "compromising", &["arm/turret=-0.5"], 500);
-    eventually("alpha is placed after zeta", || {
-        order_is(&r, json!(["a", "zeta", "alpha"]))
-    });
-    let turret = json!({"turret": "zeta", "shoulder": null, "elbow1": null, "elbow2": null});
-    let outcomes = json!({"zeta": "full", "alpha": "denied"});
-    r.expect("zeta holds the turret", turret.clone(), outcomes.clone());
-    let mut manager = manager;
-    // Restarted while the registry runs, then while none runs (the order in force is then read
-    // from its slot's segment, not through the registry).
-    for registry_down in [false, true] {
-        let written = manager_sequence(&r);
-        if registry_down {
-            r.t.kill_registry();
-        }
-        r.t.kill(manager);
-        manager = r.manager();
-        if registry_down {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            r.t.start_registry();
-        }
-        eventually("the new manager publishes", || {
-            manager_sequence(&r) > written
-        });
-        // Long enough for the new manager to have read the registry's directory.
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        assert!(
-            order_is(&r, json!(["a", "zeta", "alpha"])),
-            "registry down: {registry_down}: {:?}",
-            manager_order(&r)
-        );
-        r.expect(
-            "zeta still holds the turret",
-            turret.clone(),
-            outcomes.clone(),
-        );
-    }
-}
-
-/// The sequence number of `/robot/manager`'s value (0 while unreadable).
-fn manager_sequence(r: &Robot) -> u64 {
-    let out = r.t.inspect(&["list", "/robot/manager", "--json"]);
-    serde_json::from_slice::<Value>(&out.stdout)
-        .ok()
-        .and_then(|row| row["sequence"].as_u64())
-        .unwrap_or(0)
 }
 
 /// A command is checked against running arbiters only: the block an ended arbiter left says
@@ -438,32 +259,6 @@ fn a_predecessors_outcome_stays_hidden_when_the_arbiter_list_changes() {
     });
     r.t.signal(second, Signal::SIGTERM);
     assert!(r.t.finish(second).status.success());
-}
-
-/// A config symlink re-pointed to a file in another directory is followed there too: that file
-/// written in place in two steps is taken once closed, never half-written (the manager watched
-/// only the directories it found at start, and its periodic look took the first half).
-#[test]
-fn the_manager_watches_where_its_config_symlink_now_points() {
-    let r = Robot::new(&["a", "b"]);
-    let dir = r.t.dir();
-    let (first, second) = (dir.join("first"), dir.join("second"));
-    std::fs::create_dir_all(&first).unwrap();
-    std::fs::create_dir_all(&second).unwrap();
-    std::fs::write(first.join("manager.toml"), manager_toml(&["a", "b"])).unwrap();
-    std::fs::write(second.join("manager.toml"), manager_toml(&["b", "a"])).unwrap();
-    std::fs::remove_file(&r.manager_file).unwrap();
-    std::os::unix::fs::symlink(first.join("manager.toml"), &r.manager_file).unwrap();
-    let mut r = r;
-    r.t.start_registry();
-    r.manager();
-    eventually("the first order", || order_is(&r, json!(["a", "b"])));
-    // Re-pointed the way deployment tools do it: a new link renamed over the old one.
-    let link = dir.join("manager.toml.new");
-    std::os::unix::fs::symlink(second.join("manager.toml"), &link).unwrap();
-    std::fs::rename(&link, &r.manager_file).unwrap();
-    eventually("the second order", || order_is(&r, json!(["b", "a"])));
-    write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
 }
 
 /// Kills the registry, corrupts the header of each of `slots` (as stray writes would), and
