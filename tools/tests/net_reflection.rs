@@ -302,6 +302,60 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
     lab.kill(w);
     let s = check(&mut lab, r, 3, "subscriber on B after the kill");
     assert_eq!(s["writer"], "Gone", "{s}");
+    // A new publisher of the name on A that has not written yet does not make the killed
+    // one's value live again on B (A announced it alive, and B's mirror passed the old value
+    // off as the new publisher's); its first value does, at once.
+    let writer_alive_on_b = |lab: &Lab| {
+        let out = lab.inspect(B, &["list", "/mortal", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .map(|row| row["writer_alive"].clone())
+    };
+    let idle = lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/mortal",
+            "--count",
+            "0",
+            "--max-size",
+            "16",
+            "--linger",
+            "60",
+        ],
+    );
+    eventually("A announces the new publisher", || {
+        lab.stats(B)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64() == Some(2))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let r = lab.read_for(B, "/mortal", "1");
+    let s = check(&mut lab, r, 3, "subscriber on B of the idle publisher");
+    assert_eq!(s["writer"], "Gone", "{s}");
+    assert_eq!(writer_alive_on_b(&lab), Some(false.into()));
+    lab.kill(idle);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/mortal",
+            "--count",
+            "5",
+            "--max-size",
+            "16",
+            "--linger",
+            "60",
+        ],
+    );
+    let r = lab.read_until(B, "/mortal", "5", "20");
+    check(&mut lab, r, 5, "subscriber on B of the new writer");
+    eventually("the new writer's value is live on B", || {
+        writer_alive_on_b(&lab) == Some(true.into())
+    });
 }
 
 #[test]
