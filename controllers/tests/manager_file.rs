@@ -7,20 +7,8 @@ mod common;
 mod robot;
 
 use common::eventually;
-use robot::{manager_toml, manager_toml_unlisted_last, Robot};
+use robot::{manager_order, manager_toml, manager_toml_unlisted_last, order_is, Robot};
 use serde_json::{json, Value};
-
-/// `/robot/manager` as `bus-inspect get --json` prints it.
-fn manager_order(r: &Robot) -> Option<Value> {
-    let out = r.t.inspect(&["get", "/robot/manager", "--json"]);
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).expect("one line of JSON"))
-}
-
-fn order_is(r: &Robot, controllers: Value) -> bool {
-    manager_order(r).is_some_and(|m| m["controllers"] == controllers)
-}
 
 /// The sequence number of `/robot/manager`'s value (0 while unreadable).
 fn manager_sequence(r: &Robot) -> u64 {

@@ -9,20 +9,8 @@ mod robot;
 
 use common::eventually;
 use nix::sys::signal::Signal;
-use robot::{manager_toml, Robot};
+use robot::{manager_toml, order_is, Robot};
 use serde_json::{json, Value};
-
-/// `/robot/manager` as `bus-inspect get --json` prints it.
-fn manager_order(r: &Robot) -> Option<Value> {
-    let out = r.t.inspect(&["get", "/robot/manager", "--json"]);
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).expect("one line of JSON"))
-}
-
-fn order_is(r: &Robot, controllers: Value) -> bool {
-    manager_order(r).is_some_and(|m| m["controllers"] == controllers)
-}
 
 /// An arbiter the manager stops listing is out of service: its controllers are told their
 /// commands for it do not count, and it sends every resource its safe command (it used to keep
@@ -57,27 +45,36 @@ fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// Of two programs of one name (`first`, `second`) started while no registry runs: starts the
+/// registry, waits until one of them ends, checks that it was refused (exit status 1, the
+/// reason said), and returns it, with its output.
+fn the_refused_one(r: &mut Robot, first: usize, second: usize) -> (usize, std::process::Output) {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.t.start_registry();
+    eventually("one of the two ends", || {
+        !r.t.is_running(first) || !r.t.is_running(second)
+    });
+    let refused = if r.t.is_running(first) { second } else { first };
+    let out = r.t.finish(refused);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already has a live publisher"), "{err}");
+    (refused, out)
+}
+
 #[test]
 fn of_two_controllers_of_one_name_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["x"]);
     let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
     let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    r.t.start_registry();
+    let (refused, _) = the_refused_one(&mut r, first, second);
     r.manager();
     r.arbiter();
-    eventually("one of the two ends", || {
-        !r.t.is_running(first) || !r.t.is_running(second)
-    });
-    let (refused, kept, value) = if r.t.is_running(first) {
-        (second, first, 0.5)
+    let (kept, value) = if refused == first {
+        (second, -0.5)
     } else {
-        (first, second, -0.5)
+        (first, 0.5)
     };
-    let out = r.t.finish(refused);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already has a live publisher"), "{err}");
     r.expect(
         "the other one holds the turret",
         json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
@@ -104,14 +101,7 @@ fn of_two_controllers_of_one_name_the_refused_one_never_reports_the_others_outco
     r.t.kill_registry();
     let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
     let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    r.t.start_registry();
-    eventually("one of the two ends", || {
-        !r.t.is_running(first) || !r.t.is_running(second)
-    });
-    let refused = if r.t.is_running(first) { second } else { first };
-    let out = r.t.finish(refused);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let (_, out) = the_refused_one(&mut r, first, second);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!said.contains("full"), "{said}");
 }
@@ -121,16 +111,7 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["a"]);
     let first = r.manager();
     let second = r.manager();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    r.t.start_registry();
-    eventually("one of the two ends", || {
-        !r.t.is_running(first) || !r.t.is_running(second)
-    });
-    let refused = if r.t.is_running(first) { second } else { first };
-    let out = r.t.finish(refused);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already has a live publisher"), "{err}");
+    the_refused_one(&mut r, first, second);
     eventually("the other publishes the order", || {
         order_is(&r, json!(["a"]))
     });

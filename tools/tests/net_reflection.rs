@@ -311,21 +311,7 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
             .ok()
             .map(|row| row["writer_alive"].clone())
     };
-    let idle = lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/mortal",
-            "--count",
-            "0",
-            "--max-size",
-            "16",
-            "--linger",
-            "60",
-        ],
-    );
+    let idle = lab.write_from(A, "/mortal", "0", "0", "16");
     eventually("A announces the new publisher", || {
         lab.stats(B)
             .is_some_and(|s| s["peers"][0]["publications"].as_u64() == Some(2))
@@ -336,21 +322,7 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
     assert_eq!(s["writer"], "Gone", "{s}");
     assert_eq!(writer_alive_on_b(&lab), Some(false.into()));
     lab.kill(idle);
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/mortal",
-            "--count",
-            "5",
-            "--max-size",
-            "16",
-            "--linger",
-            "60",
-        ],
-    );
+    lab.write_from(A, "/mortal", "5", "0", "16");
     let r = lab.read_until(B, "/mortal", "5", "20");
     check(&mut lab, r, 5, "subscriber on B of the new writer");
     eventually("the new writer's value is live on B", || {

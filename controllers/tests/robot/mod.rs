@@ -172,3 +172,16 @@ impl Robot {
         );
     }
 }
+
+/// `/robot/manager` as `bus-inspect get --json` prints it.
+pub fn manager_order(r: &Robot) -> Option<Value> {
+    let out = r.t.inspect(&["get", "/robot/manager", "--json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("one line of JSON"))
+}
+
+/// Whether the manager's order lists exactly `controllers`.
+pub fn order_is(r: &Robot, controllers: Value) -> bool {
+    manager_order(r).is_some_and(|m| m["controllers"] == controllers)
+}
