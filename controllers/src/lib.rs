@@ -120,7 +120,7 @@ pub struct RobotController {
     refresher: Option<std::thread::JoinHandle<()>>,
     _watchdog: daemon::Watchdog,
     watched: Watched,
-    /// When this controller first published (`None` before): see `Watched::carry_over`.
+    /// When this controller first published (`None` before): see `Watched::date_new`.
     first_publish_ns: Option<u64>,
 }
 
@@ -497,10 +497,10 @@ impl RobotController {
             if listed == self.watched.listed {
                 return Ok(());
             }
-            let before = std::mem::replace(&mut self.watched, Watched::new(&self.bus, &listed)?);
+            self.watched.follow(&self.bus, &listed)?;
             let changed = self.watched.group.update_all()?;
             self.pulled(&changed);
-            self.watched.carry_over(&before, self.first_publish_ns);
+            self.watched.date_new(self.first_publish_ns);
         }
     }
 

@@ -37,6 +37,8 @@ pub(crate) struct FollowedArbiter {
     /// comes: the outcome it gives this controller's name is an earlier process's.
     pub before_us: Option<u64>,
     pub command: CommandWatch,
+    /// Followed since the last rebuild (`Watched::follow`), not dated yet (`date_new`).
+    fresh: bool,
 }
 
 /// An arbiter's coherent command, pulled with every pull of the group (not waited on: it
@@ -68,16 +70,45 @@ impl CommandWatch {
         }
     }
 
-    /// Sequence of the command held.
-    fn sequence(&self) -> Option<u64> {
-        self.subscription.as_ref().and_then(|s| s.sequence())
-    }
-
     /// Whether the command was re-stamped as its heartbeat promises (with room for a late
     /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
     pub fn responding(&self) -> bool {
         let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
         self.heartbeat_ms == 0 || self.changed_at.is_none_or(|t| t.elapsed() < limit)
+    }
+}
+
+impl FollowedArbiter {
+    /// Follows arbiter `a`'s block in `group` and its command; `fresh`: to be dated
+    /// (`Watched::date_new`). A slot of another type under an arbiter's name (a stray process,
+    /// an older build) gives no feedback rather than stopping the application.
+    fn subscribe(
+        bus: &Bus,
+        a: &str,
+        group: &mut SubscriptionGroup,
+        fresh: bool,
+    ) -> Option<FollowedArbiter> {
+        match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
+            Ok(sub) => Some(FollowedArbiter {
+                name: a.to_owned(),
+                block: group.add(sub),
+                was_alive: None,
+                held: 0,
+                starting: None,
+                before_us: None,
+                command: CommandWatch {
+                    subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
+                    changed_at: None,
+                    heartbeat_ms: 0,
+                    replaced: false,
+                },
+                fresh,
+            }),
+            Err(e) => {
+                tracing::warn!("no feedback from arbiter {a}: {e}");
+                None
+            }
+        }
     }
 }
 
@@ -94,34 +125,49 @@ impl Watched {
                 arbiter::process::MAX_ARBITERS
             );
         }
-        let mut followed = Vec::new();
-        for a in arbiters.iter().take(arbiter::process::MAX_ARBITERS) {
-            // A slot of another type under an arbiter's name (a stray process, an older build)
-            // gives no feedback rather than stopping the application.
-            match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
-                Ok(sub) => followed.push(FollowedArbiter {
-                    name: a.clone(),
-                    block: group.add(sub),
-                    was_alive: None,
-                    held: 0,
-                    starting: None,
-                    before_us: None,
-                    command: CommandWatch {
-                        subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
-                        changed_at: None,
-                        heartbeat_ms: 0,
-                        replaced: false,
-                    },
-                }),
-                Err(e) => tracing::warn!("no feedback from arbiter {a}: {e}"),
-            }
-        }
+        let followed = arbiters
+            .iter()
+            .take(arbiter::process::MAX_ARBITERS)
+            .filter_map(|a| FollowedArbiter::subscribe(bus, a, &mut group, false))
+            .collect();
         Ok(Watched {
             group,
             manager,
             listed: arbiters.to_vec(),
             arbiters: followed,
         })
+    }
+
+    /// Follows `arbiters` from now on. The arbiters followed already keep their subscriptions
+    /// and what is known of them, so a new list applies at once, also while no registry runs
+    /// to bind new subscriptions (made anew, they would give no feedback until one did); the
+    /// others are subscribed to, and dated by `date_new` once pulled.
+    pub fn follow(&mut self, bus: &Bus, arbiters: &[String]) -> Result<(), BusError> {
+        let mut released = std::mem::take(&mut self.group).release();
+        let mut before = std::mem::take(&mut self.arbiters);
+        let mut group = SubscriptionGroup::new();
+        let manager = match released.take(self.manager) {
+            Some(sub) => sub,
+            None => bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?,
+        };
+        self.manager = group.add(manager);
+        for a in arbiters.iter().take(arbiter::process::MAX_ARBITERS) {
+            let kept = before
+                .iter()
+                .position(|b| &b.name == a)
+                .map(|i| before.swap_remove(i))
+                .and_then(|mut kept| {
+                    kept.block = group.add(released.take(kept.block)?);
+                    Some(kept)
+                });
+            let followed = kept.or_else(|| FollowedArbiter::subscribe(bus, a, &mut group, true));
+            if let Some(f) = followed {
+                self.arbiters.push(f);
+            }
+        }
+        self.group = group;
+        self.listed = arbiters.to_vec();
+        Ok(())
     }
 
     /// Whether the registry made an arbiter's command slot anew under its subscription here.
@@ -150,34 +196,20 @@ impl Watched {
         }
     }
 
-    /// Keeps what was known of each arbiter still followed after a rebuild (the slots are the
-    /// same, so are their sequences). An arbiter followed only from now on, after this
-    /// controller first published at `first_publish_ns`: a block held stamped before that
+    /// Dates the blocks of the arbiters followed since the last `follow`, once pulled: after
+    /// this controller first published at `first_publish_ns`, a block held stamped before that
     /// instant is from before this controller (the arbiter's clock is taken for this one's,
     /// as for expiry).
-    pub fn carry_over(&mut self, before: &Watched, first_publish_ns: Option<u64>) {
-        for a in &mut self.arbiters {
+    pub fn date_new(&mut self, first_publish_ns: Option<u64>) {
+        for a in self.arbiters.iter_mut().filter(|a| a.fresh) {
+            a.fresh = false;
             let sub = self.group.get(a.block);
-            let sequence = sub.sequence().unwrap_or(0);
-            let newer = |s: &u64| sequence <= *s;
-            match before.arbiters.iter().find(|b| b.name == a.name) {
-                Some(then) => {
-                    a.before_us = then.before_us.filter(newer);
-                    a.starting = then.starting.filter(newer);
-                    // The same command as before is no news of the arbiter.
-                    if a.command.sequence() == then.command.sequence() {
-                        a.command.changed_at = then.command.changed_at;
-                    }
-                }
-                None => {
-                    let stamped_before = sub
-                        .value()
-                        .zip(first_publish_ns)
-                        .is_some_and(|(b, t)| b.stamp_ns < t);
-                    if stamped_before {
-                        a.before_us = Some(sequence);
-                    }
-                }
+            let stamped_before = sub
+                .value()
+                .zip(first_publish_ns)
+                .is_some_and(|(b, t)| b.stamp_ns < t);
+            if stamped_before {
+                a.before_us = sub.sequence();
             }
         }
     }

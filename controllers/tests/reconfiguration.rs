@@ -106,6 +106,31 @@ fn of_two_controllers_of_one_name_the_refused_one_never_reports_the_others_outco
     assert!(!said.contains("full"), "{said}");
 }
 
+/// A new list of arbiters while no registry runs: a controller keeps the feedback of the
+/// arbiters it already followed (it used to subscribe to them anew, which cannot bind without
+/// a registry, and reported its arbiter as not running until a registry ran again).
+#[test]
+fn a_controller_keeps_its_feedback_when_the_arbiter_list_changes_without_a_registry() {
+    let mut r = Robot::running(&["x"]);
+    let x = r.x_holding_the_turret("30");
+    eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    r.t.kill_registry();
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"x\"]\narbiters = [\"arm\", \"drive\"]\n",
+    )
+    .unwrap();
+    eventually("x follows the new list", || {
+        r.t.stdout_of(x).contains("x drive:")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let said = r.t.stdout_of(x);
+    let last_arm = said.lines().rfind(|l| l.starts_with("x arm:"));
+    assert_eq!(last_arm, Some("x arm: full (owns: turret)"), "{said}");
+}
+
 #[test]
 fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["a"]);
