@@ -17,17 +17,20 @@ each resource of one group (an arm, a drive base).\n\n\
 It follows the robot manager's priority list on /robot/manager, reads each listed controller's \
 block on /robot/controller/<name>, and publishes the coherent command on \
 /robot/arbiter/<name>/command and its feedback (owners, outcomes, state) on /robot/arbiter/<name>. \
-It wakes only when one of those changes or a block's time to live runs out.\n\n\
+It decides only when one of those changes or a block's time to live runs out, and re-stamps \
+the command every heartbeat_ms, so that a driver can tell a hung arbiter by its command's age.\n\n\
 On SIGTERM or SIGINT it sends every resource its safe command, publishes that, and exits.\n\n\
-Config (TOML):\n  name = \"arm\"\n  [[resources]]\n  name = \"shoulder\"\n  kind = \"position\"   \
-# position | velocity | switch\n  min = -1.5\n  max = 1.5\n  safe = \"hold\"       # hold | zero | off | a number"
+Config (TOML):\n  name = \"arm\"\n  heartbeat_ms = 100   # 10 to 60000; 0: never\n  [[resources]]\n  \
+name = \"shoulder\"\n  kind = \"position\"   # position | velocity | switch\n  min = -1.5\n  \
+max = 1.5\n  safe = \"hold\"       # hold (position) | zero | off | a number within the limits"
 )]
 struct Args {
     /// Arbiter configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
     /// Bus domain.
-    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
 }
 

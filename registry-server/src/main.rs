@@ -43,7 +43,8 @@ registry's user and members of --group may connect to it."
 )]
 struct Args {
     /// Bus domain to serve.
-    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
     /// Group (name or number) given read/write access to the slots; default: this process's group.
     #[arg(long)]
@@ -66,7 +67,7 @@ struct NetArgs {
     net: bool,
     /// This computer's name on the bus (origin of its values; letters, digits, '_', '-', '.');
     /// default: the host name.
-    #[arg(long, env = "BATON_HOST")]
+    #[arg(long, env = "BATON_HOST", value_parser = host_arg)]
     host: Option<String>,
     /// Multicast group registries announce themselves on.
     #[arg(long, default_value = "239.255.66.66")]
@@ -233,6 +234,11 @@ fn parse_peer(text: &str) -> Result<PeerArg, String> {
         ));
     }
     Err(example)
+}
+
+/// `--host`, checked as the command line is parsed.
+fn host_arg(host: &str) -> Result<String, String> {
+    registry::net::check_host_name(host).map(|()| host.to_owned())
 }
 
 fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetConfig, String> {

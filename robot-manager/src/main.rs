@@ -32,7 +32,8 @@ struct Args {
     #[arg(long)]
     config: PathBuf,
     /// Bus domain.
-    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
 }
 

@@ -49,7 +49,8 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Bus domain.
-    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
 }
 

@@ -41,7 +41,7 @@ Endpoints, connections and network counters come from the domain's registry-serv
 struct Args {
     /// Bus domain (the registry-server's --domain).
     #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
-          value_parser = domain_arg)]
+          value_parser = Domain::parse_arg)]
     domain: String,
     #[command(subcommand)]
     command: Command,
@@ -282,12 +282,6 @@ fn duration_arg(
 }
 
 /// `--domain`: the domain naming rule, checked with the rest of the command line.
-fn domain_arg(text: &str) -> Result<String, String> {
-    Domain::new(text)
-        .map(|d| d.as_str().to_owned())
-        .map_err(|e| e.to_string())
-}
-
 fn timeout_seconds(text: &str) -> Result<Duration, String> {
     let ok = |v: f64| v > 0.0 && v <= 365.0 * 86400.0;
     duration_arg(

@@ -14,7 +14,8 @@ use tools::stress::{cycling_size, Checked};
 )]
 struct Args {
     /// Bus domain.
-    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
     #[command(subcommand)]
     command: Command,

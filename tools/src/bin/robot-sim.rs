@@ -21,7 +21,9 @@ first-order response within limits) and a differential drive base (left, right w
 setpoints; pose integrated).\n\nReads /robot/arbiter/<arm>/command and \
 /robot/arbiter/<drive>/command, publishes /robot/resource/<arm>/state and \
 /robot/resource/<drive>/state whenever the state moves. A command whose arbiter is gone is not \
-executed: the joints hold and the wheels stop until an arbiter writes again."
+executed: the joints hold and the wheels stop until an arbiter writes again.\n\nExit status: 0 \
+when stopped (SIGTERM, SIGINT), 1 on an error of the bus, 64 for a command line that does not \
+parse or is out of range (as bus-inspect)."
 )]
 struct Args {
     /// Name of the arm's arbiter (its `name` in the arbiter's configuration).
@@ -30,7 +32,7 @@ struct Args {
     /// Name of the drive base's arbiter (another arbiter than the arm's).
     #[arg(long, default_value = "drive", value_parser = arbiter_name)]
     drive: String,
-    /// Simulation steps per second.
+    /// Simulation steps per second (above 0, at most 1000).
     #[arg(long, default_value_t = 50.0)]
     rate_hz: f64,
     /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
@@ -39,7 +41,8 @@ struct Args {
     #[arg(long, default_value_t = 500)]
     command_timeout_ms: u64,
     /// Bus domain.
-    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN)]
+    #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
+          value_parser = bus::Domain::parse_arg)]
     domain: String,
 }
 

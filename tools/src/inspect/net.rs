@@ -211,17 +211,34 @@ pub fn checks(domain: &Domain, registry: Option<u32>) -> Vec<Check> {
             format!("joined {group} on {}", devices.join(", ")),
         )
     });
-    checks.push(Check::new(
-        "multicast ttl",
-        Status::Ok,
-        if ttl <= 1 {
+    let peers = args
+        .iter()
+        .any(|a| a == "--peer" || a.starts_with("--peer="));
+    checks.push(match ttl {
+        // Linux keeps a multicast datagram of TTL 0 on this computer.
+        0 => Check::new(
+            "multicast ttl",
+            if peers { Status::Ok } else { Status::Warn },
             format!(
-                "TTL {ttl}: datagrams stay on the local network segment (no router forwards them)"
-            )
-        } else {
-            format!("TTL {ttl}: datagrams cross up to {} router(s)", ttl - 1)
-        },
-    ));
+                "TTL 0: multicast never leaves this computer{}",
+                if peers {
+                    " (the --peer addresses are reached by unicast)"
+                } else {
+                    ": no other computer hears this registry; give --ttl 1 or more, or --peer"
+                }
+            ),
+        ),
+        1 => Check::new(
+            "multicast ttl",
+            Status::Ok,
+            "TTL 1: datagrams stay on the local network segment (no router forwards them)".into(),
+        ),
+        _ => Check::new(
+            "multicast ttl",
+            Status::Ok,
+            format!("TTL {ttl}: datagrams cross up to {} router(s)", ttl - 1),
+        ),
+    });
     checks.push(clock(domain));
     checks
 }
