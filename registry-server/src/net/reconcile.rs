@@ -34,11 +34,16 @@ impl Net {
             }
         });
         // Names published both here and remotely: the local one keeps working here. Which
-        // publisher the bus follows is `peers::keeps` (decided alike on every host); a local
-        // one that loses is told (`set_published_elsewhere`): it goes on here, but a robot
-        // controller must not take the arbiters' feedback for its name as its own, so it
-        // stops. Its values are no longer sent: the hosts that follow the name follow the
-        // other host, and would only drop them.
+        // publisher the bus follows is `peers::keeps` (decided alike on every host, from what
+        // each announces); a local one that loses is told (`set_published_elsewhere`): it goes
+        // on here, but a robot controller must not take the arbiters' feedback for its name as
+        // its own, so it stops. Its values are still sent to the hosts that want them: one
+        // that does not hear the other host follows this one (the others drop them).
+        let announced: BTreeMap<SlotName, bool> = reg
+            .local_publications()
+            .into_iter()
+            .map(|p| (p.name, p.writer_alive))
+            .collect();
         let mut elsewhere = BTreeMap::new();
         for (name, claim) in &claims {
             if !reg.is_published_here(name) {
@@ -46,7 +51,7 @@ impl Net {
             }
             let here = crate::state::RemoteClaim {
                 host: self.host.clone(),
-                writer_alive: true,
+                writer_alive: announced.get(name).copied().unwrap_or(true),
                 ..claim.claim.clone()
             };
             let lost = super::peers::keeps(&claim.claim, &here);
@@ -60,9 +65,9 @@ impl Net {
                 &claim.claim.host,
             ) {
                 let outcome = if lost {
-                    "the bus follows that host's: not sending this host's values"
+                    "the bus follows that host's"
                 } else {
-                    "the bus follows this host's: not mirroring that host's"
+                    "the bus follows this host's"
                 };
                 tracing::warn!(
                     "conflict: {name} is published here and on host '{}' ({}); {outcome}",
@@ -72,7 +77,7 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         }
-        out.extend(reg.set_published_elsewhere(elsewhere.clone()));
+        out.extend(reg.set_published_elsewhere(elsewhere));
         let remote: BTreeMap<SlotName, crate::state::RemoteClaim> = claims
             .iter()
             .filter(|(name, _)| !reg.is_published_here(name))
@@ -160,7 +165,7 @@ impl Net {
         for p in reg.local_publications() {
             let name = p.name.as_str().to_owned();
             let targets = st.peers.wanting(&name);
-            if targets.is_empty() || elsewhere.contains_key(&p.name) {
+            if targets.is_empty() {
                 continue;
             }
             keep.insert(name.clone());
