@@ -88,7 +88,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         | AddWatchFlags::IN_MOVE_SELF
         | AddWatchFlags::IN_DELETE_SELF;
     let mut watches = Vec::new();
-    watch_config(&inotify, &mut watches, &args.config, changes)?;
+    watch_config(&inotify, &mut watches, &args.config, changes).map_err(|e| e.message)?;
 
     let bus = bus::Bus::open(domain.clone()).map_err(|e| e.to_string())?;
     let mut publication = bus
@@ -127,10 +127,12 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // close never seen (the file written through a link elsewhere) stops counting after
     // `WRITE_UNFINISHED_FOR`.
     let mut writing: Option<std::time::Instant> = None;
-    // Why a directory of the config is not watched now (it was removed, to be replaced), as
-    // last logged: until it is, the file is looked at only after its directory is watched
-    // again, so that no write in place goes unseen between the two.
-    let mut unwatched: Option<String> = None;
+    // Why a directory of the config is not watched now, as last logged. While it is missing
+    // (removed, to be replaced) the file is looked at only once its directory is watched again
+    // (tried every `WATCH_AGAIN_EVERY`), so that no write in place goes unseen between the two;
+    // another failure (no permission, the inotify watch limit) leaves the periodic look to
+    // find changes, as it cannot be waited out.
+    let mut unwatched: Option<WatchError> = None;
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -140,7 +142,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         // inotify misses some replacements (the config's directory replaced, a symlink on
         // the way re-pointed); a look at the file every few seconds catches those. Until the
         // registry has bound the order's slot, also look for its refusal.
-        let timeout = if unwatched.is_some() {
+        let timeout = if unwatched.as_ref().is_some_and(|e| e.missing) {
             WATCH_AGAIN_EVERY
         } else if publication.is_bound() {
             LOOK_EVERY
@@ -214,7 +216,15 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             }
             Err(e) => {
                 if unwatched.as_ref() != Some(&e) {
-                    tracing::warn!("{e}; trying again every {WATCH_AGAIN_EVERY} ms");
+                    if e.missing {
+                        tracing::warn!("{}; trying again every {WATCH_AGAIN_EVERY} ms", e.message);
+                    } else {
+                        tracing::warn!(
+                            "{}; looking at the file every {} s instead",
+                            e.message,
+                            LOOK_EVERY / 1000
+                        );
+                    }
                 }
                 unwatched = Some(e);
             }
@@ -235,7 +245,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         let now = Fingerprint::of(&args.config);
         let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
         // A change found without an event waits until the file is watched (SIGHUP does not).
-        if now != fingerprint && (reload || (!half_written && unwatched.is_none())) {
+        let waiting_for_directory = unwatched.as_ref().is_some_and(|e| e.missing);
+        if now != fingerprint && (reload || (!half_written && !waiting_for_directory)) {
             fingerprint = now;
             reload = true;
         }
@@ -323,6 +334,23 @@ type ConfigWatches = Vec<(
     (u64, u64),
 )>;
 
+/// Why a directory of the config could not be watched.
+#[derive(PartialEq)]
+struct WatchError {
+    message: String,
+    /// The directory is not there (yet): a replacement under way.
+    missing: bool,
+}
+
+impl WatchError {
+    fn of(dir: &Path, e: std::io::Error) -> WatchError {
+        WatchError {
+            message: format!("watching {}: {e}", dir.display()),
+            missing: e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
+}
+
 /// Watches `config`'s directory and, if it is a symlink, its target's, unless watched already.
 /// A directory replaced under its path (a deployment tool swaps the whole directory) is
 /// watched anew: inotify follows the old one, which no longer holds the config.
@@ -331,7 +359,7 @@ fn watch_config(
     watches: &mut ConfigWatches,
     config: &Path,
     changes: AddWatchFlags,
-) -> Result<(), String> {
+) -> Result<(), WatchError> {
     let target = std::fs::canonicalize(config).ok();
     for path in std::iter::once(config).chain(target.as_deref()) {
         let dir = path
@@ -343,7 +371,7 @@ fn watch_config(
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(dir)
                 .map(|m| (m.dev(), m.ino()))
-                .map_err(|e| format!("watching {}: {e}", dir.display()))?
+                .map_err(|e| WatchError::of(dir, e))?
         };
         let at = watches
             .iter()
@@ -359,7 +387,7 @@ fn watch_config(
         }
         let wd = inotify
             .add_watch(dir, changes)
-            .map_err(|e| format!("watching {}: {e}", dir.display()))?;
+            .map_err(|e| WatchError::of(dir, e.into()))?;
         watches.push((wd, dir.to_owned(), name, identity));
     }
     Ok(())
