@@ -556,12 +556,15 @@ impl Slot {
     /// `first_sequence` on (`writer_state_of`; 0: every value the slot holds counts as its
     /// own, as for a mirror, whose values are all its origin's). The same live writer
     /// registering again (after a registry restart) changes nothing, so that its readers never
-    /// see it as anything but alive.
+    /// see it as anything but alive; the same process registering again after it was marked
+    /// gone (a registry that took it for dead, or closed its connection) keeps its first
+    /// sequence: the values it wrote are still its own.
     pub fn set_writer(&self, pid: u32, start_time: u64, first_sequence: u64) {
         let version = self.word32(OFF_WRITER_VERSION);
-        if self.writer_state() == WriterState::Alive
-            && self.load32(OFF_WRITER_PID) == pid
-            && self.load64(OFF_WRITER_START) == start_time
+        let same_process =
+            self.load32(OFF_WRITER_PID) == pid && self.load64(OFF_WRITER_START) == start_time;
+        if same_process
+            && self.writer_state() == WriterState::Alive
             && version.load(Ordering::Relaxed) % 2 == 0
         {
             return;
@@ -572,7 +575,9 @@ impl Slot {
         fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
-        self.store64(OFF_WRITER_FIRST, first_sequence);
+        if !same_process {
+            self.store64(OFF_WRITER_FIRST, first_sequence);
+        }
         self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
         version.store(changing.wrapping_add(1), Ordering::Release);
     }

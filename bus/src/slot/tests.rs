@@ -328,7 +328,11 @@ fn a_value_from_before_the_writer_registered_is_a_gone_writers() {
     assert_eq!(slot.writer_state_of(Some(0)), WriterState::Alive);
     slot.write(b"new").unwrap();
     assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
-    // The same writer registering again (a registry restart) keeps its first sequence.
+    // The same writer registering again (a registry restart) keeps its first sequence, also
+    // after it was marked gone (a registry that took it for dead).
+    slot.set_writer(11, 1100, slot.latest_sequence() + 1);
+    assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
+    slot.mark_writer_gone();
     slot.set_writer(11, 1100, slot.latest_sequence() + 1);
     assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
     // Every value counts as the writer's with first sequence 0.

@@ -1,0 +1,177 @@
+//! The slots one arbiter follows: the manager's order, the resource state and every listed
+//! controller's block, in one subscription group, with each block parsed once per change.
+
+use std::collections::BTreeMap;
+
+use bus::{Bus, BusError, Member, Serde, SubscriptionGroup, WriterState};
+
+use super::{StopRequest, MAX_CONTROLLERS};
+use crate::algorithm::Request;
+use crate::config::ArbiterConfig;
+use crate::protocol::{
+    controller_slot, state_slot, ControllerBlock, ManagerConfig, ResourceState, MANAGER_SLOT,
+};
+
+/// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
+/// controller's block parsed and its writer's liveness read once per change (`requests`,
+/// `alive`, by position in `controllers`): a cycle touches only the slots that changed.
+pub(super) struct Watched {
+    pub(super) group: SubscriptionGroup,
+    pub(super) manager: Member<ManagerConfig, Serde>,
+    pub(super) state: Member<ResourceState, Serde>,
+    /// `None`: a listed controller this arbiter cannot follow (its slot holds another type,
+    /// or the list is longer than one group can wait on); it counts as absent.
+    pub(super) controllers: Vec<(String, Option<Member<ControllerBlock, Serde>>)>,
+    pub(super) requests: Vec<Option<Request>>,
+    pub(super) alive: Vec<bool>,
+    /// Per controller: the sequence of the block parsed and when it was first read, so that a
+    /// block read again (its member reported for another reason) keeps its first read time,
+    /// which caps its expiry (`ControllerBlock::expires_at_ns`).
+    pub(super) read_at: Vec<Option<(u64, u64)>>,
+}
+
+impl Watched {
+    /// Watches `controllers` (distinct names) in that order. A controller that cannot be
+    /// followed is logged and counts as absent, so that one bad slot never stops the arbiter.
+    /// A `stop` request wakes its group. The subscriptions of `previous` (the slots watched
+    /// until now) are kept for the names it watched: a new order takes effect at once, even
+    /// while no registry runs to bind new subscriptions (every controller would count as
+    /// absent until one did).
+    pub(super) fn new(
+        bus: &Bus,
+        arbiter: &str,
+        controllers: &[String],
+        stop: &StopRequest,
+        previous: Option<Watched>,
+    ) -> Result<Watched, BusError> {
+        // Per name kept: its member in the old group, and when its block was first read (the
+        // cap on its expiry stays the same).
+        type Kept = (Member<ControllerBlock, Serde>, Option<(u64, u64)>);
+        let mut kept = previous.map(|p| {
+            let members: BTreeMap<String, Kept> = p
+                .controllers
+                .into_iter()
+                .zip(p.read_at)
+                .filter_map(|((name, member), read_at)| Some((name, (member?, read_at))))
+                .collect();
+            (p.group.release(), p.manager, p.state, members)
+        });
+        let mut group = SubscriptionGroup::new();
+        group.wake_on(&stop.waker);
+        let manager = match kept.as_mut().and_then(|(r, m, _, _)| r.take(*m)) {
+            Some(sub) => sub,
+            None => bus.subscribe::<ManagerConfig>(MANAGER_SLOT)?,
+        };
+        let manager = group.add(manager);
+        let state = match kept.as_mut().and_then(|(r, _, s, _)| r.take(*s)) {
+            Some(sub) => sub,
+            None => bus.subscribe::<ResourceState>(&state_slot(arbiter))?,
+        };
+        let state = group.add(state);
+        if controllers.len() > MAX_CONTROLLERS {
+            tracing::warn!(
+                "{arbiter}: the manager lists {} controllers; following the first \
+                 {MAX_CONTROLLERS}, the rest count as absent",
+                controllers.len()
+            );
+        }
+        let mut members = Vec::new();
+        let mut read_at = Vec::new();
+        for (i, name) in controllers.iter().enumerate() {
+            let (reused, first_read) = match kept.as_mut() {
+                Some((released, _, _, members)) if i < MAX_CONTROLLERS => match members.get(name) {
+                    Some((member, first_read)) => (released.take(*member), *first_read),
+                    None => (None, None),
+                },
+                _ => (None, None),
+            };
+            read_at.push(first_read);
+            let member = if i >= MAX_CONTROLLERS {
+                None
+            } else if let Some(sub) = reused {
+                Some(group.add(sub))
+            } else {
+                match bus.subscribe::<ControllerBlock>(&controller_slot(name)) {
+                    Ok(sub) => Some(group.add(sub)),
+                    Err(e) => {
+                        tracing::warn!("{arbiter}: controller {name} counts as absent: {e}");
+                        None
+                    }
+                }
+            };
+            members.push((name.clone(), member));
+        }
+        Ok(Watched {
+            group,
+            manager,
+            state,
+            requests: vec![None; members.len()],
+            alive: vec![false; members.len()],
+            read_at,
+            controllers: members,
+        })
+    }
+
+    /// Whether a member in `changed` found its slot made anew by the registry (it restarted on
+    /// corrupted or removed segments): only a new subscription follows the new slot.
+    pub(super) fn any_replaced(&self, changed: &[usize]) -> bool {
+        changed
+            .iter()
+            .any(|&i| matches!(self.group.error(i), Some(BusError::Replaced { .. })))
+    }
+
+    pub(super) fn controller_names(&self) -> Vec<&str> {
+        self.controllers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
+    /// as changed when its writer comes or goes as well as on a new value, so the cached
+    /// liveness follows the slot.
+    pub(super) fn parse(
+        &mut self,
+        config: &ArbiterConfig,
+        changed: &[usize],
+        all: bool,
+        read_ns: u64,
+    ) {
+        let arbiter = config.name.as_str();
+        let cached = self
+            .requests
+            .iter_mut()
+            .zip(&mut self.alive)
+            .zip(&mut self.read_at);
+        for ((name, member), ((request, alive), read_at)) in self.controllers.iter().zip(cached) {
+            let Some(member) = member else {
+                (*request, *alive, *read_at) = (None, false, None);
+                continue;
+            };
+            if all || changed.contains(&member.index()) {
+                if let Some(e) = self.group.take_error(member.index()) {
+                    // A value that cannot be read (it does not decode, or the slot's memory
+                    // is corrupt) is passed over: the last good block stays and expires with
+                    // its time to live, and the controller's next write is read again. A slot
+                    // the registry refused (another type) has left the group, and its
+                    // controller counts as absent.
+                    tracing::warn!("{arbiter}: controller {name}: {e}");
+                }
+                let sub = self.group.get(*member);
+                let sequence = sub.sequence();
+                let read_ns = match *read_at {
+                    Some((s, first)) if Some(s) == sequence => first,
+                    _ => read_ns,
+                };
+                *read_at = sequence.map(|s| (s, read_ns));
+                match (sub.value(), request) {
+                    (Some(block), Some(request)) => {
+                        request.reparse(arbiter, &config.resources, block, read_ns)
+                    }
+                    (block, request) => {
+                        *request =
+                            block.map(|b| Request::parse(arbiter, &config.resources, b, read_ns))
+                    }
+                }
+                *alive = sub.writer() == Some(WriterState::Alive);
+            }
+        }
+    }
+}
