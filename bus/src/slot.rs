@@ -549,7 +549,21 @@ impl Slot {
     /// Whether value `sequence` was written before the writer recorded now. Sequence 0 is
     /// never a value.
     fn is_earlier_writers(&self, sequence: Option<u64>) -> bool {
-        sequence.is_some_and(|s| s != 0 && s < self.load64(OFF_WRITER_FIRST))
+        sequence.is_some_and(|s| s != 0 && s < self.writer_first_sequence())
+    }
+
+    /// The first sequence that is the recorded writer's (`set_writer`; 0: every value).
+    pub fn writer_first_sequence(&self) -> u64 {
+        self.load64(OFF_WRITER_FIRST)
+    }
+
+    /// Sets the first sequence that is the writer's, the writer staying the same: a mirror's
+    /// registry learns from the origin host which of the values it holds are its origin's
+    /// running publisher's (see `set_writer`).
+    pub fn set_writer_first_sequence(&self, first: u64) {
+        // Release: with the values it dates, for a reader that loads it after them.
+        self.word64(OFF_WRITER_FIRST)
+            .store(first, Ordering::Release);
     }
 
     /// Records the slot's writer (registry, at registration): its values are those from

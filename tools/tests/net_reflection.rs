@@ -503,3 +503,44 @@ fn an_unused_mirror_of_a_gone_publisher_is_forgotten() {
     lab.kill(writer);
     eventually("B forgets the mirror", || !mirrored(&lab));
 }
+
+/// A name whose publisher died on host B and that a new publisher takes on host A, which has
+/// not written yet: B's slot, now a mirror of A's, does not pass the dead publisher's value off
+/// as the new one's (a robot controller killed on one computer and started again on another
+/// would have its old command obeyed); A's first value is live on B.
+#[test]
+fn a_name_taken_over_on_another_host_does_not_revive_the_dead_publishers_value() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let writer_on_b = |lab: &Lab| {
+        let out = lab.inspect(B, &["list", "/moved", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
+    };
+    let reader = lab.read_for(B, "/moved", "30");
+    let died = lab.write_from(B, "/moved", "3", "0", "16");
+    // Values written before the registry bound the publication arrive as one, the last.
+    eventually("B's slot holds a value", || {
+        writer_on_b(&lab).is_some_and(|row| row["sequence"].as_u64() >= Some(1))
+    });
+    let held = writer_on_b(&lab).unwrap()["sequence"].clone();
+    lab.kill(died);
+    // A refuses a name another host announces: wait until B no longer does.
+    eventually("A hears that B's publisher is gone", || {
+        lab.stats(A)
+            .is_some_and(|s| s["peers"][0]["publications"].as_u64() == Some(1))
+    });
+    let idle = lab.write_from(A, "/moved", "0", "0", "16");
+    eventually("B mirrors A's publication", || {
+        writer_on_b(&lab).is_some_and(|row| row["origin"] == "hA")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let row = writer_on_b(&lab).unwrap();
+    assert_eq!(row["writer_alive"], false, "{row}");
+    lab.kill(idle);
+    lab.write_from(A, "/moved", "5", "0", "16");
+    eventually("A's new writer's value is live on B", || {
+        writer_on_b(&lab).is_some_and(|row| row["writer_alive"] == true && row["sequence"] != held)
+    });
+    lab.kill(reader);
+}

@@ -226,6 +226,7 @@ mod tests {
             schema_hash: 1,
             capacity: 8,
             writer_alive: true,
+            writer_first: 0,
             schema: vec![7; schema_len],
         }
     }

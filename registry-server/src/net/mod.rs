@@ -153,6 +153,30 @@ struct Mirror {
     /// Session of the origin registry the ordering below belongs to.
     origin_session: u64,
     last_sequence: u64,
+    /// The origin's running publisher as last dated (`date_held`): its registry's session
+    /// and the first sequence of its values; `None` while the origin announces none.
+    publisher: Option<(u64, u64)>,
+}
+
+impl Mirror {
+    /// Tells whether the value held is the running publisher's at the origin, whose values
+    /// start at `first` in the series of the origin's session `session`, before the mirror
+    /// reads as written by it: the value held counts only if it came from that session at or
+    /// after `first`. (A value from an earlier publisher, of this origin or of another host,
+    /// or from a previous series, reads as its gone writer's until the next value comes.)
+    fn date_held(&mut self, session: u64, first: u64) {
+        if self.publisher == Some((session, first)) {
+            return;
+        }
+        self.publisher = Some((session, first));
+        let latest = self.slot.latest_sequence();
+        let current = latest != 0
+            && self.slot.origin() == self.origin
+            && self.slot.origin_session() == session
+            && self.slot.origin_sequence() >= first;
+        self.slot
+            .set_writer_first_sequence(if current { 0 } else { latest.saturating_add(1) });
+    }
 }
 
 struct NetState {

@@ -54,6 +54,8 @@ fn same_content(a: &Announce, b: &Announce) -> bool {
 pub struct Claim {
     pub claim: RemoteClaim,
     pub info: PubInfo,
+    /// The session of the publishing host's registry, as followed now.
+    pub session: u64,
 }
 
 #[derive(Default)]
@@ -196,6 +198,7 @@ impl Peers {
                         writer_alive: info.writer_alive,
                     },
                     info: info.clone(),
+                    session: p.session,
                 };
                 match claims.get_mut(&name) {
                     None => {
@@ -255,6 +258,7 @@ mod tests {
                     schema_hash: 1,
                     capacity: 8,
                     writer_alive: true,
+                    writer_first: 0,
                     schema: Vec::new(),
                 })
                 .collect(),

@@ -249,6 +249,14 @@ impl Net {
         if v.bytes.len() > m.slot.capacity() {
             return Err(Drop::Oversized);
         }
+        if m.publisher
+            .is_some_and(|(s, first)| s == session && v.sequence < first)
+        {
+            // An earlier publisher's value, come late: it reads as its gone writer's (the
+            // write below makes it sequence `latest + 1`).
+            let latest = m.slot.latest_sequence();
+            m.slot.set_writer_first_sequence(latest.saturating_add(2));
+        }
         m.last_sequence = v.sequence;
         m.slot.set_origin_session(session);
         m.slot.set_origin_sequence(v.sequence);

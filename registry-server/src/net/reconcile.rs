@@ -103,6 +103,15 @@ impl Net {
                     continue;
                 }
             };
+            // Before the mirror reads as written by the origin's running publisher: which of its
+            // values are that publisher's.
+            if let Some(m) = st.mirrors.get_mut(name.as_str()) {
+                if !c.info.writer_alive {
+                    m.publisher = None;
+                } else if m.origin == c.claim.host {
+                    m.date_held(c.session, c.info.writer_first);
+                }
+            }
             match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
                 Ok((segment, bound, created)) => {
                     out.extend(bound);
@@ -124,6 +133,7 @@ impl Net {
                                         hash: c.claim.schema_hash,
                                         origin_session,
                                         last_sequence,
+                                        publisher: None,
                                     },
                                 );
                             }
@@ -132,6 +142,9 @@ impl Net {
                     }
                     if !c.info.writer_alive {
                         reg.mirror_writer_gone(name);
+                    } else if let Some(m) = st.mirrors.get_mut(name.as_str()) {
+                        // A mirror just made (or adopted): dated now.
+                        m.date_held(c.session, c.info.writer_first);
                     }
                 }
                 Err(reason) => {
@@ -251,6 +264,7 @@ impl Net {
                     schema_hash: p.schema.hash.0,
                     capacity: p.capacity,
                     writer_alive: p.writer_alive,
+                    writer_first: p.writer_first,
                     schema: p.schema.bytes.clone(),
                 })
                 .collect(),

@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 4] = *b"BTNW";
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -260,8 +260,11 @@ pub struct PubInfo {
     pub type_name: String,
     pub schema_hash: u64,
     pub capacity: u64,
-    /// Whether the publishing process still runs.
+    /// Whether the publishing process still runs, and wrote the value the slot holds.
     pub writer_alive: bool,
+    /// The slot's sequence from which its values are the running publisher's (0: all): a
+    /// mirror tells by it whether the value it holds is that publisher's or an earlier one's.
+    pub writer_first: u64,
     /// `Schema::to_bytes`, so that a mirror can store the schema like any slot.
     pub schema: Vec<u8>,
 }
@@ -446,6 +449,7 @@ mod tests {
                 schema_hash: 3,
                 capacity: 64,
                 writer_alive: true,
+                writer_first: 7,
                 schema: vec![1, 2],
             }],
             wants: vec!["/y".into()],

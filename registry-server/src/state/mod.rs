@@ -148,6 +148,8 @@ pub struct LocalPublication {
     pub schema: StoredSchema,
     pub capacity: u64,
     pub writer_alive: bool,
+    /// The slot's sequence from which its values are its running writer's.
+    pub writer_first: u64,
     pub segment: String,
 }
 

@@ -88,6 +88,7 @@ impl Registry {
                     // writer died is not announced alive before it writes.
                     writer_alive: slot.writer_state_of(Some(slot.latest_sequence()))
                         == WriterState::Alive,
+                    writer_first: slot.writer_first_sequence(),
                     segment: slot.segment().to_owned(),
                 })
             })
@@ -204,21 +205,25 @@ impl Registry {
         }
         if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
             if slot.origin() != claim.host {
-                // The ordering kept in the slot (session, sequence) was another host's.
+                // The ordering kept in the slot (session, sequence) was another host's, and so
+                // is the value it holds: none of this origin's publisher's yet.
                 slot.set_origin_session(0);
                 slot.set_origin_sequence(0);
+                slot.set_writer_first_sequence(slot.latest_sequence().saturating_add(1));
             }
             slot.set_origin(&claim.host);
             entry.origin = Some(claim.host.clone());
         }
-        // A mirror's values are all its origin's (its first sequence 0): whether their writer
-        // lives is what the origin host announces, which already counts a value from before
-        // its publisher registered as gone. A mirror made for a gone publisher gets a writer
-        // once (then marked gone), so that it lists as one.
+        // Whether a mirror's value is its origin's running publisher's is what the origin
+        // host announces (`writer_alive`), and which of the values it held that publisher
+        // wrote (`net::reconcile` dates the value held by its first sequence; the registry
+        // stays the writer, keeping it). A mirror made for a gone publisher gets a writer once
+        // (then marked gone), so that it lists as one.
         let writer = slot.writer();
         let registry_alive = writer.state == WriterState::Alive && writer.pid == std::process::id();
         if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
-            slot.set_writer(std::process::id(), bus::process::own_start_time(), 0);
+            let first = slot.writer_first_sequence();
+            slot.set_writer(std::process::id(), bus::process::own_start_time(), first);
         }
         out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))
