@@ -165,10 +165,16 @@ impl Mirror {
     /// after `first`. (A value from an earlier publisher, of this origin or of another host,
     /// or from a previous series, reads as its gone writer's until the next value comes.)
     fn date_held(&mut self, session: u64, first: u64) {
-        if self.publisher == Some((session, first)) {
+        let before = self.publisher.replace((session, first));
+        if before == Some((session, first)) {
             return;
         }
-        self.publisher = Some((session, first));
+        if before.is_some_and(|(_, f)| f == first) && self.slot.writer_first_sequence() == 0 {
+            // Only the origin's registry restarted (a new session, the same publisher: its
+            // first sequence changes with every other process that takes the name): the value
+            // held stays its. Dated anew it would read as gone until the origin sends again.
+            return;
+        }
         let latest = self.slot.latest_sequence();
         let current = latest != 0
             && self.slot.origin() == self.origin
