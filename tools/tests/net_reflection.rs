@@ -524,11 +524,25 @@ fn a_name_taken_over_on_another_host_does_not_revive_the_dead_publishers_value()
         writer_on_b(&lab).is_some_and(|row| row["sequence"].as_u64() >= Some(1))
     });
     let held = writer_on_b(&lab).unwrap()["sequence"].clone();
+    // A refuses a name another host announces: wait until A knows B's publisher, and then
+    // until it knows it gone.
+    let alive_on_b_says_a = |lab: &Lab| {
+        let out = lab.inspect(A, &["get", "/baton/registry/directory", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|d| {
+                d["entries"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == "/moved")
+                    .map(|e| e["publisher_alive"] == true)
+            })
+            .unwrap_or(false)
+    };
+    eventually("A hears of B's publisher", || alive_on_b_says_a(&lab));
     lab.kill(died);
-    // A refuses a name another host announces: wait until B no longer does.
     eventually("A hears that B's publisher is gone", || {
-        lab.stats(A)
-            .is_some_and(|s| s["peers"][0]["publications"].as_u64() == Some(1))
+        !alive_on_b_says_a(&lab)
     });
     let idle = lab.write_from(A, "/moved", "0", "0", "16");
     eventually("B mirrors A's publication", || {
