@@ -6,7 +6,7 @@
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
 //! 512    latest sequence (u64), notify word (u32), waiters (u64: epoch, count) (one cache line)
 //! 576    writer pid, state, start time, origin host, origin sequence, writer record version,
-//!        writer's first sequence                                             (registry-maintained)
+//!        writer's first sequence, series, origin series                      (registry-maintained)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      `buffer_count` buffers, each: seq, len, write time (64 B) + `capacity` payload bytes
 //! ```
@@ -79,6 +79,12 @@ const OFF_WRITER_VERSION: usize = 680;
 /// is an earlier writer's. 0 in segments made before it was kept: every value counts as the
 /// writer's.
 const OFF_WRITER_FIRST: usize = 688;
+/// Which segment this is of those ever made for the slot's name: its creation time in
+/// nanoseconds, written once by `create` (0 in segments made before it was kept). A slot made
+/// anew numbers its values from 1 again: a mirror tells the two series apart by it.
+const OFF_SERIES: usize = 696;
+/// In a mirror: the origin slot's series of the value held (see `origin_sequence`).
+const OFF_ORIGIN_SERIES: usize = 704;
 /// How often `Slot::writer` reads a record that changes meanwhile before taking it as it is.
 const TRIES_FOR_A_SETTLED_RECORD: u32 = 10_000;
 pub(crate) const HEADER_SIZE: usize = 1024;
@@ -655,6 +661,22 @@ impl Slot {
     pub fn set_origin_session(&self, session: u64) {
         self.word64(OFF_ORIGIN_SESSION)
             .store(session, Ordering::Release);
+    }
+
+    /// Which segment of its name this is (see `OFF_SERIES`); 0 when not known.
+    pub fn series(&self) -> u64 {
+        self.load64(OFF_SERIES)
+    }
+
+    /// In a mirror: the origin slot's series of the value held; 0 when unknown.
+    pub fn origin_series(&self) -> u64 {
+        self.load64(OFF_ORIGIN_SERIES)
+    }
+
+    /// Stores the origin series of the value about to be written by the mirror's writer.
+    pub fn set_origin_series(&self, series: u64) {
+        self.word64(OFF_ORIGIN_SERIES)
+            .store(series, Ordering::Release);
     }
 
     /// The word writers bump and waiters sleep on.

@@ -558,3 +558,46 @@ fn a_name_taken_over_on_another_host_does_not_revive_the_dead_publishers_value()
     });
     lab.kill(reader);
 }
+
+/// A slot made anew on its host (the old one forgotten: `--keep-unused 0`) numbers its values
+/// from 1 again: another host's mirror follows the new series from its first value, and does
+/// not pass the old slot's value off as the new publisher's before it writes. The mirror used
+/// to drop the new values as older than the last one it held, and to show the dead
+/// publisher's value as the new one's.
+#[test]
+fn a_slot_made_anew_on_its_host_is_followed_from_its_first_value() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--keep-unused", "0"], &[]);
+    lab.start_registry(B, &[], &[]);
+    let row = |lab: &Lab, host: usize| {
+        let out = lab.inspect(host, &["list", "/anew", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
+    };
+    let value_on_b = |lab: &Lab| {
+        let out = lab.inspect(B, &["get", "/anew", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .map(|v| v["sequence"].clone())
+    };
+    let reader = lab.read_for(B, "/anew", "30");
+    let old = lab.write_from(A, "/anew", "20", "0", "16");
+    eventually("B mirrors the old slot's last value", || {
+        value_on_b(&lab) == Some(20.into())
+    });
+    lab.kill(old);
+    eventually("A forgets the unused slot", || row(&lab, A).is_none());
+    let idle = lab.write_from(A, "/anew", "0", "0", "16");
+    eventually("A has the new slot", || {
+        row(&lab, A).is_some_and(|r| r["writer_alive"] == true)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let held = row(&lab, B).unwrap();
+    assert_eq!(held["writer_alive"], false, "{held}");
+    lab.kill(idle);
+    lab.write_from(A, "/anew", "3", "0", "16");
+    eventually("B takes the new slot's values", || {
+        value_on_b(&lab) == Some(3.into())
+            && row(&lab, B).is_some_and(|r| r["writer_alive"] == true)
+    });
+    lab.kill(reader);
+}

@@ -59,6 +59,7 @@ impl Slot {
         slot.store32(OFF_NAME_LEN, name_bytes.len() as u32);
         slot.copy_in(OFF_NAME, name_bytes);
         slot.copy_in(HEADER_SIZE, &schema_bytes);
+        slot.store64(OFF_SERIES, now_ns().max(1));
         // Magic last: a header with the magic is complete.
         slot.word64(OFF_MAGIC).store(MAGIC, Ordering::Release);
         Ok(slot)

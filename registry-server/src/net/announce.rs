@@ -227,6 +227,7 @@ mod tests {
             capacity: 8,
             writer_alive: true,
             writer_first: 0,
+            series: 0,
             schema: vec![7; schema_len],
         }
     }

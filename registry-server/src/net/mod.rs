@@ -152,33 +152,38 @@ struct Mirror {
     hash: u64,
     /// Session of the origin registry the ordering below belongs to.
     origin_session: u64,
+    /// The origin slot's series (`Slot::series`) the values taken belong to, as its host
+    /// announces it: a slot made anew there numbers its values from 1 again.
+    series: u64,
     last_sequence: u64,
-    /// The origin's running publisher as last dated (`date_held`): its registry's session
-    /// and the first sequence of its values; `None` while the origin announces none.
+    /// The origin's running publisher as last dated (`date_held`): the series and the first
+    /// sequence of its values; `None` while the origin announces none.
     publisher: Option<(u64, u64)>,
 }
 
 impl Mirror {
-    /// Tells whether the value held is the running publisher's at the origin, whose values
-    /// start at `first` in the series of the origin's session `session`, before the mirror
-    /// reads as written by it: the value held counts only if it came from that session at or
-    /// after `first`. (A value from an earlier publisher, of this origin or of another host,
-    /// or from a previous series, reads as its gone writer's until the next value comes.)
-    fn date_held(&mut self, session: u64, first: u64) {
-        let before = self.publisher.replace((session, first));
-        if before == Some((session, first)) {
-            return;
+    /// Follows the origin slot's series as announced: values of another series are another
+    /// slot's, numbered anew, so their order starts again.
+    fn follow_series(&mut self, series: u64) {
+        if self.series != series {
+            self.series = series;
+            self.last_sequence = 0;
         }
-        if before.is_some_and(|(_, f)| f == first) && self.slot.writer_first_sequence() == 0 {
-            // Only the origin's registry restarted (a new session, the same publisher: its
-            // first sequence changes with every other process that takes the name): the value
-            // held stays its. Dated anew it would read as gone until the origin sends again.
+    }
+
+    /// Tells whether the value held is the running publisher's at the origin, whose values
+    /// start at `first` in the origin slot's series `series`, before the mirror reads as
+    /// written by it: the value held counts only if it came from that series at or after
+    /// `first`. (A value of an earlier publisher, of this origin or of another host, or of a
+    /// slot since made anew, reads as its gone writer's until the next value comes.)
+    fn date_held(&mut self, series: u64, first: u64) {
+        if self.publisher.replace((series, first)) == Some((series, first)) {
             return;
         }
         let latest = self.slot.latest_sequence();
         let current = latest != 0
             && self.slot.origin() == self.origin
-            && self.slot.origin_session() == session
+            && self.slot.origin_series() == series
             && self.slot.origin_sequence() >= first;
         self.slot
             .set_writer_first_sequence(if current { 0 } else { latest.saturating_add(1) });

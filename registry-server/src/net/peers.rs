@@ -54,8 +54,6 @@ fn same_content(a: &Announce, b: &Announce) -> bool {
 pub struct Claim {
     pub claim: RemoteClaim,
     pub info: PubInfo,
-    /// The session of the publishing host's registry, as followed now.
-    pub session: u64,
 }
 
 #[derive(Default)]
@@ -198,7 +196,6 @@ impl Peers {
                         writer_alive: info.writer_alive,
                     },
                     info: info.clone(),
-                    session: p.session,
                 };
                 match claims.get_mut(&name) {
                     None => {
@@ -259,6 +256,7 @@ mod tests {
                     capacity: 8,
                     writer_alive: true,
                     writer_first: 0,
+                    series: 0,
                     schema: Vec::new(),
                 })
                 .collect(),

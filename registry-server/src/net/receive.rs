@@ -250,7 +250,7 @@ impl Net {
             return Err(Drop::Oversized);
         }
         if m.publisher
-            .is_some_and(|(s, first)| s == session && v.sequence < first)
+            .is_some_and(|(series, first)| series == m.series && v.sequence < first)
         {
             // An earlier publisher's value, come late: it reads as its gone writer's (the
             // write below makes it sequence `latest + 1`).
@@ -259,6 +259,7 @@ impl Net {
         }
         m.last_sequence = v.sequence;
         m.slot.set_origin_session(session);
+        m.slot.set_origin_series(m.series);
         m.slot.set_origin_sequence(v.sequence);
         if m.slot.write_at(v.bytes, v.write_time_ns).is_err() {
             return Err(Drop::Oversized);

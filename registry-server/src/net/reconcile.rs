@@ -106,10 +106,13 @@ impl Net {
             // Before the mirror reads as written by the origin's running publisher: which of its
             // values are that publisher's.
             if let Some(m) = st.mirrors.get_mut(name.as_str()) {
+                if m.origin == c.claim.host {
+                    m.follow_series(c.info.series);
+                }
                 if !c.info.writer_alive {
                     m.publisher = None;
                 } else if m.origin == c.claim.host {
-                    m.date_held(c.session, c.info.writer_first);
+                    m.date_held(c.info.series, c.info.writer_first);
                 }
             }
             match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
@@ -125,17 +128,18 @@ impl Net {
                                 // An adopted mirror resumes ordering from what it holds.
                                 let last_sequence = slot.origin_sequence();
                                 let origin_session = slot.origin_session();
-                                st.mirrors.insert(
-                                    name.as_str().to_owned(),
-                                    Mirror {
-                                        slot,
-                                        origin: c.claim.host.clone(),
-                                        hash: c.claim.schema_hash,
-                                        origin_session,
-                                        last_sequence,
-                                        publisher: None,
-                                    },
-                                );
+                                let series = slot.origin_series();
+                                let mut mirror = Mirror {
+                                    slot,
+                                    origin: c.claim.host.clone(),
+                                    hash: c.claim.schema_hash,
+                                    origin_session,
+                                    series,
+                                    last_sequence,
+                                    publisher: None,
+                                };
+                                mirror.follow_series(c.info.series);
+                                st.mirrors.insert(name.as_str().to_owned(), mirror);
                             }
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
                         }
@@ -144,7 +148,7 @@ impl Net {
                         reg.mirror_writer_gone(name);
                     } else if let Some(m) = st.mirrors.get_mut(name.as_str()) {
                         // A mirror just made (or adopted): dated now.
-                        m.date_held(c.session, c.info.writer_first);
+                        m.date_held(c.info.series, c.info.writer_first);
                     }
                 }
                 Err(reason) => {
@@ -265,6 +269,7 @@ impl Net {
                     capacity: p.capacity,
                     writer_alive: p.writer_alive,
                     writer_first: p.writer_first,
+                    series: p.series,
                     schema: p.schema.bytes.clone(),
                 })
                 .collect(),

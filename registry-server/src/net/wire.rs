@@ -5,7 +5,7 @@
 //! Every datagram is one fragment of one message; a message that fits is a single fragment.
 //!
 //! ```text
-//! 0   magic "BTNW"            4   version (3)          5  flags (bit 0: MAC trailer present)
+//! 0   magic "BTNW"            4   version (4)          5  flags (bit 0: MAC trailer present)
 //! 6   reserved u16 = 0        8   domain (FNV-1a of the domain name)
 //! 16  sender (FNV-1a of the sender's host name)        24 session (sender's start, ns)
 //! 32  packet (per-sender counter: replay window)       40 channel (0: announce; else slot)
@@ -265,6 +265,9 @@ pub struct PubInfo {
     /// The slot's sequence from which its values are the running publisher's (0: all): a
     /// mirror tells by it whether the value it holds is that publisher's or an earlier one's.
     pub writer_first: u64,
+    /// Which segment of its name the slot is (`Slot::series`): one made anew numbers its
+    /// values from 1 again.
+    pub series: u64,
     /// `Schema::to_bytes`, so that a mirror can store the schema like any slot.
     pub schema: Vec<u8>,
 }
@@ -450,6 +453,7 @@ mod tests {
                 capacity: 64,
                 writer_alive: true,
                 writer_first: 7,
+                series: 9,
                 schema: vec![1, 2],
             }],
             wants: vec!["/y".into()],

@@ -150,6 +150,8 @@ pub struct LocalPublication {
     pub writer_alive: bool,
     /// The slot's sequence from which its values are its running writer's.
     pub writer_first: u64,
+    /// Which segment of its name the slot is (`Slot::series`).
+    pub series: u64,
     pub segment: String,
 }
 

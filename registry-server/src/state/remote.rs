@@ -89,6 +89,7 @@ impl Registry {
                     writer_alive: slot.writer_state_of(Some(slot.latest_sequence()))
                         == WriterState::Alive,
                     writer_first: slot.writer_first_sequence(),
+                    series: slot.series(),
                     segment: slot.segment().to_owned(),
                 })
             })
