@@ -223,7 +223,9 @@ impl Registry {
         let writer = slot.writer();
         let registry_alive = writer.state == WriterState::Alive && writer.pid == std::process::id();
         if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
-            let first = slot.writer_first_sequence();
+            // Taken over (made now, or adopted from an earlier registry): what it holds counts
+            // as its publisher's only once dated.
+            let first = slot.latest_sequence().saturating_add(1);
             slot.set_writer(std::process::id(), bus::process::own_start_time(), first);
         }
         out.extend(entry.bind_waiting(&segment));
