@@ -574,7 +574,7 @@ impl Slot {
 
     /// Records the slot's writer (registry, at registration): its values are those from
     /// `first_sequence` on (`writer_state_of`; 0: every value the slot holds counts as its
-    /// own, as for a mirror, whose values are all its origin's). The same live writer
+    /// own; a mirror's registry dates them with `set_writer_first_sequence`). The same live writer
     /// registering again (after a registry restart) changes nothing, so that its readers never
     /// see it as anything but alive; the same process registering again after it was marked
     /// gone (a registry that took it for dead, or closed its connection) keeps its first
