@@ -6,7 +6,9 @@
 mod common;
 mod netns;
 
-use netns::{eventually, Lab};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+
+use netns::{capture_from, eventually, Lab, PORT};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -153,4 +155,34 @@ fn a_value_over_the_receivers_limits_is_logged_with_slot_size_and_option() {
     for r in readers {
         lab.kill(r);
     }
+}
+
+/// A registry of the domain that speaks another wire version (a computer running another Baton
+/// release) is named in the log, once a minute, with both versions; its datagrams are dropped.
+#[test]
+fn a_registry_of_another_wire_version_is_logged_with_both_versions() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let mut older = lab.in_netns(C, move || capture_from(a_ip));
+    older[4] = 3;
+    let b_addr: SocketAddr = format!("{}:{PORT}", lab.hosts[B].ip).parse().unwrap();
+    let before = lab.dropped(B, "malformed");
+    lab.in_netns(C, move || {
+        let out = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..5 {
+            out.send_to(&older, b_addr).unwrap();
+        }
+    });
+    let said = format!(
+        "datagrams from {} are of Baton's wire version 3, this registry's is",
+        lab.hosts[C].ip
+    );
+    eventually("B names the other release", || lab.log(B).contains(&said));
+    eventually("B counts them", || {
+        lab.dropped(B, "malformed") >= before + 5
+    });
+    let b = lab.log(B);
+    assert_eq!(lines_with(&b, &said), 1, "{b}");
 }

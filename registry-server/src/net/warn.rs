@@ -32,6 +32,8 @@ pub enum Cause {
     OverMaxValue,
     /// Messages larger than `--reassembly-limit`.
     OverReassemblyLimit,
+    /// Datagrams of this domain in another wire version.
+    OtherVersion,
 }
 
 #[derive(Default)]
