@@ -312,11 +312,14 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
             .map(|row| row["writer_alive"].clone())
     };
     let idle = lab.write_from(A, "/mortal", "0", "0", "16");
-    eventually("A announces the new publisher", || {
-        lab.stats(B)
-            .is_some_and(|s| s["peers"][0]["publications"].as_u64() == Some(2))
+    let idle_pid = lab.pid(idle);
+    eventually("the new publisher registered on A", || {
+        let out = lab.inspect(A, &["list", "/mortal", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .is_ok_and(|row| row["writer_pid"].as_u64() == Some(u64::from(idle_pid)))
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // A few announcements later B knows it.
+    std::thread::sleep(Duration::from_millis(500));
     let r = lab.read_for(B, "/mortal", "1");
     let s = check(&mut lab, r, 3, "subscriber on B of the idle publisher");
     assert_eq!(s["writer"], "Gone", "{s}");

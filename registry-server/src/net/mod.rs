@@ -163,11 +163,16 @@ struct Mirror {
 
 impl Mirror {
     /// Follows the origin slot's series as announced: values of another series are another
-    /// slot's, numbered anew, so their order starts again.
+    /// slot's, numbered anew, so their order starts again (from the value held, if it is of
+    /// that series).
     fn follow_series(&mut self, series: u64) {
         if self.series != series {
             self.series = series;
-            self.last_sequence = 0;
+            self.last_sequence = if self.slot.origin_series() == series {
+                self.slot.origin_sequence()
+            } else {
+                0
+            };
         }
     }
 
@@ -181,10 +186,11 @@ impl Mirror {
             return;
         }
         let latest = self.slot.latest_sequence();
+        // Sequence 0 is never a value: an origin sequence of 0 is one not known.
         let current = latest != 0
             && self.slot.origin() == self.origin
             && self.slot.origin_series() == series
-            && self.slot.origin_sequence() >= first;
+            && self.slot.origin_sequence() >= first.max(1);
         self.slot
             .set_writer_first_sequence(if current { 0 } else { latest.saturating_add(1) });
     }

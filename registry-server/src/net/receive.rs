@@ -248,7 +248,10 @@ impl Net {
         let session = d.header.session;
         let host = st.peers.host_of(d.header.sender).ok_or(Drop::Unexpected)?;
         let m = st.mirrors.get_mut(v.name).ok_or(Drop::Unexpected)?;
-        if m.origin != host || m.hash != v.schema_hash {
+        if m.origin != host || m.hash != v.schema_hash || m.series != v.series {
+            // Another series than the one announced: of the origin's slot made anew before
+            // its announcement came, or a late value of the one before. Ordering across two
+            // series is unknown: the announcement and the next refresh bring the value.
             return Err(Drop::Unexpected);
         }
         if m.origin_session != session {
@@ -278,7 +281,7 @@ impl Net {
         }
         m.last_sequence = v.sequence;
         m.slot.set_origin_session(session);
-        m.slot.set_origin_series(m.series);
+        m.slot.set_origin_series(v.series);
         m.slot.set_origin_sequence(v.sequence);
         if m.slot.write_at(v.bytes, v.write_time_ns).is_err() {
             return Err(Drop::Oversized);

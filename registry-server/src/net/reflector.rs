@@ -174,6 +174,7 @@ impl Net {
                 sequence: read.sequence,
                 write_time_ns: read.write_time_ns,
                 schema_hash: r.hash,
+                series: r.slot.series(),
                 bytes: value,
             },
             message,

@@ -38,7 +38,8 @@ pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 
 const KIND_ANNOUNCE: u8 = 1;
 const KIND_VALUE: u8 = 2;
-const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 2;
+/// A value message: kind, sequence, write time, schema hash, series, name length.
+const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 8 + 2;
 
 /// Why a datagram was dropped (or a value not sent); each has a counter in the registry's
 /// statistics.
@@ -64,7 +65,8 @@ pub enum Drop {
     Stale,
     /// An incomplete message evicted to keep reassembly memory bounded.
     Evicted,
-    /// A value for a slot this registry does not mirror (or not from that host).
+    /// A value for a slot this registry does not mirror (or not from that host, or of another
+    /// series of its slot than the one announced).
     Unexpected,
     /// A value older than the one the mirror holds (the same one counts as unchanged).
     Older,
@@ -300,6 +302,9 @@ pub struct Value<'a> {
     pub sequence: u64,
     pub write_time_ns: u64,
     pub schema_hash: u64,
+    /// The series of the slot the value was read from (`Slot::series`): `sequence` counts
+    /// within it.
+    pub series: u64,
     pub bytes: &'a [u8],
 }
 
@@ -325,6 +330,7 @@ pub fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&v.sequence.to_le_bytes());
     out.extend_from_slice(&v.write_time_ns.to_le_bytes());
     out.extend_from_slice(&v.schema_hash.to_le_bytes());
+    out.extend_from_slice(&v.series.to_le_bytes());
     out.extend_from_slice(&(v.name.len() as u16).to_le_bytes());
     out.extend_from_slice(v.name.as_bytes());
     out.extend_from_slice(v.bytes);
@@ -342,7 +348,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
             if bytes.len() < VALUE_FIXED {
                 return Err(Drop::Truncated);
             }
-            let name_len = usize::from(u16::from_le_bytes([bytes[25], bytes[26]]));
+            let name_len = usize::from(u16::from_le_bytes([bytes[33], bytes[34]]));
             let rest = &bytes[VALUE_FIXED..];
             if rest.len() < name_len {
                 return Err(Drop::Truncated);
@@ -353,6 +359,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
                 sequence: u64_at(bytes, 1),
                 write_time_ns: u64_at(bytes, 9),
                 schema_hash: u64_at(bytes, 17),
+                series: u64_at(bytes, 25),
                 bytes: &rest[name_len..],
             }))
         }
@@ -434,6 +441,7 @@ mod tests {
             sequence: 9,
             write_time_ns: 10,
             schema_hash: 11,
+            series: 12,
             bytes: b"xyz",
         };
         let mut out = Vec::new();
@@ -499,9 +507,11 @@ mod tests {
 
         /// Encoded values decode to themselves.
         #[test]
-        fn values_round_trip(name in "/[a-z]{1,20}", seq: u64, t: u64, h: u64,
+        fn values_round_trip(name in "/[a-z]{1,20}", seq: u64, t: u64, h: u64, series: u64,
                              bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let v = Value { name: &name, sequence: seq, write_time_ns: t, schema_hash: h, bytes: &bytes };
+            let v = Value {
+                name: &name, sequence: seq, write_time_ns: t, schema_hash: h, series, bytes: &bytes,
+            };
             let mut out = Vec::new();
             encode_value(&v, &mut out);
             prop_assert_eq!(decode_message(&out).unwrap(), Message::Value(v));

@@ -206,9 +206,10 @@ impl Registry {
         }
         if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
             if slot.origin() != claim.host {
-                // The ordering kept in the slot (session, sequence) was another host's, and so
+                // The ordering kept in the slot (session, series, sequence) was another host's, and so
                 // is the value it holds: none of this origin's publisher's yet.
                 slot.set_origin_session(0);
+                slot.set_origin_series(0);
                 slot.set_origin_sequence(0);
                 slot.set_writer_first_sequence(slot.latest_sequence().saturating_add(1));
             }

@@ -212,6 +212,11 @@ impl Lab {
         )
     }
 
+    /// A child's process id (nsenter executes the program in its own process).
+    pub fn pid(&self, child: usize) -> u32 {
+        self.children[child].as_ref().expect("child running").id()
+    }
+
     /// Whether a child still runs (not exited, not reaped).
     pub fn is_running(&mut self, child: usize) -> bool {
         self.children[child]
