@@ -125,18 +125,17 @@ pub fn run(
             watched.group.wait_any(timeout)?
         };
         health.begin();
-        if watched.any_replaced(&changed) {
+        if watched.group.any_replaced(&changed) {
             // The registry made slots followed here anew (it restarted on corrupted or
-            // removed segments): subscriptions follow the new ones only when made again.
+            // removed segments): the same controllers, through new subscriptions (those of
+            // `watched` follow slots no longer in use).
             tracing::warn!("{name}: slots it follows were made anew; subscribing again");
             let listed: Vec<String> = watched
                 .controller_names()
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-            // Nothing kept: the subscriptions follow slots no longer in use.
-            watched = Watched::new(bus, name, &listed, stop, None)?;
-            changed = watched.group.update_all()?;
+            (watched, changed) = Watched::follow(bus, name, &listed, stop, None)?;
             renamed = true;
         }
         if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| now_ns() < t) {
@@ -182,14 +181,7 @@ pub fn run(
                     break;
                 }
                 tracing::info!("{name}: controllers in priority order: {listed:?}");
-                watched = Watched::new(bus, name, &listed, stop, Some(watched))?;
-                let pulled = watched.group.update_all()?;
-                if watched.any_replaced(&pulled) {
-                    // A kept subscription found its slot made anew: none is kept.
-                    tracing::warn!("{name}: slots it follows were made anew; subscribing again");
-                    watched = Watched::new(bus, name, &listed, stop, None)?;
-                    watched.group.update_all()?;
-                }
+                (watched, _) = Watched::follow(bus, name, &listed, stop, Some(watched))?;
                 renamed = true;
             }
         }

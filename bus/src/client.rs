@@ -77,9 +77,9 @@ pub(crate) struct Endpoint {
     pub(crate) registration: Registration,
     pub(crate) slot: OnceLock<Slot>,
     error: Mutex<Option<BusError>>,
-    /// The registry made the slot anew under this endpoint (`BusError::Replaced` in `error`):
-    /// one load on a subscription's update path.
-    pub(crate) replaced: AtomicBool,
+    /// The registry made the slot anew under this endpoint (`BusError::Replaced`, also kept in
+    /// `error`): set once, and one load on a subscription's update path.
+    pub(crate) replaced: OnceLock<BusError>,
     /// Latest value a publication wrote before it was bound.
     pending: Mutex<Option<Vec<u8>>>,
     pub(crate) client: Arc<ClientShared>,
@@ -173,7 +173,7 @@ impl ClientShared {
                 registration,
                 slot: OnceLock::new(),
                 error: Mutex::new(None),
-                replaced: AtomicBool::new(false),
+                replaced: OnceLock::new(),
                 pending: Mutex::new(None),
                 client: Arc::clone(self),
             });
@@ -348,10 +348,9 @@ impl ClientShared {
             // Otherwise bound again after a refusal of the bound endpoint (a name conflict
             // with another host that has ended): the refusal no longer holds.
             *lock(&ep.error) = error.clone();
-            // The error first, then the flag (a subscription's update reads the flag, then the
-            // error), then the wake-up.
+            // The error, then the wake-up.
             if let Some(e) = &error {
-                if !ep.replaced.swap(true, Ordering::SeqCst) {
+                if ep.replaced.set(e.clone()).is_ok() {
                     tracing::error!("{e}");
                     // Waiters on the old memory (this process's, and others') would sleep for
                     // ever: wake them, to find the error.

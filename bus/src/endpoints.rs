@@ -288,10 +288,10 @@ impl<T, C: Codec<T>> Subscription<T, C> {
         };
         // Reported once (as `BusError::Replaced`), like a value passed over; the subscription
         // then goes on reading the old memory, which nobody writes: subscribe again.
-        if self.replaced_unreported() {
-            if let Some(e @ BusError::Replaced { .. }) = self.endpoint.error() {
+        if !self.replaced_reported {
+            if let Some(e) = self.endpoint.replaced.get() {
                 self.replaced_reported = true;
-                return Err(e);
+                return Err(e.clone());
             }
         }
         let seen = self.last_sequence();
@@ -400,7 +400,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
     /// Whether the registry made the slot anew and `update` has not reported it yet.
     pub(crate) fn replaced_unreported(&self) -> bool {
-        !self.replaced_reported && self.endpoint.replaced.load(Ordering::SeqCst)
+        !self.replaced_reported && self.endpoint.replaced.get().is_some()
     }
 
     /// The newest sequence this subscription has dealt with: its value's, or a newer one that

@@ -328,6 +328,15 @@ impl SubscriptionGroup {
         self.members.get(index).and_then(|m| m.error.as_ref())
     }
 
+    /// Whether a member in `changed` (as `wait_any` or `update_all` reported them) found its
+    /// slot made anew by the registry (`BusError::Replaced`): only a new subscription follows
+    /// the new slot.
+    pub fn any_replaced(&self, changed: &[usize]) -> bool {
+        changed
+            .iter()
+            .any(|&i| matches!(self.error(i), Some(BusError::Replaced { .. })))
+    }
+
     /// The error that made `wait_any` or `update_all` report member `index` as changed, if any
     /// (see the type).
     pub fn take_error(&mut self, index: usize) -> Option<BusError> {

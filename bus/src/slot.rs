@@ -537,25 +537,27 @@ impl Slot {
     /// writer's value live again before it writes its own: a robot controller restarted under
     /// the same name must not have its dead predecessor's command obeyed.
     pub fn writer_state_of(&self, sequence: Option<u64>) -> WriterState {
-        match self.writer_state() {
-            WriterState::Alive if self.is_earlier_writers(sequence) => WriterState::Gone,
-            state => state,
-        }
+        self.state_of_value(self.writer_state(), sequence)
     }
 
     /// As `writer`, with the state of the writer of value `sequence` (`writer_state_of`).
     pub fn writer_of(&self, sequence: Option<u64>) -> WriterInfo {
-        let mut writer = self.writer();
-        if writer.state == WriterState::Alive && self.is_earlier_writers(sequence) {
-            writer.state = WriterState::Gone;
+        let writer = self.writer();
+        WriterInfo {
+            state: self.state_of_value(writer.state, sequence),
+            ..writer
         }
-        writer
     }
 
-    /// Whether value `sequence` was written before the writer recorded now. Sequence 0 is
-    /// never a value.
-    fn is_earlier_writers(&self, sequence: Option<u64>) -> bool {
-        sequence.is_some_and(|s| s != 0 && s < self.writer_first_sequence())
+    /// `state`, the recorded writer's, as that of the writer of value `sequence`: gone if the
+    /// value was written before the recorded writer's first (sequence 0 is never a value).
+    fn state_of_value(&self, state: WriterState, sequence: Option<u64>) -> WriterState {
+        let earlier = || sequence.is_some_and(|s| s != 0 && s < self.writer_first_sequence());
+        if state == WriterState::Alive && earlier() {
+            WriterState::Gone
+        } else {
+            state
+        }
     }
 
     /// The first sequence that is the recorded writer's (`set_writer`; 0: every value).
@@ -572,31 +574,30 @@ impl Slot {
             .store(first, Ordering::Release);
     }
 
-    /// Records the slot's writer (registry, at registration): its values are those from
-    /// `first_sequence` on (`writer_state_of`; 0: every value the slot holds counts as its
-    /// own; a mirror's registry dates them with `set_writer_first_sequence`). The same live writer
-    /// registering again (after a registry restart) changes nothing, so that its readers never
-    /// see it as anything but alive; the same process registering again after it was marked
-    /// gone (a registry that took it for dead, or closed its connection) keeps its first
+    /// Records the slot's writer (registry, at registration): its values are those written from
+    /// now on (`writer_state_of`); the value the slot holds, if any, is an earlier writer's (a
+    /// mirror's registry dates what it holds with `set_writer_first_sequence`). The same live
+    /// writer registering again (after a registry restart) changes nothing, so that its readers
+    /// never see it as anything but alive; the same process registering again after it was
+    /// marked gone (a registry that took it for dead, or closed its connection) keeps its first
     /// sequence: the values it wrote are still its own.
-    pub fn set_writer(&self, pid: u32, start_time: u64, first_sequence: u64) {
+    pub fn set_writer(&self, pid: u32, start_time: u64) {
         let version = self.word32(OFF_WRITER_VERSION);
+        let was = version.load(Ordering::Relaxed);
         let same_process =
             self.load32(OFF_WRITER_PID) == pid && self.load64(OFF_WRITER_START) == start_time;
-        if same_process
-            && self.writer_state() == WriterState::Alive
-            && version.load(Ordering::Relaxed) % 2 == 0
-        {
+        if same_process && self.writer_state() == WriterState::Alive && was % 2 == 0 {
             return;
         }
-        let changing = version.load(Ordering::Relaxed) | 1;
+        let changing = was | 1;
         version.store(changing, Ordering::Relaxed);
         // Orders the odd version before the new pid and start time (see `writer`).
         fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
         if !same_process {
-            self.store64(OFF_WRITER_FIRST, first_sequence);
+            let first = self.latest_sequence().saturating_add(1);
+            self.store64(OFF_WRITER_FIRST, first);
         }
         self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
         version.store(changing.wrapping_add(1), Ordering::Release);

@@ -450,10 +450,8 @@ impl RobotController {
     /// on corrupted or removed segments), subscribes to them again, since only a new
     /// subscription follows the new slot; returns what changed, pulled afresh then.
     fn resubscribe_if_replaced(&mut self, changed: Vec<usize>) -> Result<Vec<usize>, BusError> {
-        let replaced = self.watched.commands_replaced()
-            || changed
-                .iter()
-                .any(|&i| matches!(self.watched.group.error(i), Some(BusError::Replaced { .. })));
+        let replaced =
+            self.watched.commands_replaced() || self.watched.group.any_replaced(&changed);
         if !replaced {
             return Ok(changed);
         }

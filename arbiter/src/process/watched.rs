@@ -112,12 +112,27 @@ impl Watched {
         })
     }
 
-    /// Whether a member in `changed` found its slot made anew by the registry (it restarted on
-    /// corrupted or removed segments): only a new subscription follows the new slot.
-    pub(super) fn any_replaced(&self, changed: &[usize]) -> bool {
-        changed
-            .iter()
-            .any(|&i| matches!(self.group.error(i), Some(BusError::Replaced { .. })))
+    /// As `new`, then pulls every member; returns what changed. A subscription kept from
+    /// `previous` that finds its slot made anew (`BusError::Replaced`: the registry restarted on
+    /// corrupted or removed segments) makes it subscribe to every slot afresh, since only a new
+    /// subscription follows the new slot.
+    pub(super) fn follow(
+        bus: &Bus,
+        arbiter: &str,
+        controllers: &[String],
+        stop: &StopRequest,
+        previous: Option<Watched>,
+    ) -> Result<(Watched, Vec<usize>), BusError> {
+        let kept = previous.is_some();
+        let mut watched = Watched::new(bus, arbiter, controllers, stop, previous)?;
+        let changed = watched.group.update_all()?;
+        if !kept || !watched.group.any_replaced(&changed) {
+            return Ok((watched, changed));
+        }
+        tracing::warn!("{arbiter}: slots it follows were made anew; subscribing again");
+        let mut watched = Watched::new(bus, arbiter, controllers, stop, None)?;
+        let changed = watched.group.update_all()?;
+        Ok((watched, changed))
     }
 
     pub(super) fn controller_names(&self) -> Vec<&str> {

@@ -46,20 +46,15 @@ impl Net {
 
     /// Everything done with one received datagram; `Err` says why it was dropped.
     pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<(), Drop> {
-        if bytes.len() >= 16
-            && bytes[0..4] == wire::MAGIC
-            && bytes[4] != wire::VERSION
-            && u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default()) == self.domain_id
-        {
+        if let Some((version, domain)) = wire::other_version(bytes) {
             // A registry of this domain built from another release (a payload computer not
             // updated with the robot): nothing it sends can be read here, nor the other way.
             let ip = from.ip();
-            if self.warnings.due(Cause::OtherVersion, &ip.to_string()) {
+            if domain == self.domain_id && self.warnings.due(Cause::OtherVersion, &ip.to_string()) {
                 tracing::warn!(
-                    "datagrams from {ip} are of Baton's wire version {}, this registry's is {}: \
-                     run one Baton release on every computer of the domain (dropped, counted \
-                     as malformed; said once a minute)",
-                    bytes[4],
+                    "datagrams from {ip} are of Baton's wire version {version}, this registry's \
+                     is {}: run one Baton release on every computer of the domain (dropped, \
+                     counted as malformed; said once a minute)",
                     wire::VERSION
                 );
             }

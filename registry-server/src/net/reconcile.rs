@@ -39,11 +39,10 @@ impl Net {
         // on here, but a robot controller must not take the arbiters' feedback for its name as
         // its own, so it stops. Its values are still sent to the hosts that want them: one
         // that does not hear the other host follows this one (the others drop them).
-        let announced: BTreeMap<SlotName, bool> = reg
-            .local_publications()
-            .into_iter()
-            .map(|p| (p.name, p.writer_alive))
-            .collect();
+        // (Nothing below changes which slots are local publications, nor their writers.)
+        let local = reg.local_publications();
+        let announced: BTreeMap<&SlotName, bool> =
+            local.iter().map(|p| (&p.name, p.writer_alive)).collect();
         let mut elsewhere = BTreeMap::new();
         for (name, claim) in &claims {
             if !reg.is_published_here(name) {
@@ -139,6 +138,10 @@ impl Net {
                                     publisher: None,
                                 };
                                 mirror.follow_series(c.info.series);
+                                if c.info.writer_alive {
+                                    // Made (or adopted) now: dated at once.
+                                    mirror.date_held(c.info.series, c.info.writer_first);
+                                }
                                 st.mirrors.insert(name.as_str().to_owned(), mirror);
                             }
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
@@ -146,9 +149,6 @@ impl Net {
                     }
                     if !c.info.writer_alive {
                         reg.mirror_writer_gone(name);
-                    } else if let Some(m) = st.mirrors.get_mut(name.as_str()) {
-                        // A mirror just made (or adopted): dated now.
-                        m.date_held(c.info.series, c.info.writer_first);
                     }
                 }
                 Err(reason) => {
@@ -179,7 +179,7 @@ impl Net {
         }
         // Reflected slots and their targets.
         let mut keep = BTreeSet::new();
-        for p in reg.local_publications() {
+        for p in &local {
             let name = p.name.as_str().to_owned();
             let targets = st.peers.wanting(&name);
             if targets.is_empty() {

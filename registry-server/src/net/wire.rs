@@ -173,6 +173,14 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// The wire version and domain of a datagram of another wire version than this one's (`None`
+/// for this version's, or for what is no Baton datagram): the magic, version and domain fields
+/// keep their places across versions.
+pub fn other_version(bytes: &[u8]) -> Option<(u8, u64)> {
+    (bytes.len() >= 16 && bytes[0..4] == MAGIC && bytes[4] != VERSION)
+        .then(|| (bytes[4], u64_at(bytes, 8)))
+}
+
 /// Decodes and checks one datagram. `max_message` bounds the declared message length.
 pub fn decode_datagram(bytes: &[u8], max_message: u32) -> Result<Datagram<'_>, Drop> {
     if bytes.len() < HEADER_LEN {

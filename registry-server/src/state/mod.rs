@@ -457,8 +457,7 @@ impl Registry {
                 }
                 // The value the slot holds, if any, is an earlier writer's: it does not count
                 // as this one's until it writes (`Slot::writer_state_of`).
-                let first = slot.latest_sequence().saturating_add(1);
-                slot.set_writer(peer.pid, peer.start_time, first);
+                slot.set_writer(peer.pid, peer.start_time);
                 entry.endpoints.push(EndpointRef {
                     conn,
                     endpoint: reg.endpoint,
@@ -599,8 +598,7 @@ impl Registry {
         entry.own = true;
         if let Some(slot) = &entry.slot {
             slot.set_origin("");
-            let first = slot.latest_sequence().saturating_add(1);
-            slot.set_writer(std::process::id(), bus::process::own_start_time(), first);
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
         Ok(segment)
     }

@@ -226,8 +226,7 @@ impl Registry {
         if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
             // Taken over (made now, or adopted from an earlier registry): what it holds counts
             // as its publisher's only once dated.
-            let first = slot.latest_sequence().saturating_add(1);
-            slot.set_writer(std::process::id(), bus::process::own_start_time(), first);
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
         out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))
