@@ -31,7 +31,7 @@ struct Args {
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
 }
 
 /// How long a stop waits for the arbiter's loop to send the safe commands (it is woken at
@@ -66,7 +66,7 @@ fn main() {
 
 fn run(args: &Args, stop: &StopRequest) -> Result<(), String> {
     let config = arbiter::config::ArbiterConfig::load(&args.config).map_err(|e| e.to_string())?;
-    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     tracing::info!(
         "arbiter {} with {} resource(s) on domain '{}'",

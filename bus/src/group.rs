@@ -253,10 +253,7 @@ impl SubscriptionGroup {
     }
 
     fn check(&self, group: u64) {
-        assert!(
-            group == self.id,
-            "a Member handle used with another SubscriptionGroup than the one that made it"
-        );
+        check_member_of(group, self.id);
     }
 
     pub fn len(&self) -> usize {
@@ -456,10 +453,7 @@ impl Released {
         &mut self,
         member: Member<T, C>,
     ) -> Option<Subscription<T, C>> {
-        assert!(
-            member.group == self.group,
-            "a Member handle used with another SubscriptionGroup than the one that made it"
-        );
+        check_member_of(member.group, self.group);
         let subscription = self.members.get_mut(member.index)?.take()?;
         let subscription = subscription
             .into_any()
@@ -467,6 +461,14 @@ impl Released {
             .expect("a Member handle always names a subscription of its own type");
         Some(*subscription)
     }
+}
+
+/// Panics unless a `Member` made by group `member_group` is used with that group, `group`.
+fn check_member_of(member_group: u64, group: u64) {
+    assert!(
+        member_group == group,
+        "a Member handle used with another SubscriptionGroup than the one that made it"
+    );
 }
 
 impl Drop for SubscriptionGroup {

@@ -43,8 +43,8 @@ impl Domain {
 
     /// A `--domain` argument checked as the command line is parsed (clap's `value_parser`): a
     /// bad name is a command-line error like any other (every binary's usage status).
-    pub fn parse_arg(name: &str) -> Result<String, String> {
-        Domain::new(name).map(|d| d.0).map_err(|e| e.to_string())
+    pub fn parse_arg(name: &str) -> Result<Domain, String> {
+        Domain::new(name).map_err(|e| e.to_string())
     }
 
     /// The domain from `BUS_DOMAIN`, or `default`.

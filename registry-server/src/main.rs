@@ -45,7 +45,7 @@ struct Args {
     /// Bus domain to serve.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
     /// Group (name or number) given read/write access to the slots; default: this process's group.
     #[arg(long)]
     group: Option<String>,
@@ -136,7 +136,7 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let domain = args.domain.clone();
     let group = args.group.as_deref().map(parse_group).transpose()?;
     check_net_options(&args.net)?;
     // Before the socket: a configuration that cannot work stops here, having created nothing.

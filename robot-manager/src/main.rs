@@ -34,7 +34,7 @@ struct Args {
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
 }
 
 fn main() {
@@ -66,7 +66,7 @@ fn main() {
 }
 
 fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
-    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let domain = args.domain.clone();
     // Before the load: an edit made between the two is then seen as a change.
     let mut fingerprint = Fingerprint::of(&args.config);
     let mut file = ManagerFile::load(&args.config)?;

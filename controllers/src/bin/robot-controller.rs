@@ -51,7 +51,7 @@ struct Args {
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
 }
 
 fn main() {
@@ -100,7 +100,7 @@ fn run(args: &Args) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     // A plain flag: the main loop checks it between short waits and releases cleanly.
     stop_on_signals(Arc::clone(&stop))?;
-    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let status = match args.status {
         StatusArg::Compromising => Status::Compromising,
@@ -162,7 +162,7 @@ fn run(args: &Args) -> Result<(), String> {
                 accepted |= commanded.iter().all(|a| running.contains_key(*a));
             }
         }
-        let waiting = waiting_for(&bus, &controller, &args.domain);
+        let waiting = waiting_for(&bus, &controller, args.domain.as_str());
         if waiting != said {
             match &waiting {
                 Some(w) => print_note(args, "waiting", w, ""),

@@ -42,7 +42,7 @@ struct Args {
     /// Bus domain (the registry-server's --domain).
     #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
     #[command(subcommand)]
     command: Command,
 }
@@ -228,9 +228,7 @@ fn main() {
             std::process::exit(if e.use_stderr() { USAGE } else { 0 });
         }
     };
-    let result = Domain::new(&args.domain)
-        .map_err(|e| e.to_string())
-        .and_then(|domain| run(&domain, args.command));
+    let result = run(&args.domain, args.command);
     match result {
         Ok(0) => {}
         Ok(code) => std::process::exit(code),

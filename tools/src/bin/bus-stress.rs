@@ -16,7 +16,7 @@ struct Args {
     /// Bus domain.
     #[arg(long, global = true, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
     #[command(subcommand)]
     command: Command,
 }
@@ -65,9 +65,8 @@ enum Command {
 
 fn main() {
     let args = Args::parse();
-    let result = bus::Domain::new(&args.domain)
+    let result = bus::Bus::open(args.domain)
         .map_err(|e| e.to_string())
-        .and_then(|d| bus::Bus::open(d).map_err(|e| e.to_string()))
         .and_then(|bus| run(&bus, args.command));
     match result {
         Ok(code) => std::process::exit(code),

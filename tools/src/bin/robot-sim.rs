@@ -43,7 +43,7 @@ struct Args {
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
-    domain: String,
+    domain: bus::Domain,
 }
 
 /// Exit status of a command line that does not parse or names impossible arbiters (EX_USAGE,
@@ -106,7 +106,7 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
+    let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let e = |e: bus::BusError| e.to_string();
     // One group over both commands: at rest the simulator sleeps until one of them (or its
