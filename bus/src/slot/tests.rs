@@ -1,6 +1,7 @@
 //! The seqlock and the header validation, on segments of this process.
 
 use super::*;
+use crate::futex;
 use std::sync::atomic::AtomicBool;
 
 struct Scratch(String);
