@@ -176,8 +176,13 @@ pub struct Publication<T, C = Serde> {
 
 impl<T, C: Codec<T>> Publication<T, C> {
     /// Publishes `value`. Before the registry has bound the slot the value is kept and written
-    /// at binding. A value larger than the capacity is refused, never truncated.
+    /// at binding. A value larger than the capacity is refused, never truncated. Once the
+    /// registry has made the slot anew under this publication (its segment was damaged or
+    /// removed), every write fails with `BusError::Replaced`: nobody would read it.
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
+        if let Some(e) = self.endpoint.replaced.get() {
+            return Err(e.clone());
+        }
         if let Some(slot) = self.endpoint.slot.get() {
             let (limit, last_len) = (self.capacity, self.last_len);
             if let Some(written) =

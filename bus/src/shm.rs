@@ -17,6 +17,10 @@ use nix::unistd::{fchown, ftruncate, Gid};
 
 use crate::error::SegmentError;
 
+mod lost_pages;
+
+use lost_pages::Guard;
+
 /// A shared mapping of a whole segment. The memory stays mapped until this is dropped, so any
 /// reference derived from `base()` is valid for the lifetime of the `Mapping`.
 #[derive(Debug)]
@@ -27,6 +31,8 @@ pub struct Mapping {
     /// Device and inode of the file mapped: which file a name stands for can change (a
     /// segment removed and created again), the mapping cannot.
     file: (u64, u64),
+    /// Keeps a process alive when the file shrinks under the mapping (`lost_pages`).
+    guard: Guard,
 }
 
 // SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
@@ -35,6 +41,19 @@ pub struct Mapping {
 unsafe impl Send for Mapping {}
 // SAFETY: as above; `Mapping` itself has no interior state besides the immutable base/len.
 unsafe impl Sync for Mapping {}
+
+/// What a segment's name stands for now (`Mapping::file_now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileNow {
+    /// The file mapped, `size` bytes long now.
+    Mapped { size: u64 },
+    /// No file has the name any more.
+    Removed,
+    /// Another file has the name (removed and created again).
+    Other,
+    /// It could not be looked at (no file descriptor left, no permission).
+    Unknown,
+}
 
 fn io_err(segment: &str, what: &str, e: nix::Error) -> SegmentError {
     SegmentError::Io {
@@ -84,13 +103,29 @@ impl Mapping {
         Self::map(name, fd, writable)
     }
 
+    /// Whether pages of this mapping were lost: its file was shrunk under it, and a touch past
+    /// the new end found a private zeroed page put there instead (`lost_pages`). The memory no
+    /// longer is shared with anyone.
+    pub fn is_damaged(&self) -> bool {
+        self.guard.is_damaged()
+    }
+
     /// Whether `name` still names the file this maps (it does not once the segment was removed,
     /// or removed and created again). When that cannot be looked at (no file descriptor left,
     /// no permission), it is taken to: only a file seen gone or different counts as another.
     pub fn is_named(&self, name: &str) -> bool {
+        !matches!(self.file_now(name), FileNow::Removed | FileNow::Other)
+    }
+
+    /// What `name` stands for now, compared with the file mapped here.
+    pub fn file_now(&self, name: &str) -> FileNow {
         match shm_open(name, OFlag::O_RDONLY, Mode::empty()).and_then(|fd| fstat(&fd)) {
-            Ok(st) => (st.st_dev, st.st_ino) == self.file,
-            Err(e) => e != nix::Error::ENOENT,
+            Ok(st) if (st.st_dev, st.st_ino) == self.file => FileNow::Mapped {
+                size: st.st_size.max(0) as u64,
+            },
+            Ok(_) => FileNow::Other,
+            Err(nix::Error::ENOENT) => FileNow::Removed,
+            Err(_) => FileNow::Unknown,
         }
     }
 
@@ -120,6 +155,7 @@ impl Mapping {
             len,
             writable,
             file: (stat.st_dev, stat.st_ino),
+            guard: Guard::new(base.as_ptr() as usize, len),
         })
     }
 
@@ -228,6 +264,7 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        self.guard.release();
         // SAFETY: base/len are exactly what mmap returned, and nothing derived from the mapping
         // outlives `self` (callers borrow from `&self`).
         let _ = unsafe { munmap(self.base.cast(), self.len) };

@@ -34,7 +34,7 @@ use crate::error::{BusError, SegmentError};
 use crate::names::SlotName;
 use crate::payload::{PayloadSpace, PayloadView};
 use crate::schema::{Schema, SchemaHash};
-use crate::shm::{load_acquire32, load_acquire64, Mapping};
+use crate::shm::{load_acquire32, load_acquire64, FileNow, Mapping};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BATONSLT");
 /// Version 2: the waiters word became 64 bits (an epoch and a count, see `waiters`).
@@ -181,9 +181,40 @@ impl Slot {
     }
 
     /// Whether the segment's name still stands for the memory mapped here (it does not once
-    /// the segment was removed, or replaced by a new one).
+    /// the segment was removed, or replaced by a new one) and that memory is still shared
+    /// (pages lost to a file shrunk under the mapping are private zeroes: `Mapping::is_damaged`).
     pub fn is_current(&self) -> bool {
-        self.map.is_named(&self.segment)
+        !self.map.is_damaged() && self.map.is_named(&self.segment)
+    }
+
+    /// What is wrong now with the memory under this slot, if anything: its segment removed or
+    /// replaced by another file, its file shrunk (pages lost: `Mapping::is_damaged`), or its
+    /// static header overwritten. Whoever maps a damaged slot may no longer share it with the
+    /// others; the registry checks its slots with this and makes a damaged one anew. Costs two
+    /// system calls (`shm_open`, `fstat`).
+    pub fn damage(&self) -> Option<String> {
+        if self.map.is_damaged() {
+            return Some("its file was shrunk under the mapping (pages of it lost)".into());
+        }
+        match self.map.file_now(&self.segment) {
+            FileNow::Removed => return Some("its segment was removed".into()),
+            FileNow::Other => return Some("its segment was replaced by another file".into()),
+            FileNow::Mapped { size } if size < self.map.len() as u64 => {
+                return Some(format!(
+                    "its segment was cut to {size} of its {} bytes",
+                    self.map.len()
+                ));
+            }
+            _ => {}
+        }
+        let header_intact = self.load64(OFF_MAGIC) == MAGIC
+            && self.load32(OFF_VERSION) == VERSION
+            && self.load64(OFF_TOTAL_SIZE) == self.map.len() as u64
+            && self.load32(OFF_CAPACITY) as usize == self.layout.capacity
+            && u64::from(self.load32(OFF_BUFFER_COUNT)) == self.layout.buffer_count
+            && self.load64(OFF_BUFFERS) == self.layout.buffers as u64
+            && self.load64(OFF_STRIDE) == self.layout.stride as u64;
+        (!header_intact).then(|| "its header was overwritten".into())
     }
 
     pub fn schema(&self) -> &StoredSchema {

@@ -16,6 +16,10 @@ use crate::state::{Outbox, Peer, Registry};
 
 /// How often the sweeper checks that connected processes still live.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// Slots checked for damage (removed, shrunk, overwritten: `state::damage`) per sweep: two
+/// system calls each, so that 10,000 slots cost a few milliseconds a sweep; each slot is
+/// checked every 0.5 s up to 256 slots, every 20 s with 10,000.
+const DAMAGE_CHECKS_PER_SWEEP: usize = 256;
 /// A client that does not read its socket for this long is disconnected rather than allowed to
 /// stall the registry.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -462,13 +466,19 @@ fn publish_directory(shared: &Shared) {
 fn sweep(shared: &Shared) {
     loop {
         std::thread::sleep(SWEEP_EVERY);
-        let dead = {
+        let (dead, pushes, replaced) = {
             let mut state = lock(&shared.state);
             state.sweep_adopted_writers();
             state.reclaim_unused(Instant::now());
+            let (pushes, replaced) = state.replace_damaged(DAMAGE_CHECKS_PER_SWEEP);
             state.publish_directory();
-            state.dead_connections()
+            (state.dead_connections(), pushes, replaced)
         };
+        send(shared, pushes);
+        if !replaced.is_empty() {
+            // The network layer maps slots itself: it remaps those made anew.
+            shared.changed();
+        }
         for conn in dead {
             let writer = lock(&shared.writers).get(&conn).cloned();
             if let Some(w) = writer {

@@ -342,3 +342,40 @@ fn a_value_from_before_the_writer_registered_is_a_gone_writers() {
     slot.set_writer_first_sequence(0);
     assert_eq!(slot.writer_state_of(Some(2)), WriterState::Alive);
 }
+
+/// A segment cut short under a process that maps it: the next touch of a lost page used to
+/// end the process with SIGBUS. It now reads zeroes there, the slot says what happened, and
+/// the writes and reads that follow complete (into memory nobody else shares).
+#[test]
+fn a_segment_cut_short_under_the_mapping_is_damage_not_a_crash() {
+    let (scratch, slot) = new_slot("cut");
+    slot.write(&[7u8; 200]).unwrap();
+    assert_eq!(slot.damage(), None);
+    let path = format!("/dev/shm/{}", &scratch.0[1..]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(0))
+        .unwrap();
+    assert_eq!(
+        slot.damage().as_deref(),
+        Some(
+            format!(
+                "its segment was cut to 0 of its {} bytes",
+                slot.segment_size()
+            )
+            .as_str()
+        )
+    );
+    // Every page is gone: the header's words, the value's buffer.
+    let mut out = Vec::new();
+    assert_eq!(slot.read(0, &mut out).unwrap(), None, "zeroes: no value");
+    slot.write(&[8u8; 200]).unwrap();
+    assert!(slot.read(0, &mut out).unwrap().is_some());
+    assert_eq!(out, vec![8u8; 200]);
+    assert_eq!(
+        slot.damage().as_deref(),
+        Some("its file was shrunk under the mapping (pages of it lost)")
+    );
+    assert!(!slot.is_current());
+}

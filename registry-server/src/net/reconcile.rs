@@ -117,9 +117,12 @@ impl Net {
             match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
                 Ok((segment, bound, created)) => {
                     out.extend(bound);
+                    let series = reg.slot_series(name);
                     let fresh = created
                         || st.mirrors.get(name.as_str()).is_none_or(|m| {
-                            m.origin != c.claim.host || m.hash != c.claim.schema_hash
+                            m.origin != c.claim.host
+                                || m.hash != c.claim.schema_hash
+                                || Some(m.slot.series()) != series
                         });
                     if fresh {
                         match Slot::open(&segment, true) {
@@ -219,6 +222,7 @@ impl Net {
             if r.slot.segment() != p.segment
                 || r.hash != p.schema.hash.0
                 || r.slot.capacity() as u64 != p.capacity
+                || r.slot.series() != p.series
             {
                 if let Ok(slot) = Slot::open(&p.segment, true) {
                     r.slot = Arc::new(slot);

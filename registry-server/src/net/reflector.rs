@@ -305,7 +305,14 @@ impl Net {
                 last_heard_ms: now.duration_since(p.last_heard).as_millis() as u64,
             })
             .collect();
-        if let Some(slot) = &st.stats_slot {
+        if let Some(slot) = st.stats_slot.as_mut() {
+            if !slot.is_current() {
+                // Made anew by the registry (damaged: `state::damage`): map the new one.
+                match Slot::open(slot.segment(), true) {
+                    Ok(new) => *slot = new,
+                    Err(e) => tracing::warn!("cannot map the statistics slot again: {e}"),
+                }
+            }
             let mut bytes = Vec::new();
             if bus::codec::encode_into(&stats, &mut bytes).is_ok() {
                 let _ = slot.write(&bytes);

@@ -21,6 +21,12 @@ pub(super) struct Published {
     overflow_logged: bool,
 }
 
+impl Published {
+    pub(super) fn slot_name(&self) -> &str {
+        self.slot.name().as_str()
+    }
+}
+
 impl Registry {
     /// Creates (or adopts) the directory slot and writes the first directory. `host` is this
     /// computer's name on the bus.
@@ -37,6 +43,20 @@ impl Registry {
         });
         self.publish_directory();
         Ok(())
+    }
+
+    /// Maps the directory slot again (it was made anew) and writes the directory into it.
+    pub(super) fn reopen_directory(&mut self, segment: &str) {
+        match Slot::open(segment, true) {
+            Ok(slot) => {
+                if let Some(p) = self.directory.as_mut() {
+                    p.slot = slot;
+                    p.last = None;
+                }
+                self.publish_directory();
+            }
+            Err(e) => tracing::error!("cannot map the directory made anew: {e}"),
+        }
     }
 
     /// Every public publication known here, local and remote, sorted by name.

@@ -175,6 +175,8 @@ pub struct Registry {
     /// Slots unused since when (see `reclaim`), and how many public ones are kept.
     unused_since: BTreeMap<SlotName, Instant>,
     keep_unused: usize,
+    /// The last slot checked for damage (`damage`): the next check goes on after it.
+    damage_cursor: Option<SlotName>,
 }
 
 impl Registry {
@@ -190,6 +192,7 @@ impl Registry {
             elsewhere: BTreeMap::new(),
             unused_since: BTreeMap::new(),
             keep_unused: reclaim::DEFAULT_KEEP_UNUSED,
+            damage_cursor: None,
         }
     }
 
@@ -653,6 +656,7 @@ fn create_slot(
     }
 }
 
+mod damage;
 mod directory;
 pub mod reclaim;
 mod remote;

@@ -1,0 +1,107 @@
+//! Slots damaged while the registry runs: another process of the bus group removed a segment,
+//! put another file under its name, shrank it or overwrote its header. The sweeper checks a
+//! few slots at a time (`Slot::damage`, two system calls each); a damaged slot is made anew
+//! under its name and every endpoint bound to it is sent its segment again, which tells it
+//! that its memory was replaced (`BusError::Replaced`), as when a restarted registry replaces
+//! an unreadable segment. New endpoints bind to the new slot.
+
+use std::ops::Bound::{Excluded, Unbounded};
+
+use bus::protocol::Reply;
+use bus::SlotName;
+
+use super::{Outbox, Registry};
+
+impl Registry {
+    /// Checks up to `budget` slots, going on from where the last call stopped, and makes each
+    /// damaged one anew. Returns the pushes to send and the names made anew.
+    pub fn replace_damaged(&mut self, budget: usize) -> (Outbox, Vec<SlotName>) {
+        let after = self.damage_cursor.take();
+        let names: Vec<SlotName> = match &after {
+            Some(c) => self.slots.range::<SlotName, _>((Excluded(c), Unbounded)),
+            None => self.slots.range::<SlotName, _>(..),
+        }
+        .take(budget)
+        .map(|(name, _)| name.clone())
+        .collect();
+        // Past the last name: the next call starts again from the first.
+        self.damage_cursor = names.last().cloned();
+        let mut out = Outbox::new();
+        let mut replaced = Vec::new();
+        for name in names {
+            if let Some(pushes) = self.replace_if_damaged(&name) {
+                out.extend(pushes);
+                replaced.push(name);
+            }
+        }
+        (out, replaced)
+    }
+
+    fn replace_if_damaged(&mut self, name: &SlotName) -> Option<Outbox> {
+        let segment = self.domain.segment_name(name);
+        let group = self.group;
+        let entry = self.slots.get_mut(name)?;
+        let slot = entry.slot.as_ref()?;
+        let damage = slot.damage()?;
+        let capacity = slot.capacity() as u64;
+        let schema = match entry.schema.parse() {
+            Ok(schema) => schema,
+            Err(e) => {
+                tracing::error!(
+                    "{name}: {damage}, and its schema cannot be read to make it anew: {e}"
+                );
+                return None;
+            }
+        };
+        let users: Vec<(u64, u64)> = entry
+            .endpoints
+            .iter()
+            .filter(|e| e.bound)
+            .map(|e| (e.conn, e.endpoint))
+            .collect();
+        tracing::warn!(
+            "{name}: {damage}; making it anew (its {} endpoint(s) here are told)",
+            users.len()
+        );
+        if let Some(old) = entry.slot.take() {
+            // Whoever still shares the old memory sees its writer gone, and is woken.
+            old.mark_writer_gone();
+        }
+        let _ = bus::shm::unlink(&segment);
+        if let Err(e) = entry.ensure_slot(&segment, name, &schema, capacity, group, false) {
+            let e = match e {
+                super::NoSlot::Create(e) => e.to_string(),
+                super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
+            };
+            tracing::error!("{name}: cannot make it anew: {e}");
+            return None;
+        }
+        if let (true, Some(slot)) = (entry.own, &entry.slot) {
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
+        }
+        // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
+        // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
+        if self
+            .directory
+            .as_ref()
+            .is_some_and(|d| d.slot_name() == name.as_str())
+        {
+            self.reopen_directory(&segment);
+        }
+        Some(
+            users
+                .into_iter()
+                .map(|(conn, endpoint)| {
+                    let segment = segment.clone();
+                    (conn, 0, Reply::Bound { endpoint, segment })
+                })
+                .collect(),
+        )
+    }
+
+    /// The series (`Slot::series`) of the slot the registry holds for `name`: the network
+    /// layer maps slots itself, and remaps one whose series changed (made anew).
+    pub fn slot_series(&self, name: &SlotName) -> Option<u64> {
+        self.slots.get(name)?.slot.as_ref().map(|s| s.series())
+    }
+}

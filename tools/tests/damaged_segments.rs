@@ -1,0 +1,151 @@
+//! Segments damaged under running processes by another process of the bus group: cut short
+//! (`truncate`), which made the kernel kill every process touching the lost pages with SIGBUS,
+//! and removed, which left new endpoints unable to bind. Nothing dies; the registry makes the
+//! slot anew, and the processes that mapped the old one are told (`BusError::Replaced`).
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use common::{eventually, TestBus};
+
+const NAME: &str = "/damaged/value";
+
+fn segment_path(t: &TestBus) -> String {
+    let segment = t.domain.segment_name(&bus::SlotName::public(NAME).unwrap());
+    format!("/dev/shm/{}", &segment[1..])
+}
+
+fn size_of(path: &str) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// A writer, a waiting reader, a polling reader and `bus-inspect watch` on one slot; returns
+/// their child indices.
+fn start_users(t: &mut TestBus) -> [usize; 4] {
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--min-size",
+        "8",
+        "--max-size",
+        "60000",
+        "--interval-ms",
+        "1",
+        "--seconds",
+        "30",
+    ]);
+    let waiting = t.spawn_stress(&["read", "--name", NAME, "--seconds", "30", "--wait"]);
+    let polling = t.spawn_stress(&["read", "--name", NAME, "--seconds", "30"]);
+    let watch = t.spawn_bin("bus-inspect", &["watch", NAME]);
+    eventually("the value is written and watched", || {
+        t.stdout_of(watch).contains("sequence")
+    });
+    [writer, waiting, polling, watch]
+}
+
+/// Whether the child died of SIGBUS (still running, or exited otherwise, is fine here).
+fn killed_by_sigbus(t: &mut TestBus, child: usize) -> bool {
+    if t.is_running(child) {
+        return false;
+    }
+    t.finish(child).status.signal() == Some(libc::SIGBUS)
+}
+
+#[test]
+fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let path = segment_path(&t);
+    let full = size_of(&path).expect("segment exists");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(0))
+        .expect("truncate the segment");
+    // The writer writes every millisecond and the readers read what it writes: all of them
+    // touch the lost pages at once, the registry at its next sweep.
+    std::thread::sleep(Duration::from_millis(1500));
+    let registry = t.registry();
+    assert!(
+        t.is_running(registry),
+        "the registry ended when a segment it maps was cut short"
+    );
+    for (child, what) in
+        users
+            .into_iter()
+            .zip(["writer", "waiting reader", "polling reader", "watch"])
+    {
+        assert!(
+            !killed_by_sigbus(&mut t, child),
+            "the {what} died of SIGBUS: {}",
+            t.stderr_of(child)
+        );
+    }
+    // The registry found the damage and made the slot anew, full size.
+    eventually("the registry makes the slot anew", || {
+        size_of(&path) == Some(full)
+    });
+    // The writer learns that its memory was replaced (it writes where nobody reads).
+    eventually("the writer is told its slot was made anew", || {
+        t.stderr_of(users[0])
+            .contains("created anew by the registry")
+    });
+    // A new subscriber binds to the new slot, and a new writer's values reach it.
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--max-size",
+        "64",
+        "--seconds",
+        "30",
+    ]);
+    let bus = t.bus();
+    let mut sub = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    eventually("a new value on the new slot", || {
+        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
+    });
+    assert!(t.is_running(writer));
+}
+
+#[test]
+fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let path = segment_path(&t);
+    std::fs::remove_file(&path).expect("remove the segment");
+    eventually("the registry makes the slot anew", || {
+        size_of(&path).is_some()
+    });
+    eventually("the writer is told its slot was made anew", || {
+        t.stderr_of(users[0])
+            .contains("created anew by the registry")
+    });
+    // Before, a new endpoint of the name failed to bind (shm_open: ENOENT) until the registry
+    // restarted.
+    let bus = t.bus();
+    let mut sub = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    let _writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--max-size",
+        "64",
+        "--seconds",
+        "30",
+    ]);
+    eventually("a new value on the new slot", || {
+        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
+    });
+    let registry = t.registry();
+    assert!(t.is_running(registry));
+}
