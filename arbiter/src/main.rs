@@ -55,11 +55,11 @@ fn main() {
         std::process::exit(1);
     };
     if let Err(e) = daemon::on_stop(on_stop) {
-        eprintln!("arbiter: {e}");
+        daemon::print_error(format_args!("arbiter: {e}"));
         std::process::exit(1);
     }
     if let Err(e) = run(&args, &stop) {
-        eprintln!("arbiter: {e}");
+        daemon::print_error(format_args!("arbiter: {e}"));
         std::process::exit(1);
     }
 }

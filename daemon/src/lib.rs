@@ -24,13 +24,39 @@ pub fn init_logging(default_level: &str) {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
+}
+
+/// Standard error for logs, where a failed write loses the line and nothing else. A broken
+/// stderr (a log pipe whose reader ended, the terminal a service was started from closed) made
+/// tracing-subscriber report the failure with `eprintln!`, which panics on the same broken
+/// stderr: the thread that logged died (the signal thread, so SIGTERM no longer stopped the
+/// service; the network reflector, silently). A log line is never worth a service.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Prints `message` as one line on stderr, the last words of a service that ends on an error;
+/// a broken stderr loses it (`eprintln!` would panic, and the exit status say so).
+pub fn print_error(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{message}");
 }
 
 /// Whether logs may be coloured: on a terminal, unless `NO_COLOR` is set to anything but the

@@ -126,11 +126,11 @@ fn main() {
     daemon::init_logging("info");
     // Its state is in shared memory, which the next registry adopts: nothing to save.
     if let Err(e) = daemon::on_stop(daemon::exit_on_stop("registry-server")) {
-        eprintln!("registry-server: {e}");
+        daemon::print_error(format_args!("registry-server: {e}"));
         std::process::exit(1);
     }
     if let Err(e) = run(Args::parse()) {
-        eprintln!("registry-server: {e}");
+        daemon::print_error(format_args!("registry-server: {e}"));
         std::process::exit(1);
     }
 }

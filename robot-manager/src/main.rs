@@ -45,7 +45,7 @@ fn main() {
         handled.add(signal);
     }
     if let Err(e) = handled.thread_block() {
-        eprintln!("robot-manager: blocking signals: {e}");
+        daemon::print_error(format_args!("robot-manager: blocking signals: {e}"));
         std::process::exit(1);
     }
     daemon::init_logging("info");
@@ -55,12 +55,15 @@ fn main() {
     match std::path::absolute(&args.config) {
         Ok(config) => args.config = config,
         Err(e) => {
-            eprintln!("robot-manager: {}: {e}", args.config.display());
+            daemon::print_error(format_args!(
+                "robot-manager: {}: {e}",
+                args.config.display()
+            ));
             std::process::exit(1);
         }
     }
     if let Err(e) = run(&args, &handled) {
-        eprintln!("robot-manager: {e}");
+        daemon::print_error(format_args!("robot-manager: {e}"));
         std::process::exit(1);
     }
 }

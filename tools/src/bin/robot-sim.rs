@@ -96,11 +96,11 @@ fn main() {
     };
     // Hardware stands still when the simulator stops: nothing to save.
     if let Err(e) = daemon::on_stop(daemon::exit_on_stop("robot-sim")) {
-        eprintln!("robot-sim: {e}");
+        daemon::print_error(format_args!("robot-sim: {e}"));
         std::process::exit(1);
     }
     if let Err(e) = run(&args) {
-        eprintln!("robot-sim: {e}");
+        daemon::print_error(format_args!("robot-sim: {e}"));
         std::process::exit(1);
     }
 }
