@@ -87,7 +87,9 @@ struct NetArgs {
     #[arg(long = "peer", value_name = "IP[:PORT]", value_parser = parse_peer)]
     peers: Vec<PeerArg>,
     /// Path MTU in bytes, at most 65507: no datagram is larger; bigger values are fragmented.
-    /// (Too small an MTU to hold a datagram's header and 64 bytes is refused at start.)
+    /// Lowered at start to the MTU of the route to the multicast group and to each --peer, when
+    /// that is smaller (said in the log). (Too small an MTU to hold a datagram's header and 64
+    /// bytes is refused at start.)
     #[arg(long, default_value_t = 1500, value_parser = whole_number(0, MAX_UDP, "bytes"))]
     mtu: u64,
     /// Announcement interval, milliseconds (at least 10).

@@ -268,12 +268,13 @@ impl Net {
         if !cfg.group.is_multicast() {
             return Err(format!("{} is not a multicast group", cfg.group));
         }
-        let chunk = wire::chunk_for_mtu(cfg.mtu, cfg.key.is_some())
-            .ok_or_else(|| format!("MTU {} leaves no room for a datagram", cfg.mtu))?;
         let iface = cfg.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
         if iface.is_loopback() {
             return Err("the multicast interface must not be a loopback address".into());
         }
+        let mtu = mtu_for_paths(cfg.mtu, cfg.group, cfg.port, iface, &cfg.peers);
+        let chunk = wire::chunk_for_mtu(mtu, cfg.key.is_some())
+            .ok_or_else(|| format!("MTU {mtu} leaves no room for a datagram"))?;
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
         // Discovery: bound to the group's port on every address, joined to the group.
         let disco = Socket::new(SockDomain::IPV4, Type::DGRAM, Some(Protocol::UDP))
@@ -380,7 +381,7 @@ impl Net {
                 packet: 0,
                 message: 0,
                 faults: cfg.faults,
-                datagram: Vec::with_capacity(cfg.mtu),
+                datagram: Vec::with_capacity(mtu),
                 gso,
                 gso_buffer: Vec::new(),
             }),
@@ -467,4 +468,46 @@ pub fn interface_address(spec: &str) -> Result<Ipv4Addr, String> {
         }
     }
     Err(format!("interface {spec:?} has no IPv4 address"))
+}
+
+/// `mtu` (the `--mtu` asked for), lowered to the MTU of the route to the multicast group and
+/// to each unicast peer where the kernel knows it. Value datagrams are sent with UDP
+/// segmentation, which refuses (EMSGSIZE) a datagram larger than its device's MTU instead of
+/// leaving it to IP fragmentation: with `--mtu 1500` on a link of 1400 (a VPN, a VLAN), every
+/// value of more than one datagram was lost while announcements still passed.
+fn mtu_for_paths(
+    mtu: usize,
+    group: Ipv4Addr,
+    port: u16,
+    iface: Ipv4Addr,
+    peers: &[SocketAddr],
+) -> usize {
+    let group = SocketAddr::V4(SocketAddrV4::new(group, port));
+    let mut lowest = mtu;
+    for to in std::iter::once(&group).chain(peers) {
+        let Some(path) = route_mtu(*to, iface) else {
+            continue;
+        };
+        if path < lowest {
+            tracing::warn!(
+                "--mtu {mtu} is more than the {path} bytes the route to {to} carries: sending \
+                 datagrams of at most {path} bytes"
+            );
+            lowest = path;
+        }
+    }
+    lowest
+}
+
+/// The MTU of the route to `to` (through `iface` for a multicast group), if there is one now.
+fn route_mtu(to: SocketAddr, iface: Ipv4Addr) -> Option<usize> {
+    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    if !iface.is_unspecified() {
+        socket2::SockRef::from(&socket)
+            .set_multicast_if_v4(&iface)
+            .ok()?;
+    }
+    socket.connect(to).ok()?;
+    let mtu = nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::IpMtu).ok()?;
+    usize::try_from(mtu).ok().filter(|&m| m > 0)
 }
