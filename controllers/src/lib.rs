@@ -84,7 +84,9 @@ pub struct Feedback {
     /// nothing changes any more). As of the last pull.
     pub arbiter_responding: bool,
     /// Whether the robot manager's order includes this controller (listed in its file, or
-    /// placed last as unlisted); an arbiter ignores a controller it does not include.
+    /// placed last as unlisted); an arbiter ignores a controller it does not include. While no
+    /// order is on the bus (its slot made anew), whether this arbiter still follows it (it
+    /// gives it an outcome, by the order it had).
     pub listed: bool,
     /// Not listed yet, but the manager runs and places unlisted controllers last: it will be
     /// once the manager has seen this controller's block (a moment after the first `publish`).
@@ -539,6 +541,10 @@ impl RobotController {
 
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.
     pub fn feedback(&self) -> Vec<Feedback> {
+        // With no order on the bus (the manager's slot made anew, empty), the arbiters keep
+        // following the order they had: what each one's block says is then the only truth,
+        // and this controller counts as listed where an arbiter gives it an outcome.
+        let order_known = self.manager_order_known();
         let listed = self.listed();
         let joining = !listed && self.unlisted_join() && self.manager_running();
         // Until the registry has bound this controller's block, no arbiter has read it: an
@@ -558,14 +564,15 @@ impl RobotController {
                 let block = self
                     .watched
                     .current_block(a)
-                    .filter(|_| bound && listed && a.before_us.is_none());
+                    .filter(|_| bound && (listed || !order_known) && a.before_us.is_none());
+                let outcome = block.and_then(|b| b.outcomes.get(&self.name).copied());
                 Feedback {
                     arbiter: a.name.clone(),
                     arbiter_running,
                     arbiter_responding: arbiter_running && a.command.responding(),
-                    listed,
+                    listed: listed || (!order_known && outcome.is_some()),
                     joining,
-                    outcome: block.and_then(|b| b.outcomes.get(&self.name).copied()),
+                    outcome,
                     owned: block
                         .map(|b| {
                             b.owners

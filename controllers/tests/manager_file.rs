@@ -240,3 +240,40 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     eventually("the second order", || order_is(&r, json!(["b", "a"])));
     write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
 }
+
+/// The manager's slot removed under a running robot: the registry makes it anew, empty, and
+/// the manager ends (its slot was replaced; systemd restarts it). The arbiter keeps the order it
+/// followed, and the controllers' feedback must say what the arbiter does: it used to tell a
+/// controller that still held its resources that it was "not in the robot manager's order"
+/// and owned nothing.
+#[test]
+fn a_controller_reports_what_the_arbiter_does_while_the_managers_order_is_gone() {
+    let mut r = Robot::running(&["a"]);
+    let manager = 1;
+    let a = r.controller("a", "compromising", &["arm/turret=0.2"], 500);
+    eventually("a owns the turret", || {
+        r.t.stdout_of(a).contains("a arm: full (owns: turret)")
+    });
+    let segment =
+        r.t.domain
+            .segment_name(&bus::SlotName::public("/robot/manager").unwrap());
+    std::fs::remove_file(format!("/dev/shm/{}", &segment[1..])).unwrap();
+    eventually("the manager ends, its slot made anew", || {
+        !r.t.is_running(manager)
+    });
+    eventually("the order is gone from the bus", || {
+        manager_order(&r).is_none()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let printed = r.t.stdout_of(a);
+    let after = &printed[printed.rfind("full (owns: turret)").unwrap_or(0)..];
+    assert!(
+        !after.contains("not in the robot manager's order"),
+        "{printed}"
+    );
+    r.expect(
+        "the arbiter keeps its order",
+        json!({"turret": "a", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"a": "full"}),
+    );
+}
