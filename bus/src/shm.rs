@@ -271,6 +271,21 @@ impl Drop for Mapping {
     }
 }
 
+/// Gives `group` read/write access to an existing segment (mode 0660, as `Mapping::create`
+/// makes it): a registry restarted with another `--group` adopts segments made for the old one.
+/// Returns whether anything changed.
+pub fn set_group(name: &str, group: Gid) -> Result<bool, SegmentError> {
+    let fd =
+        shm_open(name, OFlag::O_RDONLY, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
+    let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
+    if stat.st_gid == group.as_raw() && stat.st_mode & 0o777 == 0o660 {
+        return Ok(false);
+    }
+    fchown(&fd, None, Some(group)).map_err(|e| io_err(name, "fchown", e))?;
+    fchmod(&fd, Mode::from_bits_truncate(0o660)).map_err(|e| io_err(name, "fchmod", e))?;
+    Ok(true)
+}
+
 /// Removes a segment's name; processes that map it keep their memory.
 pub fn unlink(name: &str) -> Result<(), SegmentError> {
     shm_unlink(name).map_err(|e| io_err(name, "shm_unlink", e))

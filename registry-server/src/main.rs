@@ -295,6 +295,13 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
 
 fn parse_group(group: &str) -> Result<nix::unistd::Gid, String> {
     if let Ok(gid) = group.parse::<u32>() {
+        // (gid_t)-1 tells chown "leave the group as it is": segments would stay the
+        // registry's own group, silently.
+        if gid == u32::MAX {
+            return Err(format!(
+                "{gid} is no group (it means \"unchanged\" to chown)"
+            ));
+        }
         return Ok(nix::unistd::Gid::from_raw(gid));
     }
     match nix::unistd::Group::from_name(group) {

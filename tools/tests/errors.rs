@@ -383,6 +383,12 @@ fn segments_belong_to_owner_and_group_never_to_others() {
     assert_eq!(mode & 0o777, 0o660, "mode {:o}", mode & 0o777);
     if root {
         assert_eq!(meta.gid(), 12345);
+        // Restarted with another group, the registry gives it what it adopts.
+        t.kill_registry();
+        t.start_registry_with(&["--group", "23456"]);
+        common::eventually("the adopted segment changes group", || {
+            std::fs::metadata(format!("/dev/shm{seg}")).is_ok_and(|m| m.gid() == 23456)
+        });
     }
 }
 
@@ -638,13 +644,18 @@ fn a_directory_given_as_key_file_is_named_as_such() {
 
 #[test]
 fn an_unknown_group_is_refused_at_start() {
-    let out = std::process::Command::new(common::bin("registry-server"))
-        .args(["--domain", "unused-grp", "--group", "no-such-group-here"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no group named"), "{stderr}");
+    for (group, says) in [
+        ("no-such-group-here", "no group named"),
+        ("4294967295", "is no group"),
+    ] {
+        let out = std::process::Command::new(common::bin("registry-server"))
+            .args(["--domain", "unused-grp", "--group", group])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 /// A network configuration that cannot work stops the registry with one clear line before it

@@ -221,11 +221,17 @@ impl Registry {
                 return (0, 0);
             }
         };
-        let (mut adopted, mut skipped) = (0, 0);
+        let (mut adopted, mut skipped, mut regrouped) = (0, 0, 0);
         for (name, _path) in files {
             let segment = self.domain.segment_name(&name);
             match Slot::open(&segment, true) {
                 Ok(slot) => {
+                    if let Some(group) = self.group {
+                        match bus::shm::set_group(&segment, group) {
+                            Ok(changed) => regrouped += usize::from(changed),
+                            Err(e) => tracing::warn!("{segment}: giving it to --group: {e}"),
+                        }
+                    }
                     let writer = slot.writer();
                     if writer.state == WriterState::Alive && !writer.is_running() {
                         slot.mark_writer_gone();
@@ -249,6 +255,12 @@ impl Registry {
                     skipped += 1;
                 }
             }
+        }
+        if regrouped > 0 {
+            tracing::info!(
+                "gave {regrouped} adopted segment(s) to group {} (mode 0660)",
+                self.group.map_or(0, |g| g.as_raw())
+            );
         }
         (adopted, skipped)
     }
