@@ -72,8 +72,8 @@ struct NetArgs {
     /// Multicast group registries announce themselves on.
     #[arg(long, default_value = "239.255.66.66")]
     mcast_group: std::net::Ipv4Addr,
-    /// UDP port of the multicast group (discovery).
-    #[arg(long, default_value_t = DEFAULT_PORT)]
+    /// UDP port of the multicast group (discovery), 1 to 65535.
+    #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
     mcast_port: u16,
     /// Interface for multicast: a name (eth0) or its IPv4 address; default: the routing table's.
     #[arg(long)]
@@ -218,7 +218,20 @@ fn parse_peer(text: &str) -> Result<PeerArg, String> {
         "expected IP:PORT or IP, e.g. 10.0.0.5:{DEFAULT_PORT} or 10.0.0.5 (the port of \
          --mcast-port, {DEFAULT_PORT} unless changed)"
     );
+    // Another computer's registry: not this computer (a loopback address is never announced
+    // to another host), not every address, not a group (--mcast-group is the group).
+    let another_computer = |ip: Ipv4Addr| {
+        if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() {
+            Err(format!(
+                "{ip} is not another computer's address (loopback, unspecified, multicast and \
+                 broadcast addresses are not peers); {example}"
+            ))
+        } else {
+            Ok(ip)
+        }
+    };
     if let Ok(ip) = text.parse::<Ipv4Addr>() {
+        let ip = another_computer(ip)?;
         return Ok(PeerArg { ip, port: None });
     }
     if let Ok(addr) = text.parse::<SocketAddrV4>() {
@@ -226,7 +239,7 @@ fn parse_peer(text: &str) -> Result<PeerArg, String> {
             return Err(format!("port 0 is no registry's port; {example}"));
         }
         return Ok(PeerArg {
-            ip: *addr.ip(),
+            ip: another_computer(*addr.ip())?,
             port: Some(addr.port()),
         });
     }
@@ -334,6 +347,10 @@ mod tests {
             );
         }
         assert!(parse_peer("10.0.0.5:0").unwrap_err().contains("port 0"));
+        for not_a_peer in ["127.0.0.1", "0.0.0.0:7447", "239.1.2.3", "255.255.255.255"] {
+            let e = parse_peer(not_a_peer).unwrap_err();
+            assert!(e.contains("is not another computer's address"), "{e}");
+        }
         assert!(parse_peer("[::1]:7447").unwrap_err().contains("IPv4 only"));
         assert!(parse_peer("::1").unwrap_err().contains("IPv4 only"));
     }
@@ -367,6 +384,8 @@ mod tests {
         };
         for (option, bad, expected) in [
             ("--mtu", "65508", "expected bytes from 0 to 65507"),
+            ("--mcast-port", "0", "0 is not in 1..=65535"),
+            ("--host", "bad/host", "must be 1 or more letters, digits"),
             ("--announce-ms", "0", "expected milliseconds from 10 to"),
             ("--refresh-ms", "0", "expected milliseconds from 10 to"),
             ("--forget-ms", "0", "expected milliseconds from 50 to"),

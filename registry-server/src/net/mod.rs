@@ -111,7 +111,11 @@ pub fn check_host_name(host: &str) -> Result<(), String> {
 
 /// Name of a host's statistics slot: `/baton/registry/<host>/net`.
 pub fn stats_slot_name(host: &str) -> Result<SlotName, String> {
-    SlotName::public(&format!("/baton/registry/{host}/net")).map_err(|_| {
+    // One path component: a '/' inside would pass as a longer slot path.
+    let name = (!host.contains('/'))
+        .then(|| SlotName::public(&format!("/baton/registry/{host}/net")).ok())
+        .flatten();
+    name.ok_or_else(|| {
         format!(
             "host name {host:?} must be 1 or more letters, digits, '_', '-' or '.' (not . or \
                  .. alone)"
