@@ -286,11 +286,7 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         host,
         group: a.mcast_group,
         port: a.mcast_port,
-        interface: a
-            .interface
-            .as_deref()
-            .map(registry::net::interface_address)
-            .transpose()?,
+        interface: a.interface.clone(),
         ttl: a.ttl,
         peers: a.peers.iter().map(|p| p.address(a.mcast_port)).collect(),
         // Within range: checked by their parsers.

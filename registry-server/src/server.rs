@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bus::protocol::{read_frame, write_frame, Reply, Request};
@@ -59,7 +59,8 @@ pub struct Shared {
     refusals: Mutex<std::collections::HashMap<u32, (std::time::Instant, u64)>>,
     /// Per connection, its way out (see `Outgoing`).
     writers: Mutex<std::collections::HashMap<u64, Arc<Outgoing>>>,
-    net: Option<Arc<crate::net::Net>>,
+    /// Set once the network is open (at start, or later: `open_network_later`).
+    net: OnceLock<Arc<crate::net::Net>>,
     /// Set when endpoints changed; the directory thread then rewrites the directory once for a
     /// whole burst of registrations (rewriting it per registration made n registrations cost
     /// O(n²): 10,000 slots took 10 s to create).
@@ -80,7 +81,7 @@ impl Shared {
 
     /// Tells the network layer that endpoints changed.
     fn changed(&self) {
-        if let Some(net) = &self.net {
+        if let Some(net) = self.net.get() {
             net.poke();
         }
     }
@@ -89,6 +90,47 @@ impl Shared {
     fn directory_changed(&self) {
         *lock(&self.directory_dirty) = true;
         self.directory_wake.notify_one();
+    }
+}
+
+/// Starts reflecting through `net`, now open.
+fn start_network(shared: &Arc<Shared>, net: Arc<crate::net::Net>) -> std::io::Result<()> {
+    if net.is_authenticated() {
+        tracing::info!("network: datagrams authenticated with the key file");
+    } else {
+        tracing::warn!(
+            "network: UNAUTHENTICATED (no --key-file): any host on the network can read and \
+             write this domain's reflected slots"
+        );
+    }
+    net.start(shared)?;
+    tracing::info!("network: reflecting as host '{}'", net.host());
+    let _ = shared.net.set(net);
+    shared.changed();
+    Ok(())
+}
+
+/// Opens the network once it is ready, trying every second; a new reason it is not ready is
+/// said once.
+fn open_network_later(shared: &Arc<Shared>, mut cfg: crate::net::NetConfig, domain: &bus::Domain) {
+    let mut said = String::new();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        match crate::net::Net::open(&mut cfg, domain) {
+            Ok(net) => {
+                if let Err(e) = start_network(shared, Arc::new(net)) {
+                    tracing::error!("network: cannot start: {e}");
+                }
+                return;
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if e != said {
+                    tracing::info!("network: still not ready ({e})");
+                    said = e;
+                }
+            }
+        }
     }
 }
 
@@ -129,21 +171,19 @@ pub fn serve(
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let net = match config.net {
-        Some(cfg) => {
-            let net = crate::net::Net::open(cfg, &config.domain).map_err(std::io::Error::other)?;
-            if net.is_authenticated() {
-                tracing::info!("network: datagrams authenticated with the key file");
-            } else {
-                tracing::warn!(
-                    "network: UNAUTHENTICATED (no --key-file): any host on the network can \
-                     read and write this domain's reflected slots"
-                );
-            }
-            Some(Arc::new(net))
+    // A configuration that cannot work stops here; a network that is not up yet (no
+    // address, no route for the group: a robot booting) is tried again every second while
+    // the local bus serves (`open_network_later`).
+    let mut net_config = config.net;
+    let mut net = None;
+    let mut waiting_for_network = None;
+    if let Some(cfg) = net_config.as_mut() {
+        match crate::net::Net::open(cfg, &config.domain) {
+            Ok(n) => net = Some(Arc::new(n)),
+            Err(crate::net::OpenError::Config(e)) => return Err(std::io::Error::other(e)),
+            Err(crate::net::OpenError::Network(e)) => waiting_for_network = Some(e),
         }
-        None => None,
-    };
+    }
     let mut registry = Registry::new(config.domain.clone(), config.group);
     registry.set_keep_unused(config.keep_unused);
     let (adopted, skipped) = registry.adopt_existing();
@@ -163,13 +203,22 @@ pub fn serve(
         group_given: config.group.is_some(),
         refusals: Mutex::new(Default::default()),
         writers: Mutex::new(Default::default()),
-        net,
+        net: OnceLock::new(),
         directory_dirty: Mutex::new(false),
         directory_wake: Condvar::new(),
     });
-    if let Some(net) = &shared.net {
-        net.start(&shared)?;
-        tracing::info!("network: reflecting as host '{}'", net.host());
+    if let Some(net) = net {
+        start_network(&shared, net)?;
+    } else if let (Some(cfg), Some(why)) = (net_config, waiting_for_network) {
+        tracing::warn!(
+            "network: not ready ({why}); serving this computer's bus meanwhile and trying \
+             again every second"
+        );
+        let shared = Arc::clone(&shared);
+        let domain = config.domain.clone();
+        std::thread::Builder::new()
+            .name("net-setup".into())
+            .spawn(move || open_network_later(&shared, cfg, &domain))?;
     }
     {
         let shared = Arc::clone(&shared);

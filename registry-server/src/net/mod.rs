@@ -59,8 +59,9 @@ pub struct NetConfig {
     pub host: String,
     pub group: Ipv4Addr,
     pub port: u16,
-    /// Local IPv4 address of the interface to use for multicast; `None`: the routing table's.
-    pub interface: Option<Ipv4Addr>,
+    /// The interface to use for multicast, as given (`--interface`: a name or its IPv4
+    /// address), resolved whenever the network is opened; `None`: the routing table's.
+    pub interface: Option<String>,
     pub ttl: u32,
     /// Registries reached by unicast (their discovery port), for networks without multicast.
     pub peers: Vec<SocketAddr>,
@@ -265,21 +266,52 @@ pub struct Net {
     warnings: warn::Warnings,
 }
 
+/// Why the network could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The configuration cannot work: the registry stops, one clear line.
+    #[error("{0}")]
+    Config(String),
+    /// The network is not there yet (no address, no route for the group, the interface not
+    /// up): the local bus serves meanwhile, and the network is tried again.
+    #[error("{0}")]
+    Network(String),
+}
+
 impl Net {
-    /// Opens the sockets. Fails with one clear line if the configuration cannot work.
-    pub fn open(cfg: NetConfig, domain: &bus::Domain) -> Result<Net, String> {
-        check_host_name(&cfg.host)?;
+    /// Opens the sockets. `OpenError::Config` if the configuration cannot work,
+    /// `OpenError::Network` if the network is not ready for it (yet). On success the fault
+    /// switch, if any, moves into the `Net`.
+    pub fn open(cfg: &mut NetConfig, domain: &bus::Domain) -> Result<Net, OpenError> {
+        check_host_name(&cfg.host).map_err(OpenError::Config)?;
         if !cfg.group.is_multicast() {
-            return Err(format!("{} is not a multicast group", cfg.group));
+            return Err(OpenError::Config(format!(
+                "{} is not a multicast group",
+                cfg.group
+            )));
         }
-        let iface = cfg.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let iface = match cfg.interface.as_deref() {
+            Some(spec) => interface_address(spec).map_err(OpenError::Network)?,
+            None => Ipv4Addr::UNSPECIFIED,
+        };
         if iface.is_loopback() {
-            return Err("the multicast interface must not be a loopback address".into());
+            return Err(OpenError::Config(
+                "the multicast interface must not be a loopback address".into(),
+            ));
         }
         let mtu = mtu_for_paths(cfg.mtu, cfg.group, cfg.port, iface, &cfg.peers);
         let chunk = wire::chunk_for_mtu(mtu, cfg.key.is_some())
-            .ok_or_else(|| format!("MTU {mtu} leaves no room for a datagram"))?;
-        let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+            .ok_or_else(|| OpenError::Config(format!("MTU {mtu} leaves no room for a datagram")))?;
+        let io = |what: &str, e: std::io::Error| {
+            let hint = match e.raw_os_error() {
+                Some(libc::ENODEV) | Some(libc::ENETUNREACH) | Some(libc::EADDRNOTAVAIL) => {
+                    " (no interface for the group yet: no address or no multicast route; \
+                     --interface names one)"
+                }
+                _ => "",
+            };
+            OpenError::Network(format!("{what}: {e}{hint}"))
+        };
         // Discovery: bound to the group's port on every address, joined to the group.
         let disco = Socket::new(SockDomain::IPV4, Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| io("discovery socket", e))?;
@@ -365,10 +397,10 @@ impl Net {
         Ok(Net {
             domain_id: wire::fnv1a(domain.as_str().as_bytes()),
             sender_id: wire::fnv1a(cfg.host.as_bytes()),
-            host: cfg.host,
+            host: cfg.host.clone(),
             session,
             group: SocketAddr::V4(SocketAddrV4::new(cfg.group, cfg.port)),
-            unicast_peers: cfg.peers,
+            unicast_peers: cfg.peers.clone(),
             chunk,
             datagram_size,
             gso_batch,
@@ -377,14 +409,14 @@ impl Net {
             announce_every: cfg.announce_every,
             forget_after: cfg.forget_after,
             refresh_every: cfg.refresh_every,
-            key: cfg.key,
+            key: cfg.key.clone(),
             data,
             discovery,
             data_port,
             send: Mutex::new(SendState {
                 packet: 0,
                 message: 0,
-                faults: cfg.faults,
+                faults: cfg.faults.take(),
                 datagram: Vec::with_capacity(mtu),
                 gso,
                 gso_buffer: Vec::new(),
@@ -463,15 +495,21 @@ pub fn interface_address(spec: &str) -> Result<Ipv4Addr, String> {
         return Ok(ip);
     }
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("listing interfaces: {e}"))?;
+    let mut exists = false;
     for a in addrs {
         if a.interface_name != spec {
             continue;
         }
+        exists = true;
         if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
             return Ok(sin.ip());
         }
     }
-    Err(format!("interface {spec:?} has no IPv4 address"))
+    Err(if exists {
+        format!("interface {spec:?} has no IPv4 address")
+    } else {
+        format!("there is no interface {spec:?} (`ip link` lists them)")
+    })
 }
 
 /// `mtu` (the `--mtu` asked for), lowered to the MTU of the route to the multicast group and
