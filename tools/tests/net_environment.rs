@@ -87,3 +87,31 @@ fn a_registry_started_before_its_network_serves_locally_and_joins_later() {
         lab.log(A)
     );
 }
+
+/// The address of a registry's `--interface` changes (DHCP, a cable moved): multicast used to
+/// stay on the old address ("Network is unreachable" at every announcement) and the host fell
+/// off the bus until its registry restarted. It now follows the interface's new address.
+#[test]
+fn a_registry_follows_its_interface_to_a_new_address() {
+    let mut lab = Lab::new(2);
+    for h in [A, B] {
+        lab.start_registry(h, &["--interface", "eth0"], &[]);
+    }
+    lab.write_from(A, "/moved", "100000", "20", "64");
+    let before = lab.read_until(B, "/moved", "5", "20");
+    let s = summary(&lab.finish(before));
+    assert!(s["last"].as_u64() >= Some(5), "{s}");
+    ip(&lab, A, &["addr", "flush", "dev", "eth0"]);
+    ip(&lab, A, &["addr", "add", "10.77.0.99/24", "dev", "eth0"]);
+    ip(&lab, A, &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
+    netns::eventually("A's registry follows the new address", || {
+        lab.log(A).contains("has address 10.77.0.99 now")
+    });
+    // B forgets A (its old address is silent), then hears it again from the new one.
+    let last_seen = |lab: &mut Lab| {
+        let r = lab.read_until(B, "/moved", "1", "5");
+        summary(&lab.finish(r))["last"].as_u64().unwrap_or(0)
+    };
+    let seen = last_seen(&mut lab);
+    netns::eventually("B gets A's new values", || last_seen(&mut lab) > seen + 20);
+}

@@ -240,6 +240,8 @@ pub struct Net {
     sender_id: u64,
     session: u64,
     group: SocketAddr,
+    /// `--interface` given by name, and the address multicast goes through now (`follow_interface`).
+    interface: Option<Interface>,
     unicast_peers: Vec<SocketAddr>,
     chunk: usize,
     /// Bytes of a full datagram (header, `chunk` bytes, MAC).
@@ -278,7 +280,62 @@ pub enum OpenError {
     Network(String),
 }
 
+/// An interface named by `--interface`: its address can change under the registry (DHCP, a
+/// cable moved to another network), and multicast is sent and received through an address.
+struct Interface {
+    name: String,
+    /// The address multicast goes through, and when the name was last looked up.
+    address: Mutex<(Ipv4Addr, Instant)>,
+}
+
+/// How often the address of a named `--interface` is looked up again.
+const INTERFACE_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 impl Net {
+    /// Follows a new address of the `--interface` named: sends from it and joins the group
+    /// on it. Without this a registry whose interface got another address could neither
+    /// announce nor hear announcements ("Network is unreachable") until restarted. Looks at
+    /// most every `INTERFACE_CHECK_EVERY`; an interface without an address keeps the old one
+    /// (sends fail and are counted meanwhile).
+    pub(super) fn follow_interface(&self, now: Instant) {
+        let Some(interface) = &self.interface else {
+            return;
+        };
+        let SocketAddr::V4(group) = self.group else {
+            return;
+        };
+        let mut address = lock(&interface.address);
+        if now < address.1 + INTERFACE_CHECK_EVERY {
+            return;
+        }
+        address.1 = now;
+        let Ok(new) = interface_address(&interface.name) else {
+            return;
+        };
+        let old = address.0;
+        if new == old {
+            return;
+        }
+        let discovery = socket2::SockRef::from(&self.discovery);
+        let _ = discovery.leave_multicast_v4(group.ip(), &old);
+        let sending = socket2::SockRef::from(&self.data).set_multicast_if_v4(&new);
+        match sending.and_then(|()| discovery.join_multicast_v4(group.ip(), &new)) {
+            Ok(()) => {
+                tracing::info!(
+                    "network: interface {} has address {new} now (was {old}); multicast \
+                     follows it",
+                    interface.name
+                );
+                address.0 = new;
+            }
+            Err(e) => tracing::warn!(
+                "network: interface {} has address {new} now, but multicast cannot use it \
+                 yet: {e}",
+                interface.name
+            ),
+        }
+    }
+
     /// Opens the sockets. `OpenError::Config` if the configuration cannot work,
     /// `OpenError::Network` if the network is not ready for it (yet). On success the fault
     /// switch, if any, moves into the `Net`.
@@ -400,6 +457,14 @@ impl Net {
             host: cfg.host.clone(),
             session,
             group: SocketAddr::V4(SocketAddrV4::new(cfg.group, cfg.port)),
+            interface: cfg
+                .interface
+                .clone()
+                .filter(|spec| spec.parse::<Ipv4Addr>().is_err())
+                .map(|name| Interface {
+                    name,
+                    address: Mutex::new((iface, now)),
+                }),
             unicast_peers: cfg.peers.clone(),
             chunk,
             datagram_size,

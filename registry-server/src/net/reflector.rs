@@ -186,6 +186,7 @@ impl Net {
 
     /// Periodic work: expire hosts, reconcile with the registry, announce, refresh, statistics.
     fn tick(&self, shared: &Shared, now: Instant, message: &mut Vec<u8>) {
+        self.follow_interface(now);
         let expired = {
             let mut st = lock(&self.state);
             let gone = st.peers.expire(now, self.forget_after);
