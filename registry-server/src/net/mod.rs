@@ -11,7 +11,8 @@
 //! `receive` (datagrams in), `reflector` (the thread that sends values, announces and ticks),
 //! `reconcile` (announcements applied to the registry's state), `session` (this run's session
 //! number, above the last one recorded), `warn` (warnings said once a minute per cause and
-//! subject). This module owns the
+//! subject), `route` (the interface multicast uses and the MTU the routes carry). This module
+//! owns the
 //! configuration, the sockets and the state those share, and starts the threads.
 //!
 //! Threads: two receivers (the discovery socket on the multicast port, the data socket on an
@@ -27,6 +28,7 @@ pub mod reassembly;
 mod receive;
 mod reconcile;
 mod reflector;
+mod route;
 mod send;
 mod session;
 pub mod stats;
@@ -49,6 +51,8 @@ use self::auth::{Key, Replay};
 use self::faults::Faults;
 use self::peers::Peers;
 use self::reassembly::Reassembler;
+pub use self::route::interface_address;
+use self::route::{mtu_for_paths, Interface};
 use self::stats::{Counters, NetStats};
 use self::wire::Announce;
 use crate::server::Shared;
@@ -280,62 +284,7 @@ pub enum OpenError {
     Network(String),
 }
 
-/// An interface named by `--interface`: its address can change under the registry (DHCP, a
-/// cable moved to another network), and multicast is sent and received through an address.
-struct Interface {
-    name: String,
-    /// The address multicast goes through, and when the name was last looked up.
-    address: Mutex<(Ipv4Addr, Instant)>,
-}
-
-/// How often the address of a named `--interface` is looked up again.
-const INTERFACE_CHECK_EVERY: Duration = Duration::from_secs(1);
-
 impl Net {
-    /// Follows a new address of the `--interface` named: sends from it and joins the group
-    /// on it. Without this a registry whose interface got another address could neither
-    /// announce nor hear announcements ("Network is unreachable") until restarted. Looks at
-    /// most every `INTERFACE_CHECK_EVERY`; an interface without an address keeps the old one
-    /// (sends fail and are counted meanwhile).
-    pub(super) fn follow_interface(&self, now: Instant) {
-        let Some(interface) = &self.interface else {
-            return;
-        };
-        let SocketAddr::V4(group) = self.group else {
-            return;
-        };
-        let mut address = lock(&interface.address);
-        if now < address.1 + INTERFACE_CHECK_EVERY {
-            return;
-        }
-        address.1 = now;
-        let Ok(new) = interface_address(&interface.name) else {
-            return;
-        };
-        let old = address.0;
-        if new == old {
-            return;
-        }
-        let discovery = socket2::SockRef::from(&self.discovery);
-        let _ = discovery.leave_multicast_v4(group.ip(), &old);
-        let sending = socket2::SockRef::from(&self.data).set_multicast_if_v4(&new);
-        match sending.and_then(|()| discovery.join_multicast_v4(group.ip(), &new)) {
-            Ok(()) => {
-                tracing::info!(
-                    "network: interface {} has address {new} now (was {old}); multicast \
-                     follows it",
-                    interface.name
-                );
-                address.0 = new;
-            }
-            Err(e) => tracing::warn!(
-                "network: interface {} has address {new} now, but multicast cannot use it \
-                 yet: {e}",
-                interface.name
-            ),
-        }
-    }
-
     /// Opens the sockets. `OpenError::Config` if the configuration cannot work,
     /// `OpenError::Network` if the network is not ready for it (yet). On success the fault
     /// switch, if any, moves into the `Net`.
@@ -552,69 +501,4 @@ impl Net {
             .spawn(move || net.reflect(&shared))?;
         Ok(())
     }
-}
-
-/// Resolves `--interface`: an IPv4 address, or the name of an interface with one.
-pub fn interface_address(spec: &str) -> Result<Ipv4Addr, String> {
-    if let Ok(ip) = spec.parse::<Ipv4Addr>() {
-        return Ok(ip);
-    }
-    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("listing interfaces: {e}"))?;
-    let mut exists = false;
-    for a in addrs {
-        if a.interface_name != spec {
-            continue;
-        }
-        exists = true;
-        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return Ok(sin.ip());
-        }
-    }
-    Err(if exists {
-        format!("interface {spec:?} has no IPv4 address")
-    } else {
-        format!("there is no interface {spec:?} (`ip link` lists them)")
-    })
-}
-
-/// `mtu` (the `--mtu` asked for), lowered to the MTU of the route to the multicast group and
-/// to each unicast peer where the kernel knows it. Value datagrams are sent with UDP
-/// segmentation, which refuses (EMSGSIZE) a datagram larger than its device's MTU instead of
-/// leaving it to IP fragmentation: with `--mtu 1500` on a link of 1400 (a VPN, a VLAN), every
-/// value of more than one datagram was lost while announcements still passed.
-fn mtu_for_paths(
-    mtu: usize,
-    group: Ipv4Addr,
-    port: u16,
-    iface: Ipv4Addr,
-    peers: &[SocketAddr],
-) -> usize {
-    let group = SocketAddr::V4(SocketAddrV4::new(group, port));
-    let mut lowest = mtu;
-    for to in std::iter::once(&group).chain(peers) {
-        let Some(path) = route_mtu(*to, iface) else {
-            continue;
-        };
-        if path < lowest {
-            tracing::warn!(
-                "--mtu {mtu} is more than the {path} bytes the route to {to} carries: sending \
-                 datagrams of at most {path} bytes"
-            );
-            lowest = path;
-        }
-    }
-    lowest
-}
-
-/// The MTU of the route to `to` (through `iface` for a multicast group), if there is one now.
-fn route_mtu(to: SocketAddr, iface: Ipv4Addr) -> Option<usize> {
-    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
-    if !iface.is_unspecified() {
-        socket2::SockRef::from(&socket)
-            .set_multicast_if_v4(&iface)
-            .ok()?;
-    }
-    socket.connect(to).ok()?;
-    let mtu = nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::IpMtu).ok()?;
-    usize::try_from(mtu).ok().filter(|&m| m > 0)
 }
