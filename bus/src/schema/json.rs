@@ -99,7 +99,7 @@ pub(super) fn prim_json(prim: Prim, bytes: &[u8]) -> Value {
     let bits = prim.size() * 8;
     let signed = ((unsigned << (128 - bits)) as i128) >> (128 - bits);
     match prim {
-        Prim::F32 => Value::from(f32::from_bits(unsigned as u32)),
+        Prim::F32 => f32_value(f32::from_bits(unsigned as u32)),
         Prim::F64 => Value::from(f64::from_bits(unsigned as u64)),
         Prim::U8 | Prim::U16 | Prim::U32 | Prim::U64 | Prim::U128 => {
             match u64::try_from(unsigned) {
@@ -113,6 +113,16 @@ pub(super) fn prim_json(prim: Prim, bytes: &[u8]) -> Value {
             _ => Value::String(signed.to_string()),
         },
     }
+}
+
+/// An `f32` as serde_json writes one: its shortest decimal form (`0.1`, not the `f64` it widens
+/// to, `0.10000000149011612`); not finite, `null`.
+fn f32_value(x: f32) -> Value {
+    // Display gives the shortest decimal that reads back as the same f32; as an f64 that
+    // decimal prints the same.
+    x.to_string()
+        .parse::<f64>()
+        .map_or(Value::Null, Value::from)
 }
 
 /// Little-endian bytes of `json` as `prim`, or why it does not fit.

@@ -295,6 +295,17 @@ fn special_numbers_and_keys() {
     let nan = schema.encode_json(&json!(null)).expect("encode");
     assert!(codec::decode::<f64>(&nan).expect("decode").is_nan());
 
+    // An f32 prints as serde_json writes it: its shortest decimal, not the f64 it widens to.
+    let floats = vec![0.1f32, f32::MAX, f32::MIN_POSITIVE, -2.5, 1e-7];
+    let schema = Schema::of_serde::<Vec<f32>>().expect("schema");
+    codec::encode_into(&floats, &mut bytes).expect("encode");
+    let decoded = schema.decode_json(&bytes).expect("decode");
+    assert_eq!(
+        decoded.to_string(),
+        serde_json::to_string(&floats).expect("serde_json")
+    );
+    assert_eq!(schema.encode_json(&decoded).expect("encode"), bytes);
+
     // Keys serde_json cannot write as strings become [key, value] pairs.
     let map = BTreeMap::from([((1u8, 2u8), true), ((3, 4), false)]);
     let schema = Schema::of_serde::<BTreeMap<(u8, u8), bool>>().expect("schema");
