@@ -361,6 +361,7 @@ fn graph_stats_doctor_and_endpoints_describe_the_bus() {
     assert_eq!(s["registry"]["publications"], 2);
     assert_eq!(s["registry"]["subscriptions"], 1);
     assert_eq!(s["registry"]["connections"], 1);
+    assert_eq!(s["registry"]["awaited"], 0);
     assert_eq!(s["net"], serde_json::json!([]));
     assert!(ok(&t.inspect(&["stats"])).contains("runs without --net"));
 

@@ -210,3 +210,32 @@ fn doctor_as_root_names_the_processes_it_cannot_read() {
         eprintln!("no unreadable process here: only the wording is checked");
     }
 }
+
+/// `stats` counts slots that exist: a name only subscribed to so far has no slot yet, and a
+/// subscription waiting there is not also counted as bound (it used to read "8 slots" for 5
+/// and "3 subscriptions (3 pending)" for 3 waiting).
+#[test]
+fn stats_tells_slots_from_names_awaited_and_bound_from_waiting_subscriptions() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let p = bus.publish::<u64>("/stats/published").unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    let bound = bus.subscribe::<u64>("/stats/published").unwrap();
+    bound.wait_bound(WATCHDOG).unwrap();
+    let _waiting = bus.subscribe::<u64>("/stats/awaited").unwrap();
+    common::eventually("the waiting subscription registered", || {
+        json(&t.inspect(&["stats", "--json"]))["registry"]["pending"] == 1
+    });
+    let s = json(&t.inspect(&["stats", "--json"]));
+    // The publication's slot and the registry's directory.
+    assert_eq!(s["registry"]["slots"], 2, "{s}");
+    assert_eq!(s["registry"]["awaited"], 1, "{s}");
+    assert_eq!(s["registry"]["subscriptions"], 1, "{s}");
+    let text = ok(&t.inspect(&["stats"]));
+    assert!(
+        text.contains("2 slots (+1 names awaited)")
+            && text.contains("1 subscriptions bound (+1 waiting for a publication)"),
+        "{text}"
+    );
+}

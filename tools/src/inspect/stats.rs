@@ -81,10 +81,14 @@ pub fn read(domain: &Domain) -> Vec<NetSlot> {
 /// Counts from the registry's listing.
 #[derive(Debug, Serialize, Default)]
 pub struct RegistryCounts {
+    /// Slots that exist (a segment each).
     pub slots: usize,
+    /// Names only subscribed to so far: subscriptions wait there for a publication.
+    pub awaited: usize,
     pub publications: usize,
+    /// Subscriptions bound to their slot.
     pub subscriptions: usize,
-    /// Subscriptions waiting for a publication.
+    /// Subscriptions waiting for a publication (not in `subscriptions`).
     pub pending: usize,
     pub connections: usize,
     /// Distinct processes with endpoints.
@@ -102,8 +106,10 @@ pub struct Stats {
 pub fn gather(domain: &Domain) -> Stats {
     let (registry, registry_error) = match super::registry::listing(domain) {
         Ok(slots) => {
+            let existing = slots.iter().filter(|s| s.segment.is_some()).count();
             let mut c = RegistryCounts {
-                slots: slots.len(),
+                slots: existing,
+                awaited: slots.len() - existing,
                 ..RegistryCounts::default()
             };
             let mut pids = BTreeSet::new();
@@ -135,9 +141,15 @@ pub fn render(s: &Stats) -> String {
     let mut out = String::new();
     match (&s.registry, &s.registry_error) {
         (Some(c), _) => out.push_str(&format!(
-            "registry: {} slots, {} publications, {} subscriptions ({} pending), {} \
-             connections, {} processes\n",
-            c.slots, c.publications, c.subscriptions, c.pending, c.connections, c.processes
+            "registry: {} slots (+{} names awaited), {} publications, {} subscriptions \
+             bound (+{} waiting for a publication), {} connections, {} processes\n",
+            c.slots,
+            c.awaited,
+            c.publications,
+            c.subscriptions,
+            c.pending,
+            c.connections,
+            c.processes
         )),
         (None, Some(e)) => out.push_str(&format!("registry: {e}\n")),
         (None, None) => {}
