@@ -181,9 +181,10 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    // Subscribed on B as `Checked` before host A publishes the name as `ManagerConfig`: B's
-    // registry does not mirror it and says why, naming both types.
-    let early = lab.read_for(B, "/robot/manager", "3");
+    // Subscribed on B as `Checked` before host A publishes the name as `ManagerConfig`: once
+    // B's registry learns A's publication it refuses the waiting subscription, naming both
+    // types (it used to wait in silence while A's values were sent to B and dropped there).
+    let early = lab.read_for(B, "/robot/manager", "5");
     let manager = std::env::temp_dir().join(format!("baton-types-{}.toml", std::process::id()));
     std::fs::write(&manager, "controllers = []\narbiters = []\n").expect("manager file");
     lab.spawn(
@@ -193,12 +194,25 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     );
     eventually("B logs the type conflict with both types", || {
         let log = lab.log(B);
-        log.contains("not mirroring /robot/manager")
+        log.contains("refused 1 subscription(s) of /robot/manager")
             && log.contains("tools::stress::Checked")
             && log.contains("arbiter::protocol::ManagerConfig")
     });
-    let s = summary(&lab.finish(early));
-    assert_eq!(s["reads"], 0, "{s}");
+    let out = lab.finish(early);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the waiting subscription must be refused"
+    );
+    assert!(
+        err.contains("arbiter::protocol::ManagerConfig (published on host 'hA')")
+            && err.contains("tools::stress::Checked"),
+        "{err}"
+    );
+    // Nothing of A's is asked for by B any more: no value of it is sent to B and dropped.
+    let dropped = lab.dropped(B, "unexpected");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lab.dropped(B, "unexpected"), dropped);
     // Subscribing once B knows A's publication: refused at once, the error names both types.
     wait_until_b_knows_a_publications(&lab);
     let late = lab.read_for(B, "/robot/manager", "20");

@@ -83,6 +83,15 @@ impl Net {
             .map(|(n, c)| (n.clone(), c.claim.clone()))
             .collect();
         reg.set_remote_claims(remote.clone());
+        // Subscriptions waiting here with another type than the one publisher's: refused now,
+        // not left waiting in silence while its values are sent here and dropped.
+        for (name, claim) in &remote {
+            let refused = reg.refuse_mistyped_waiting(name, claim);
+            if !refused.is_empty() {
+                Counters::add(&self.counters.conflicts, 1);
+            }
+            out.extend(refused);
+        }
         // Mirrors.
         let wanted: BTreeSet<SlotName> = reg.wanted().into_iter().collect();
         for (name, c) in &claims {

@@ -97,7 +97,8 @@ impl Registry {
     }
 
     /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
-    /// not published here.
+    /// not published here, nor published elsewhere with another type than this host's
+    /// subscribers use (its values could not be mirrored: none is asked for).
     pub fn wanted(&self) -> Vec<SlotName> {
         self.slots
             .iter()
@@ -110,9 +111,55 @@ impl Registry {
                             .iter()
                             .any(|r| r.kind == EndpointKind::Subscription))
                     && !e.writer_reconnecting()
+                    && (e.origin.is_some()
+                        || self
+                            .remote
+                            .get(*name)
+                            .is_none_or(|c| c.schema_hash == e.schema.hash.0))
             })
             .map(|(name, _)| name.clone())
             .collect()
+    }
+
+    /// Refuses the subscriptions here that wait for `name` with another type than the one
+    /// `claim`'s host publishes (the name's one publisher on the bus): they would wait in
+    /// silence for ever. A subscription made once the claim is known is refused alike when it
+    /// registers. Returns the refusals to send.
+    pub fn refuse_mistyped_waiting(&mut self, name: &SlotName, claim: &RemoteClaim) -> Outbox {
+        let Some(entry) = self.slots.get_mut(name) else {
+            return Outbox::new();
+        };
+        if entry.schema.hash.0 == claim.schema_hash || entry.origin.is_some() || entry.own {
+            return Outbox::new();
+        }
+        let refusal = Refusal::TypeMismatch {
+            slot_type: format!("{} (published on host '{}')", claim.type_name, claim.host),
+            slot_hash: claim.schema_hash,
+        };
+        let mut out = Outbox::new();
+        entry.endpoints.retain(|e| {
+            let waiting = e.kind == EndpointKind::Subscription && !e.bound;
+            if waiting {
+                let refusal = refusal.clone();
+                let endpoint = e.endpoint;
+                out.push((e.conn, 0, Reply::Refused { endpoint, refusal }));
+            }
+            !waiting
+        });
+        if !out.is_empty() {
+            tracing::warn!(
+                "conflict: refused {} subscription(s) of {name} waiting with type {}: host \
+                 '{}' publishes it as {}",
+                out.len(),
+                entry.schema.type_name,
+                claim.host,
+                claim.type_name
+            );
+        }
+        if entry.endpoints.is_empty() && entry.slot.is_none() {
+            self.slots.remove(name);
+        }
+        out
     }
 
     /// Whether the name is published by a process on this host.
