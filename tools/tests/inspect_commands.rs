@@ -234,6 +234,23 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     other.wait_bound(WATCHDOG).unwrap();
     ok(&t.inspect(&["put", "/robot/forced", "42", "--force"]));
     assert_eq!(json(&t.inspect(&["get", "/robot/forced", "--json"])), 42);
+    // A value read from stdin (`-`), for values too big for a command line.
+    let mut put = std::process::Command::new(common::bin("bus-inspect"))
+        .args([
+            "--domain",
+            t.domain.as_str(),
+            "put",
+            "/robot/forced",
+            "-",
+            "--force",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut put.stdin.take().unwrap(), b"43\n").unwrap();
+    assert!(put.wait_with_output().unwrap().status.success());
+    assert_eq!(json(&t.inspect(&["get", "/robot/forced", "--json"])), 43);
     let err = refused(&t.inspect(&["put", "/robot/missing", "1"]));
     assert!(err.contains("no slot /robot/missing"), "{err}");
 }

@@ -135,11 +135,13 @@ enum Command {
     /// writer: while its publisher (or the registry, for a mirror or its statistics) runs, a
     /// second writer could make readers see a torn value, and the publisher's next write
     /// replaces yours, so `put` refuses unless --force. Use it on slots whose writer is gone
-    /// or never existed (testing a subscriber, replaying a configuration).
+    /// (testing a subscriber, replaying a configuration). The slot must exist: a publication
+    /// made it once (a name only subscribed to has no slot, hence no type to encode with).
     Put {
         /// Slot name.
         name: String,
-        /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}'.
+        /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}', or - to read it from stdin (for
+        /// values too big for a command line: `bus-inspect put /x - < value.json`).
         value: String,
         /// Write even though the slot's writer runs (see above for what that risks).
         #[arg(long)]
@@ -363,6 +365,14 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             json,
         } => {
             let name = inspect::slot_name(&name).map_err(err)?;
+            let value = if value == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .map_err(|e| format!("reading the value from stdin: {e}"))?;
+                text
+            } else {
+                value
+            };
             let w = put::put(domain, &name, &value, force).map_err(err)?;
             show(json.json, &w, |w| {
                 format!(
