@@ -297,6 +297,18 @@ fn wait_prints_which_slot_changed() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let out = t.inspect(&["wait", "/w/b", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(64));
+    // So is a slot name the bus refuses, in every command that takes names.
+    for args in [
+        &["wait", "/w/b", "bad"][..],
+        &["get", "no-slash"],
+        &["hz", "/w/b", "a b"],
+        &["info", "/w//b"],
+    ] {
+        let out = t.inspect(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("invalid slot name"), "{args:?}: {err}");
+    }
     // Timeouts that are no number of seconds, or past a year, are usage errors, not crashes.
     for bad in ["1e19", "0", "nan"] {
         let out = t.inspect(&["watch", "/w/b", "--count", "1", "--timeout", bad]);

@@ -58,7 +58,7 @@ struct Json {
 #[derive(ClapArgs)]
 struct Rates {
     /// Slot names (a slot that does not exist yet is watched for its appearance).
-    #[arg(required = true)]
+    #[arg(required = true, value_parser = slot_name_arg)]
     names: Vec<String>,
     #[command(flatten)]
     window: Window,
@@ -85,6 +85,7 @@ enum Command {
     /// One slot in detail: type and schema, header, publishers, subscribers, connections, hosts.
     Info {
         /// Slot name, e.g. /robot/manager.
+        #[arg(value_parser = slot_name_arg)]
         name: String,
         #[command(flatten)]
         json: Json,
@@ -92,6 +93,7 @@ enum Command {
     /// The current value of one slot, decoded through the schema stored in the slot.
     Get {
         /// Slot name, e.g. /robot/manager.
+        #[arg(value_parser = slot_name_arg)]
         name: String,
         /// Print the value alone, as one line of JSON.
         #[arg(long)]
@@ -103,6 +105,7 @@ enum Command {
     /// text says how many were skipped; the JSON has each value's sequence).
     Watch {
         /// Slot name.
+        #[arg(value_parser = slot_name_arg)]
         name: String,
         /// Stop after this many values.
         #[arg(long)]
@@ -139,6 +142,7 @@ enum Command {
     /// made it once (a name only subscribed to has no slot, hence no type to encode with).
     Put {
         /// Slot name.
+        #[arg(value_parser = slot_name_arg)]
         name: String,
         /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}', or - to read it from stdin (for
         /// values too big for a command line: `bus-inspect put /x - < value.json`).
@@ -155,7 +159,7 @@ enum Command {
     /// sequences read-only (registering as a waiter would write to the slot).
     Wait {
         /// Slot names (a slot that does not exist yet is watched for its appearance).
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = slot_name_arg)]
         names: Vec<String>,
         /// Give up after this many seconds.
         #[arg(long, value_parser = timeout_seconds)]
@@ -221,6 +225,14 @@ struct Window {
 const TIMED_OUT: i32 = 2;
 /// Exit status of a command line that does not parse (clap's own 2 would read as a timeout).
 const USAGE: i32 = 64;
+
+/// A slot name as given, checked by the bus's rule (an invalid one is a usage error, 64, as an
+/// invalid `--domain` is).
+fn slot_name_arg(text: &str) -> Result<String, String> {
+    bus::SlotName::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
 
 fn main() {
     let args = match Args::try_parse() {
