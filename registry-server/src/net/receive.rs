@@ -29,19 +29,32 @@ impl Net {
                     continue;
                 }
             };
-            Counters::add(&self.counters.received_bytes, n as u64);
             let Some(each) = read.datagram_size(n) else {
                 Counters::add(&self.counters.received_datagrams, 1);
+                Counters::add(&self.counters.received_bytes, n as u64);
                 self.counters.drop(Drop::Oversized);
                 continue;
             };
             for datagram in buf[..n].chunks(each) {
+                let result = self.on_datagram(datagram, from);
+                if result == Err(Drop::Own) && self.is_looped_back(datagram) {
+                    Counters::add(&self.counters.looped_back, 1);
+                    continue;
+                }
                 Counters::add(&self.counters.received_datagrams, 1);
-                if let Err(why) = self.on_datagram(datagram, from) {
+                Counters::add(&self.counters.received_bytes, datagram.len() as u64);
+                if let Err(why) = result {
                     self.counters.drop(why);
                 }
             }
         }
+    }
+
+    /// Whether `datagram` is this registry's own, looped back by multicast (not another
+    /// registry under this host name, which is a drop worth counting).
+    fn is_looped_back(&self, datagram: &[u8]) -> bool {
+        wire::decode_datagram(datagram, u32::MAX)
+            .is_ok_and(|d| d.header.sender == self.sender_id && d.header.session == self.session)
     }
 
     /// Everything done with one received datagram; `Err` says why it was dropped.

@@ -13,6 +13,7 @@ pub struct Counters {
     pub sent_bytes: AtomicU64,
     pub received_datagrams: AtomicU64,
     pub received_bytes: AtomicU64,
+    pub looped_back: AtomicU64,
     pub values_reflected: AtomicU64,
     pub values_mirrored: AtomicU64,
     pub values_unchanged: AtomicU64,
@@ -63,8 +64,12 @@ pub struct NetStats {
     pub datagrams_sent: u64,
     pub bytes_sent: u64,
     pub send_errors: u64,
+    /// Datagrams (and their bytes) received from other registries: this registry's own,
+    /// which multicast loops back to it, are `looped_back` and nothing else.
     pub datagrams_received: u64,
     pub bytes_received: u64,
+    /// This registry's own datagrams, looped back by multicast: expected, not drops.
+    pub looped_back: u64,
     /// Datagrams (or reassembled values) dropped, and local values not sent (`too_large_to_send`),
     /// by cause.
     pub dropped: std::collections::BTreeMap<String, u64>,
@@ -96,6 +101,7 @@ impl NetStats {
             send_errors: r(&c.send_errors),
             datagrams_received: r(&c.received_datagrams),
             bytes_received: r(&c.received_bytes),
+            looped_back: r(&c.looped_back),
             dropped: c.dropped(),
             values_reflected: r(&c.values_reflected),
             values_mirrored: r(&c.values_mirrored),
