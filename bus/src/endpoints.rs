@@ -435,10 +435,28 @@ fn wait_on_slot(
     let ticket = slot.count_waiter();
     let wake = match slot.notify_to_sleep_on(&ticket) {
         Some(expected) if !slot.has_news(seen) && !news() => {
-            futex::wait(slot.notify_word(), expected, true, deadline)
+            // At most `RECHECK_EVERY` at a time: a segment cut short under this process puts
+            // a private page where the shared one was, and the wakes of its replacement
+            // (`BusError::Replaced`) then go to that page, never to the one slept on.
+            let recheck = Instant::now() + RECHECK_EVERY;
+            match futex::wait(
+                slot.notify_word(),
+                expected,
+                true,
+                Some(deadline.map_or(recheck, |d| d.min(recheck))),
+            ) {
+                futex::Wake::TimedOut if deadline.is_none_or(|d| recheck < d) => {
+                    futex::Wake::Maybe(None)
+                }
+                wake => wake,
+            }
         }
         _ => futex::Wake::Maybe(None),
     };
     slot.uncount_waiter(ticket);
     wake
 }
+
+/// Longest a `wait_update` sleeps before it looks again whether its slot was replaced (see
+/// `wait_on_slot`); a change of value wakes it at once.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);

@@ -391,22 +391,17 @@ impl SubscriptionGroup {
                         expected: expected.unwrap_or(0),
                         shared: true,
                     });
+                    // The client's bind word too: the registry's news that a slot was made
+                    // anew bumps it, while a wake through the slot's own word can miss us (a
+                    // segment cut short puts a private page where the shared one was).
+                    watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);
                     ready |= expected.is_none()
                         || slot.has_news(sub.sequence())
                         || sub.writer_state() != m.writer
                         || sub.replaced_unreported();
                 }
                 None => {
-                    let client = sub.client();
-                    if !clients.iter().any(|c| Arc::ptr_eq(c, client)) {
-                        clients.push(client);
-                        word_members.push(None);
-                        words.push(WaitOn {
-                            word: &client.bind_word,
-                            expected: client.bind_word.load(Ordering::SeqCst),
-                            shared: false,
-                        });
-                    }
+                    watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);
                     // Bound after our update but before we read the bind word: don't sleep.
                     ready |= sub.slot().is_some();
                 }
@@ -434,6 +429,25 @@ impl SubscriptionGroup {
             }
             other => other,
         }
+    }
+}
+
+/// Adds `client`'s bind word to the words slept on, once per client: it moves when the registry
+/// binds one of the client's endpoints, or tells it that a slot was made anew.
+fn watch_bind_word<'a>(
+    client: &'a Arc<ClientShared>,
+    clients: &mut Vec<&'a Arc<ClientShared>>,
+    word_members: &mut Vec<Option<usize>>,
+    words: &mut Vec<WaitOn<'a>>,
+) {
+    if !clients.iter().any(|c| Arc::ptr_eq(c, client)) {
+        clients.push(client);
+        word_members.push(None);
+        words.push(WaitOn {
+            word: &client.bind_word,
+            expected: client.bind_word.load(Ordering::SeqCst),
+            shared: false,
+        });
     }
 }
 

@@ -39,7 +39,8 @@ pub struct Mapping {
 // byte copies that tolerate concurrent writers (the slot protocol), so sharing the handle
 // between threads is as safe as sharing it between processes.
 unsafe impl Send for Mapping {}
-// SAFETY: as above; `Mapping` itself has no interior state besides the immutable base/len.
+// SAFETY: as above; besides the immutable base/len, `Mapping`'s only state is its guard's entry,
+// whose fields are atomics (`lost_pages`).
 unsafe impl Sync for Mapping {}
 
 /// What a segment's name stands for now (`Mapping::file_now`).

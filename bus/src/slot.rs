@@ -199,9 +199,17 @@ impl Slot {
         match self.map.file_now(&self.segment) {
             FileNow::Removed => return Some("its segment was removed".into()),
             FileNow::Other => return Some("its segment was replaced by another file".into()),
-            FileNow::Mapped { size } if size < self.map.len() as u64 => {
+            // Grown as well as cut: a slot never changes size under its name (another capacity
+            // is another segment), and `Slot::open` refuses a file whose size is not the
+            // header's, so new endpoints could not bind.
+            FileNow::Mapped { size } if size != self.map.len() as u64 => {
+                let how = if size < self.map.len() as u64 {
+                    "cut"
+                } else {
+                    "grown"
+                };
                 return Some(format!(
-                    "its segment was cut to {size} of its {} bytes",
+                    "its segment was {how} to {size} of its {} bytes",
                     self.map.len()
                 ));
             }

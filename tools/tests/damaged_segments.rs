@@ -149,3 +149,116 @@ fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     let registry = t.registry();
     assert!(t.is_running(registry));
 }
+
+/// Waiters asleep on a slot when its segment is cut short, with its writer idle: the wakes of
+/// the replacement went to the private page put where the shared one was, never to the page
+/// they slept on, so a `wait_update` learnt of it only at its timeout (never without one).
+#[test]
+fn waiters_asleep_on_a_segment_cut_short_learn_that_it_was_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    // One value, then an idle writer: only the news of the replacement can wake the waiters.
+    t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--count",
+        "1",
+        "--max-size",
+        "64",
+        "--linger",
+        "60",
+    ]);
+    let group_waiter = t.spawn_stress(&["read", "--name", NAME, "--seconds", "60", "--wait"]);
+    let bus = t.bus();
+    let mut sub = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    eventually("the value", || {
+        sub.update().is_ok() && sub.value().is_some()
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let woke = sub.wait_update(Duration::from_secs(60));
+        let _ = tx.send(woke.map_err(|e| e.to_string()));
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment_path(&t))
+        .and_then(|f| f.set_len(0))
+        .expect("truncate the segment");
+    let woke = rx
+        .recv_timeout(common::WATCHDOG)
+        .expect("wait_update returned before its timeout");
+    assert!(
+        woke.as_ref()
+            .is_err_and(|e| e.contains("created anew by the registry")),
+        "{woke:?}"
+    );
+    eventually("the group's waiter is told", || {
+        t.stderr_of(group_waiter)
+            .contains("created anew by the registry")
+    });
+}
+
+/// A segment grown under the slot: `Slot::open` refuses a file whose size is not its header's,
+/// so new endpoints could not bind, and the registry saw nothing wrong.
+#[test]
+fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let path = segment_path(&t);
+    let full = size_of(&path).expect("segment exists");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(full + 8192))
+        .expect("grow the segment");
+    eventually("the registry makes the slot anew", || {
+        size_of(&path) == Some(full)
+    });
+    eventually("the writer is told its slot was made anew", || {
+        t.stderr_of(users[0])
+            .contains("created anew by the registry")
+    });
+    let bus = t.bus();
+    let mut sub = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    let _writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--max-size",
+        "64",
+        "--seconds",
+        "30",
+    ]);
+    eventually("a new value on the new slot", || {
+        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
+    });
+}
+
+/// A slot nobody uses any more, removed (by `bus-inspect clean`, or by hand): forgotten, not
+/// made anew empty under the hand that removed it.
+#[test]
+fn an_unused_slot_removed_is_forgotten_not_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<u64>(NAME).expect("publish");
+    p.wait_bound(common::WATCHDOG).expect("bound");
+    p.write(&1).expect("write");
+    drop(p);
+    let path = segment_path(&t);
+    eventually("the writer is gone", || {
+        let out = t.inspect(&["list", NAME, "--json"]);
+        String::from_utf8_lossy(&out.stdout).contains("\"Gone\"")
+    });
+    std::fs::remove_file(&path).expect("remove the segment");
+    // Two sweeps and more: still gone.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(size_of(&path), None, "made anew though nobody uses it");
+}

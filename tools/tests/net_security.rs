@@ -210,8 +210,9 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
         "{err}"
     );
     // Nothing of A's is asked for by B any more: no value of it is sent to B and dropped.
+    // (Over several refresh periods of the lab's registries: 300 ms.)
     let dropped = lab.dropped(B, "unexpected");
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(lab.dropped(B, "unexpected"), dropped);
     // Subscribing once B knows A's publication: refused at once, the error names both types.
     wait_until_b_knows_a_publications(&lab);

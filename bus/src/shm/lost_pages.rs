@@ -155,7 +155,10 @@ fn find(addr: usize) -> Option<&'static Entry> {
         if start == 0 || addr < start {
             continue;
         }
-        if addr < entry.end.load(Ordering::Acquire) {
+        let end = entry.end.load(Ordering::Acquire);
+        // The same claim for both loads: an entry released and claimed again by another
+        // mapping between them would pair this start with that end.
+        if addr < end && entry.start.load(Ordering::Acquire) == start {
             return Some(entry);
         }
     }

@@ -68,7 +68,7 @@ fn main() {
             .exit();
     }
     if let Err(e) = run(&args) {
-        eprintln!("robot-controller: {e}");
+        daemon::print_error(format_args!("robot-controller: {e}"));
         std::process::exit(1);
     }
 }

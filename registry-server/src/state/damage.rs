@@ -43,6 +43,16 @@ impl Registry {
         let entry = self.slots.get_mut(name)?;
         let slot = entry.slot.as_ref()?;
         let damage = slot.damage()?;
+        if entry.endpoints.is_empty() && !entry.own && entry.origin.is_none() {
+            // Nobody uses it (`bus-inspect clean` removed a leftover, say): forgotten, not made
+            // anew; the next endpoint of the name makes a slot as any first one does.
+            tracing::info!("{name}: {damage}; nobody uses it: forgotten");
+            if let Some(old) = entry.slot.take() {
+                old.mark_writer_gone();
+            }
+            self.slots.remove(name);
+            return None;
+        }
         let capacity = slot.capacity() as u64;
         let schema = match entry.schema.parse() {
             Ok(schema) => schema,
@@ -73,8 +83,9 @@ impl Registry {
                 super::NoSlot::Create(e) => e.to_string(),
                 super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
             };
+            // Its users are told all the same (their slot is no longer the name's: they see
+            // `Replaced`); the next endpoint to register tries to make it again.
             tracing::error!("{name}: cannot make it anew: {e}");
-            return None;
         }
         if let (true, Some(slot)) = (entry.own, &entry.slot) {
             slot.set_writer(std::process::id(), bus::process::own_start_time());
