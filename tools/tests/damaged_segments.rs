@@ -46,6 +46,30 @@ fn start_users(t: &mut TestBus) -> [usize; 4] {
     [writer, waiting, polling, watch]
 }
 
+/// The writer of the damaged slot is told that it was made anew, and a new subscription and a
+/// new writer of the name meet on the new slot.
+fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
+    eventually("the writer is told its slot was made anew", || {
+        t.stderr_of(writer).contains("created anew by the registry")
+    });
+    let bus = t.bus();
+    let mut sub = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--max-size",
+        "64",
+        "--seconds",
+        "30",
+    ]);
+    eventually("a new value on the new slot", || {
+        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
+    });
+}
+
 /// Whether the child died of SIGBUS (still running, or exited otherwise, is fine here).
 fn killed_by_sigbus(t: &mut TestBus, child: usize) -> bool {
     if t.is_running(child) {
@@ -89,29 +113,9 @@ fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
     eventually("the registry makes the slot anew", || {
         size_of(&path) == Some(full)
     });
-    // The writer learns that its memory was replaced (it writes where nobody reads).
-    eventually("the writer is told its slot was made anew", || {
-        t.stderr_of(users[0])
-            .contains("created anew by the registry")
-    });
-    // A new subscriber binds to the new slot, and a new writer's values reach it.
-    let writer = t.spawn_stress(&[
-        "write",
-        "--name",
-        NAME,
-        "--max-size",
-        "64",
-        "--seconds",
-        "30",
-    ]);
-    let bus = t.bus();
-    let mut sub = bus
-        .subscribe::<tools::stress::Checked>(NAME)
-        .expect("subscribe");
-    eventually("a new value on the new slot", || {
-        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
-    });
-    assert!(t.is_running(writer));
+    // The writer learns that its memory was replaced (it writes where nobody reads); new
+    // endpoints meet on the new slot.
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
 }
 
 #[test]
@@ -124,28 +128,9 @@ fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     eventually("the registry makes the slot anew", || {
         size_of(&path).is_some()
     });
-    eventually("the writer is told its slot was made anew", || {
-        t.stderr_of(users[0])
-            .contains("created anew by the registry")
-    });
     // Before, a new endpoint of the name failed to bind (shm_open: ENOENT) until the registry
     // restarted.
-    let bus = t.bus();
-    let mut sub = bus
-        .subscribe::<tools::stress::Checked>(NAME)
-        .expect("subscribe");
-    let _writer = t.spawn_stress(&[
-        "write",
-        "--name",
-        NAME,
-        "--max-size",
-        "64",
-        "--seconds",
-        "30",
-    ]);
-    eventually("a new value on the new slot", || {
-        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
-    });
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
     let registry = t.registry();
     assert!(t.is_running(registry));
 }
@@ -219,26 +204,7 @@ fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
     eventually("the registry makes the slot anew", || {
         size_of(&path) == Some(full)
     });
-    eventually("the writer is told its slot was made anew", || {
-        t.stderr_of(users[0])
-            .contains("created anew by the registry")
-    });
-    let bus = t.bus();
-    let mut sub = bus
-        .subscribe::<tools::stress::Checked>(NAME)
-        .expect("subscribe");
-    let _writer = t.spawn_stress(&[
-        "write",
-        "--name",
-        NAME,
-        "--max-size",
-        "64",
-        "--seconds",
-        "30",
-    ]);
-    eventually("a new value on the new slot", || {
-        sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
-    });
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
 }
 
 /// A slot nobody uses any more, removed (by `bus-inspect clean`, or by hand): forgotten, not
