@@ -45,17 +45,30 @@ impl Followed {
         if identity.is_none() || identity == self.identity {
             return Ok(false);
         }
-        match super::open(domain, &self.name) {
-            Ok(slot) => {
-                self.slot = Some(slot);
-                self.identity = identity;
-                Ok(true)
+        // A file seen as it is being made (sized, its header not written yet: the magic is
+        // written last) reads as corrupt for a moment: look again before saying so.
+        let mut tries = 0;
+        loop {
+            match super::open(domain, &self.name) {
+                Ok(slot) => {
+                    self.slot = Some(slot);
+                    self.identity = identity;
+                    return Ok(true);
+                }
+                Err(Error::NoSlot { .. }) => return Ok(false),
+                Err(e) if tries >= CREATION_TRIES => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
             }
-            Err(Error::NoSlot { .. }) => Ok(false),
-            Err(e) => Err(e),
         }
     }
 }
+
+/// Looks at a new segment that does not open this many times, 5 ms apart, before its error
+/// counts: long enough for the registry to finish making it.
+const CREATION_TRIES: u32 = 40;
 
 /// Device and inode of the segment file that `name` names now, if it exists.
 fn identity(domain: &Domain, name: &SlotName) -> Option<(u64, u64)> {
