@@ -112,9 +112,11 @@ struct NetArgs {
     #[arg(long, default_value_t = 64 << 20, value_parser = whole_number(1, MAX_VALUE, "bytes"))]
     max_value: u64,
     /// Memory held at most for incomplete (fragmented) values, bytes (their buffers plus 256
-    /// bytes each; at most 4,096 are held whatever their size).
-    #[arg(long, default_value_t = 256 << 20)]
-    reassembly_limit: usize,
+    /// bytes each; at most 4,096 are held whatever their size); at least 65536, or no value of
+    /// more than a few datagrams could ever be put together.
+    #[arg(long, default_value_t = 256 << 20,
+          value_parser = whole_number(65_536, 1 << 40, "bytes"))]
+    reassembly_limit: u64,
     /// Directory for what must outlive a restart: with --net, the last network session number,
     /// so that peers take this registry's datagrams as a new run even if the clock went back
     /// since (a computer without a real-time clock). systemd's StateDirectory= sets it. Without
@@ -296,7 +298,8 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         refresh_every: Duration::from_millis(a.refresh_ms),
         key,
         max_value: a.max_value as u32,
-        reassembly_limit: a.reassembly_limit,
+        // Within range: checked by its parser (at most 1 TiB, a usize on 64-bit targets).
+        reassembly_limit: usize::try_from(a.reassembly_limit).unwrap_or(usize::MAX),
         faults,
         session_file,
     })
@@ -381,6 +384,7 @@ mod tests {
         for (option, bad, expected) in [
             ("--mtu", "65508", "expected bytes from 0 to 65507"),
             ("--mcast-port", "0", "0 is not in 1..=65535"),
+            ("--reassembly-limit", "0", "expected bytes from 65536 to"),
             ("--host", "bad/host", "must be 1 or more letters, digits"),
             ("--announce-ms", "0", "expected milliseconds from 10 to"),
             ("--refresh-ms", "0", "expected milliseconds from 10 to"),
