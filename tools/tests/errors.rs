@@ -455,6 +455,19 @@ fn a_user_outside_the_group_may_not_use_the_bus() {
         err.contains("refuses this user") && !err.contains("start `registry-server"),
         "{err}"
     );
+    // `doctor` says the segments are closed to this user (it said "ok permissions").
+    let out = std::process::Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(&inspect)
+        .args(["--domain", t.domain.as_str(), "doctor"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("this user (nobody) may not read and write"),
+        "{text}"
+    );
     // The registry's own user still may.
     let ok = t.inspect(&["stats"]);
     assert!(ok.status.success(), "{ok:?}");

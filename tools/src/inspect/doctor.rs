@@ -174,7 +174,11 @@ pub fn diagnose(domain: &Domain) -> Report {
     let mut modes: Vec<String> = Vec::new();
     let mut owners = HashSet::new();
     let mut corrupt = Vec::new();
+    // Segments this user may not read and write (not in their group): the bus is closed to it.
+    let mut denied = 0;
     for (name, path) in &files {
+        let rw = nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK;
+        denied += usize::from(nix::unistd::access(path.as_path(), rw).is_err());
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
@@ -257,7 +261,7 @@ pub fn diagnose(domain: &Domain) -> Report {
             ),
         )
     });
-    checks.push(permissions(&modes, &owners, registry_pid));
+    checks.push(permissions(&modes, &owners, registry_pid, denied));
     let others = other_domains(domain);
     if !others.is_empty() {
         checks.push(Check::new(
@@ -274,7 +278,26 @@ pub fn diagnose(domain: &Domain) -> Report {
     }
 }
 
-fn permissions(modes: &[String], owners: &HashSet<(u32, u32)>, registry: Option<u32>) -> Check {
+fn permissions(
+    modes: &[String],
+    owners: &HashSet<(u32, u32)>,
+    registry: Option<u32>,
+    denied: usize,
+) -> Check {
+    if denied > 0 {
+        let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
+            .ok()
+            .flatten()
+            .map_or_else(|| nix::unistd::geteuid().to_string(), |u| u.name);
+        return Check::new(
+            "permissions",
+            Status::Fail,
+            format!(
+                "this user ({user}) may not read and write {denied} segment(s): add it to the \
+                 segments' group (the registry's --group), or run as their owner"
+            ),
+        );
+    }
     if !modes.is_empty() {
         return Check::new(
             "permissions",
