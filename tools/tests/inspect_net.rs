@@ -48,6 +48,11 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     assert_eq!(info["origin"], "hA");
     let text = String::from_utf8(lab.inspect(B, &["info", "/lab/x"]).stdout).unwrap();
     assert!(text.contains("hA (mirror)"), "{text}");
+    // A mirror's writer is its publisher on hA, not hB's registry (whose pid said nothing).
+    let text = String::from_utf8(lab.inspect(B, &["list", "/lab/x"]).stdout).unwrap();
+    assert!(text.contains("alive on hA"), "{text}");
+    let text = String::from_utf8(lab.inspect(B, &["get", "/lab/x"]).stdout).unwrap();
+    assert!(text.contains("writer alive on hA"), "{text}");
 
     // The registry writes the mirror: put is refused and names the origin.
     let out = lab.inspect(

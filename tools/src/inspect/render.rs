@@ -10,15 +10,26 @@ use super::table::{self, Align, Table};
 use super::{Reading, SlotSummary};
 
 /// The writer as `list`, `info`, `get` and `watch` print it: `alive teleop (4242)`,
-/// `gone (4242)`, `none`. `running`: its process runs (checked by pid and start time).
-fn writer_cell(state: WriterState, running: bool, pid: u32, program: Option<&str>) -> String {
-    match (state, running) {
-        (WriterState::None, _) => "none".into(),
-        (_, true) => format!(
+/// `gone (4242)`, `none`. `running`: its process runs (checked by pid and start time). A
+/// mirror's writer is this computer's registry, writing for a publisher on `mirror_of`: its
+/// state is that publisher's, and the registry's pid would say nothing (`alive on robot`,
+/// `gone on robot`).
+fn writer_cell(
+    state: WriterState,
+    running: bool,
+    pid: u32,
+    program: Option<&str>,
+    mirror_of: Option<&str>,
+) -> String {
+    match (state, running, mirror_of) {
+        (WriterState::None, _, _) => "none".into(),
+        (WriterState::Alive, true, Some(host)) => format!("alive on {host}"),
+        (_, _, Some(host)) => format!("gone on {host}"),
+        (_, true, None) => format!(
             "alive {}({pid})",
             program.map_or(String::new(), |p| format!("{p} "))
         ),
-        (_, false) => format!("gone ({pid})"),
+        (_, false, None) => format!("gone ({pid})"),
     }
 }
 
@@ -28,6 +39,7 @@ fn writer(s: &SlotSummary) -> String {
         s.writer_alive,
         s.writer_pid,
         s.writer_program.as_deref(),
+        s.mirrored.then_some(s.origin.as_str()),
     )
 }
 
@@ -195,7 +207,8 @@ pub fn reading(r: &Reading, skipped: u64) -> String {
             r.writer,
             r.writer == WriterState::Alive,
             r.writer_pid,
-            r.writer_program.as_deref()
+            r.writer_program.as_deref(),
+            r.origin.as_deref()
         )
     );
     if let Some(o) = &r.origin {
