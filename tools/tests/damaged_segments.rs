@@ -114,8 +114,12 @@ fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
         size_of(&path) == Some(full)
     });
     // The writer learns that its memory was replaced (it writes where nobody reads); new
-    // endpoints meet on the new slot.
+    // endpoints meet on the new slot, and `watch` follows it, saying so.
     users_are_told_and_new_endpoints_bind(&mut t, users[0]);
+    eventually("watch says the slot was made anew", || {
+        t.stderr_of(users[3])
+            .contains("the registry made the slot anew")
+    });
 }
 
 #[test]

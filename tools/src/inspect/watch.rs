@@ -65,6 +65,12 @@ pub fn watch(
         }
         if slot.refresh(domain)? {
             // Appeared, or re-created by the registry: a new series of sequence numbers.
+            if existed {
+                eprintln!(
+                    "bus-inspect: {name}: the registry made the slot anew; its sequence numbers \
+                     start again"
+                );
+            }
             last = 0;
         }
         existed |= slot.slot().is_some();
