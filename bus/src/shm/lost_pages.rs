@@ -61,7 +61,7 @@ impl Guard {
                 break;
             };
             // AcqRel: the claim orders after the previous holder's release of `end` (Release
-            // in `Drop`), so its old `end` can never be read with our `start`.
+            // in `release`), so its old `end` can never be read with our `start`.
             if entry
                 .start
                 .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
@@ -84,9 +84,7 @@ impl Guard {
         self.entry
             .is_some_and(|(e, _)| e.damaged.load(Ordering::Relaxed))
     }
-}
 
-impl Guard {
     /// Stops guarding: to be called before the range is unmapped, so that a mapping made
     /// later at the same addresses is never matched with this entry.
     pub(super) fn release(&mut self) {
