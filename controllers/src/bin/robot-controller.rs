@@ -265,7 +265,8 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
     } else if !f.arbiter_running {
         "arbiter not running"
     } else if !f.arbiter_responding {
-        "arbiter not responding (its command is not re-stamped: it hangs)"
+        "arbiter not responding (its command is not re-stamped: it hangs, or the bus from its \
+         computer is cut: a registry restarting, the network)"
     } else {
         outcome.as_deref().unwrap_or("not seen yet")
     };
