@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// The discovery port registries announce on, and the port a `--peer` given without one gets.
 const DEFAULT_PORT: u16 = 7447;
@@ -133,16 +133,18 @@ fn main() {
         daemon::print_error(format_args!("registry-server: {e}"));
         std::process::exit(1);
     }
-    if let Err(e) = run(Args::parse()) {
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Err(e) = run(args, &given_net_settings(&matches)) {
         daemon::print_error(format_args!("registry-server: {e}"));
         std::process::exit(1);
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args, net_settings_given: &[String]) -> Result<(), String> {
     let domain = args.domain.clone();
     let group = args.group.as_deref().map(parse_group).transpose()?;
-    check_net_options(&args.net)?;
+    check_net_options(&args.net, net_settings_given)?;
     // Before the socket: a configuration that cannot work stops here, having created nothing.
     let net = args
         .net
@@ -171,11 +173,11 @@ fn run(args: Args) -> Result<(), String> {
 
 /// Options that only mean something with `--net` are refused without it rather than ignored:
 /// a `--key-file` that is silently unused looks like a secured network.
-fn check_net_options(a: &NetArgs) -> Result<(), String> {
+fn check_net_options(a: &NetArgs, settings_given: &[String]) -> Result<(), String> {
     if a.net {
         return Ok(());
     }
-    let mut given = Vec::new();
+    let mut given = settings_given.to_vec();
     if let Some(key) = &a.key_file {
         given.push(format!("--key-file {}", key.display()));
     }
@@ -188,12 +190,39 @@ fn check_net_options(a: &NetArgs) -> Result<(), String> {
     if given.is_empty() {
         return Ok(());
     }
+    let (verb, pronoun) = if given.len() == 1 {
+        ("applies", "it")
+    } else {
+        ("apply", "them")
+    };
     Err(format!(
-        "{} only applies to network reflection, which is off: add --net to reflect this \
-         domain to other computers, or remove {}",
+        "{} only {verb} to network reflection, which is off: add --net to reflect this domain \
+         to other computers, or remove {pronoun}",
         given.join(", "),
-        if given.len() == 1 { "it" } else { "them" }
     ))
+}
+
+/// The network settings with a default (their value cannot tell whether they were given)
+/// given on the command line, as `--option`s; `--host` from `BATON_HOST` (the units' environment
+/// file) is not one.
+fn given_net_settings(matches: &clap::ArgMatches) -> Vec<String> {
+    const SETTINGS: [&str; 10] = [
+        "host",
+        "mcast_group",
+        "mcast_port",
+        "ttl",
+        "mtu",
+        "announce_ms",
+        "forget_ms",
+        "refresh_ms",
+        "max_value",
+        "reassembly_limit",
+    ];
+    SETTINGS
+        .iter()
+        .filter(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect()
 }
 
 /// A `--peer` as given: the port is `None` when only the address was given.
@@ -356,24 +385,28 @@ mod tests {
 
     #[test]
     fn network_options_without_net_are_refused() {
-        let args = |extra: &[&str]| {
+        let check = |extra: &[&str]| {
             let mut argv = vec!["registry-server"];
             argv.extend_from_slice(extra);
-            Args::try_parse_from(argv).unwrap().net
+            let matches = Args::command().try_get_matches_from(argv).unwrap();
+            let args = Args::from_arg_matches(&matches).unwrap();
+            check_net_options(&args.net, &given_net_settings(&matches))
         };
-        assert!(check_net_options(&args(&[])).is_ok());
-        assert!(check_net_options(&args(&["--net", "--key-file", "k"])).is_ok());
-        let e = check_net_options(&args(&["--key-file", "/etc/baton/net.key"])).unwrap_err();
+        assert!(check(&[]).is_ok());
+        assert!(check(&["--net", "--key-file", "k", "--mtu", "1400"]).is_ok());
+        let e = check(&["--key-file", "/etc/baton/net.key"]).unwrap_err();
         assert!(
             e.contains("--key-file /etc/baton/net.key") && e.contains("add --net"),
             "{e}"
         );
-        let e =
-            check_net_options(&args(&["--peer", "10.0.0.5", "--interface", "eth0"])).unwrap_err();
+        let e = check(&["--peer", "10.0.0.5", "--interface", "eth0"]).unwrap_err();
         assert!(
             e.contains("--peer, --interface") && e.contains("them"),
             "{e}"
         );
+        // Settings with a default, given without --net, are refused alike (they were ignored).
+        let e = check(&["--mtu", "1400", "--host", "robot"]).unwrap_err();
+        assert!(e.starts_with("--host, --mtu only apply to"), "{e}");
     }
 
     #[test]
