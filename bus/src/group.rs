@@ -290,8 +290,23 @@ impl SubscriptionGroup {
     /// same moment are reported by the next call, which then returns at once.
     pub fn wait_any(&mut self, timeout: Duration) -> Result<Vec<usize>, BusError> {
         let deadline = futex::deadline_after(timeout);
-        // Words kept besides the members': one for binding, one for a waker.
-        let reserved = 1 + usize::from(self.waker.is_some());
+        // Words kept besides the members': one bind word per client the members come from
+        // (one per `Bus`, usually one in all), one for a waker. Counted only for a group large
+        // enough for it to matter (there are at most as many clients as members).
+        let waker = usize::from(self.waker.is_some());
+        let clients = if 2 * self.members.len().max(1) + waker <= WAITV_MAX {
+            1
+        } else {
+            let mut clients: Vec<*const ClientShared> = self
+                .members
+                .iter()
+                .map(|m| Arc::as_ptr(m.subscription.client()))
+                .collect();
+            clients.sort_unstable();
+            clients.dedup();
+            clients.len().max(1)
+        };
+        let reserved = clients + waker;
         if self.members.len() + reserved > WAITV_MAX {
             return Err(BusError::GroupTooLarge {
                 members: self.members.len(),

@@ -175,6 +175,11 @@ impl Mapping {
     pub fn writable(&self) -> bool {
         self.writable
     }
+
+    /// Device and inode of the file mapped.
+    pub fn file(&self) -> (u64, u64) {
+        self.file
+    }
 }
 
 /// An Acquire load of a mapped word, written as a Relaxed load and an Acquire fence: the same

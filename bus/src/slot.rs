@@ -187,6 +187,18 @@ impl Slot {
         !self.map.is_damaged() && self.map.is_named(&self.segment)
     }
 
+    /// Device and inode of the segment file mapped here (which file a name stands for can
+    /// change; the mapping cannot).
+    pub fn file(&self) -> (u64, u64) {
+        self.map.file()
+    }
+
+    /// Whether the segment's name still stands for the file mapped here, damaged or not (the
+    /// registry removes a damaged slot's file only if it is that one).
+    pub fn names_its_file(&self) -> bool {
+        self.map.is_named(&self.segment)
+    }
+
     /// What is wrong now with the memory under this slot, if anything: its segment removed or
     /// replaced by another file, its file shrunk (pages lost: `Mapping::is_damaged`), or its
     /// static header overwritten. Whoever maps a damaged slot may no longer share it with the

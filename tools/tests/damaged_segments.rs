@@ -52,11 +52,13 @@ fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
     eventually("the writer is told its slot was made anew", || {
         t.stderr_of(writer).contains("created anew by the registry")
     });
+    // It ends on that; a new writer of the name is welcome once the registry saw it go.
+    eventually("the writer ends", || !t.is_running(writer));
     let bus = t.bus();
     let mut sub = bus
         .subscribe::<tools::stress::Checked>(NAME)
         .expect("subscribe");
-    t.spawn_stress(&[
+    let new_writer = t.spawn_stress(&[
         "write",
         "--name",
         NAME,
@@ -68,6 +70,7 @@ fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
     eventually("a new value on the new slot", || {
         sub.update().is_ok_and(|changed| changed) && sub.value().is_some()
     });
+    assert!(t.is_running(new_writer), "{}", t.stderr_of(new_writer));
 }
 
 /// Whether the child died of SIGBUS (still running, or exited otherwise, is fine here).

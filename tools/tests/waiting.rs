@@ -564,3 +564,37 @@ fn a_group_waker_ends_the_wait_from_another_thread() {
     publication.write(&2).unwrap();
     assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![0]);
 }
+
+/// A group sleeps on one bind word per `Bus` its members come from: with members of two
+/// handles, 127 bound members asked the kernel for 129 words and `wait_any` failed with EINVAL
+/// (reported as "needs Linux 5.16"); the limit is now said as the group's size.
+#[test]
+fn a_group_over_two_handles_says_its_real_size_limit() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let writer = t.bus();
+    let names: Vec<String> = (0..127).map(|i| format!("/many/{i}")).collect();
+    let publications: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let p = writer.publish::<u64>(n).unwrap();
+            p.wait_bound(WATCHDOG).unwrap();
+            p
+        })
+        .collect();
+    let (first, second) = (t.bus(), t.bus());
+    let mut group = bus::SubscriptionGroup::new();
+    for (i, n) in names.iter().enumerate() {
+        let handle = if i % 2 == 0 { &first } else { &second };
+        let sub = handle.subscribe::<u64>(n).unwrap();
+        sub.wait_bound(WATCHDOG).unwrap();
+        group.add(sub);
+    }
+    match group.wait_any(Duration::from_millis(10)) {
+        Err(bus::BusError::GroupTooLarge { members, max }) => {
+            assert_eq!((members, max), (127, 126));
+        }
+        other => panic!("expected GroupTooLarge, got {other:?}"),
+    }
+    drop(publications);
+}

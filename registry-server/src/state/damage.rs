@@ -6,6 +6,7 @@
 //! an unreadable segment. New endpoints bind to the new slot.
 
 use std::ops::Bound::{Excluded, Unbounded};
+use std::time::Instant;
 
 use bus::protocol::Reply;
 use bus::SlotName;
@@ -43,14 +44,20 @@ impl Registry {
         let entry = self.slots.get_mut(name)?;
         let slot = entry.slot.as_ref()?;
         let damage = slot.damage()?;
-        if entry.endpoints.is_empty() && !entry.own && entry.origin.is_none() {
-            // Nobody uses it (`bus-inspect clean` removed a leftover, say): forgotten, not made
-            // anew; the next endpoint of the name makes a slot as any first one does.
+        if entry.origin.is_none() && entry.unused(Instant::now()) {
+            // Nobody uses it, nor is about to (an adopted slot's processes had their time to
+            // register again): forgotten as reclaim forgets, not made anew (`bus-inspect clean`
+            // removed a leftover, say); the next endpoint of the name makes a slot as any
+            // first one does.
             tracing::info!("{name}: {damage}; nobody uses it: forgotten");
             if let Some(old) = entry.slot.take() {
                 old.mark_writer_gone();
+                if old.names_its_file() {
+                    let _ = bus::shm::unlink(&segment);
+                }
             }
             self.slots.remove(name);
+            self.unused_since.remove(name);
             return None;
         }
         let capacity = slot.capacity() as u64;

@@ -28,7 +28,7 @@ pub const DEFAULT_KEEP_UNUSED: usize = 1000;
 impl SlotEntry {
     /// A slot with no endpoint and no live writer (see the module comment); not the registry's
     /// own. An adopted slot counts only once its processes had their time to register again.
-    fn unused(&self, now: Instant) -> bool {
+    pub(super) fn unused(&self, now: Instant) -> bool {
         !self.own
             && self.endpoints.is_empty()
             && self.adopted_until.is_none_or(|t| now >= t)

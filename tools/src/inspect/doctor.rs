@@ -177,8 +177,6 @@ pub fn diagnose(domain: &Domain) -> Report {
     // Segments this user may not read and write (not in their group): the bus is closed to it.
     let mut denied = 0;
     for (name, path) in &files {
-        let rw = nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK;
-        denied += usize::from(nix::unistd::access(path.as_path(), rw).is_err());
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
@@ -188,6 +186,14 @@ pub fn diagnose(domain: &Domain) -> Report {
             modes.push(format!("{name} has mode {mode:04o}"));
         }
         owners.insert((meta.uid(), meta.gid()));
+        // As this process's effective user and groups, the ones named; a file gone meanwhile
+        // (a slot reclaimed or made anew) is not refused.
+        let rw = nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK;
+        if let Err(nix::Error::EACCES | nix::Error::EPERM) =
+            nix::unistd::eaccess(path.as_path(), rw)
+        {
+            denied += 1;
+        }
         let users: Vec<u32> = mapped
             .get(&id)
             .map(|p| {

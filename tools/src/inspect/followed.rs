@@ -4,6 +4,7 @@
 //! another segment file.
 
 use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
 
 use bus::slot::Slot;
 use bus::{Domain, SlotName};
@@ -15,17 +16,28 @@ pub struct Followed {
     slot: Option<Slot>,
     /// Device and inode of the file `slot` maps.
     identity: Option<(u64, u64)>,
+    /// A new file under the name that did not open yet, and since when: a file seen while the
+    /// registry makes it (sized, its header not written yet: the magic is written last) reads
+    /// as corrupt for a moment, so its error counts only once it lasts.
+    not_yet: Option<((u64, u64), Instant)>,
 }
 
+/// How long a new segment may fail to open before its error counts.
+const CREATION_GRACE: Duration = Duration::from_secs(1);
+
 impl Followed {
-    /// Opens `name` if its slot exists (and follows it from then on either way).
+    /// Opens `name` if its slot exists (and follows it from then on either way). A slot being
+    /// made as it is looked at is waited for (at most `CREATION_GRACE`).
     pub fn new(domain: &Domain, name: &SlotName) -> Result<Followed> {
         let mut followed = Followed {
             name: name.clone(),
             slot: None,
             identity: None,
+            not_yet: None,
         };
-        followed.refresh(domain)?;
+        while !followed.refresh(domain)? && followed.not_yet.is_some() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         Ok(followed)
     }
 
@@ -39,36 +51,38 @@ impl Followed {
 
     /// Re-checks what the name means; `true` when a slot other than the one held is there now
     /// (it appeared, or was re-created). A slot whose file vanished stays mapped until another
-    /// takes its name.
+    /// takes its name; a new file that does not open yet is looked at again at the next call.
     pub fn refresh(&mut self, domain: &Domain) -> Result<bool> {
         let identity = identity(domain, &self.name);
         if identity.is_none() || identity == self.identity {
             return Ok(false);
         }
-        // A file seen as it is being made (sized, its header not written yet: the magic is
-        // written last) reads as corrupt for a moment: look again before saying so.
-        let mut tries = 0;
-        loop {
-            match super::open(domain, &self.name) {
-                Ok(slot) => {
-                    self.slot = Some(slot);
-                    self.identity = identity;
-                    return Ok(true);
-                }
-                Err(Error::NoSlot { .. }) => return Ok(false),
-                Err(e) if tries >= CREATION_TRIES => return Err(e),
-                Err(_) => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
+        match super::open(domain, &self.name) {
+            Ok(slot) => {
+                // The file opened, which may be newer than the one looked at above.
+                self.identity = Some(slot.file());
+                self.slot = Some(slot);
+                self.not_yet = None;
+                Ok(true)
             }
+            Err(Error::NoSlot { .. }) => Ok(false),
+            Err(e @ Error::Bus(bus::BusError::Segment(_))) => {
+                let now = Instant::now();
+                let first = match self.not_yet {
+                    Some((file, since)) if Some(file) == identity => since,
+                    _ => now,
+                };
+                if now.duration_since(first) >= CREATION_GRACE {
+                    self.not_yet = None;
+                    return Err(e);
+                }
+                self.not_yet = identity.map(|file| (file, first));
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 }
-
-/// Looks at a new segment that does not open this many times, 5 ms apart, before its error
-/// counts: long enough for the registry to finish making it.
-const CREATION_TRIES: u32 = 40;
 
 /// Device and inode of the segment file that `name` names now, if it exists.
 fn identity(domain: &Domain, name: &SlotName) -> Option<(u64, u64)> {

@@ -24,6 +24,10 @@ fn writer_cell(
     match (state, running, mirror_of) {
         (WriterState::None, _, _) => "none".into(),
         (WriterState::Alive, true, Some(host)) => format!("alive on {host}"),
+        // Its publisher may well run; this mirror is no longer fed.
+        (WriterState::Alive, false, Some(_)) => "not fed (this computer's registry is not \
+                                                 running)"
+            .into(),
         (_, _, Some(host)) => format!("gone on {host}"),
         (_, true, None) => format!(
             "alive {}({pid})",
