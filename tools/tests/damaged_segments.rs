@@ -17,6 +17,16 @@ fn segment_path(t: &TestBus) -> String {
     format!("/dev/shm/{}", &segment[1..])
 }
 
+/// Cuts or grows the segment file at `path` to `len` bytes, as another process of the group
+/// may.
+fn set_size(path: &str, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(len))
+        .expect("resize the segment");
+}
+
 fn size_of(path: &str) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
 }
@@ -88,11 +98,7 @@ fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
     let users = start_users(&mut t);
     let path = segment_path(&t);
     let full = size_of(&path).expect("segment exists");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(0))
-        .expect("truncate the segment");
+    set_size(&path, 0);
     // The writer writes every millisecond and the readers read what it writes: all of them
     // touch the lost pages at once, the registry at its next sweep.
     std::thread::sleep(Duration::from_millis(1500));
@@ -175,11 +181,7 @@ fn waiters_asleep_on_a_segment_cut_short_learn_that_it_was_made_anew() {
         let _ = tx.send(woke.map_err(|e| e.to_string()));
     });
     std::thread::sleep(Duration::from_millis(300));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(segment_path(&t))
-        .and_then(|f| f.set_len(0))
-        .expect("truncate the segment");
+    set_size(&segment_path(&t), 0);
     let woke = rx
         .recv_timeout(common::WATCHDOG)
         .expect("wait_update returned before its timeout");
@@ -203,11 +205,7 @@ fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
     let users = start_users(&mut t);
     let path = segment_path(&t);
     let full = size_of(&path).expect("segment exists");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(full + 8192))
-        .expect("grow the segment");
+    set_size(&path, full + 8192);
     eventually("the registry makes the slot anew", || {
         size_of(&path) == Some(full)
     });
