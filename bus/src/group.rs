@@ -282,7 +282,8 @@ impl SubscriptionGroup {
     /// indices; an empty list means `timeout` passed, or a `GroupWaker` of the group woke it.
     /// A member reported may have no value yet (its publisher appeared before writing). At
     /// most 127 members can be waited on (the kernel's `futex_waitv` limit, one word kept for
-    /// binding; 126 with a waker).
+    /// binding; 126 with a waker), one fewer for each further `Bus` the members come from
+    /// (each has its bind word); more is `BusError::GroupTooLarge`.
     ///
     /// Before sleeping every member is pulled. After a wake-up only the member whose write woke
     /// the group is (when the kernel names it and it did change): touching one slot instead of
