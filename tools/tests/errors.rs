@@ -242,9 +242,9 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     expect("/bad/capacity", "capacity");
     assert!(open("/good").is_ok());
 
-    // A tool lists the good slot and reports the bad ones.
+    // A tool lists the good slot and reports the bad ones, with exit status 1.
     let out = t.inspect(&["list", "--json"]);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The good slot and the registry's directory.
@@ -455,6 +455,8 @@ fn a_user_outside_the_group_may_not_use_the_bus() {
         err.contains("refuses this user") && !err.contains("start `registry-server"),
         "{err}"
     );
+    // Every segment is closed to this user: an error, not an empty list and status 0.
+    assert_eq!(out.status.code(), Some(1), "{err}");
     // `doctor` says the segments are closed to this user (it said "ok permissions").
     let out = std::process::Command::new("setpriv")
         .args(AS_NOBODY)

@@ -453,7 +453,9 @@ fn list(domain: &Domain, pattern: Option<&str>, json: bool) -> Result<i32, Strin
     if let Err(none) = registry::answers(domain) {
         eprintln!("bus-inspect: {none}");
     }
-    Ok(0)
+    // A segment it could not read (corrupt, or closed to this user: outside the bus's group,
+    // every segment is) is an error for scripts too, not only a line on stderr.
+    Ok(i32::from(!errors.is_empty()))
 }
 
 /// The exit status of `graph` and `stats`, which print what shared memory shows but describe
