@@ -174,16 +174,18 @@ pub fn serve(
     // A configuration that cannot work stops here; a network that is not up yet (no
     // address, no route for the group: a robot booting) is tried again every second while
     // the local bus serves (`open_network_later`).
-    let mut net_config = config.net;
-    let mut net = None;
-    let mut waiting_for_network = None;
-    if let Some(cfg) = net_config.as_mut() {
-        match crate::net::Net::open(cfg, &config.domain) {
-            Ok(n) => net = Some(Arc::new(n)),
+    let mut later = None;
+    let net = match config.net {
+        Some(mut cfg) => match crate::net::Net::open(&mut cfg, &config.domain) {
+            Ok(net) => Some(Arc::new(net)),
             Err(crate::net::OpenError::Config(e)) => return Err(std::io::Error::other(e)),
-            Err(crate::net::OpenError::Network(e)) => waiting_for_network = Some(e),
-        }
-    }
+            Err(crate::net::OpenError::Network(why)) => {
+                later = Some((cfg, why));
+                None
+            }
+        },
+        None => None,
+    };
     let mut registry = Registry::new(config.domain.clone(), config.group);
     registry.set_keep_unused(config.keep_unused);
     let (adopted, skipped) = registry.adopt_existing();
@@ -209,7 +211,7 @@ pub fn serve(
     });
     if let Some(net) = net {
         start_network(&shared, net)?;
-    } else if let (Some(cfg), Some(why)) = (net_config, waiting_for_network) {
+    } else if let Some((cfg, why)) = later {
         tracing::warn!(
             "network: not ready ({why}); serving this computer's bus meanwhile and trying \
              again every second"
@@ -515,16 +517,16 @@ fn publish_directory(shared: &Shared) {
 fn sweep(shared: &Shared) {
     loop {
         std::thread::sleep(SWEEP_EVERY);
-        let (dead, pushes, replaced) = {
+        let (dead, pushes, any_replaced) = {
             let mut state = lock(&shared.state);
             state.sweep_adopted_writers();
             state.reclaim_unused(Instant::now());
-            let (pushes, replaced) = state.replace_damaged(DAMAGE_CHECKS_PER_SWEEP);
+            let (pushes, any_replaced) = state.replace_damaged(DAMAGE_CHECKS_PER_SWEEP);
             state.publish_directory();
-            (state.dead_connections(), pushes, replaced)
+            (state.dead_connections(), pushes, any_replaced)
         };
         send(shared, pushes);
-        if !replaced.is_empty() {
+        if any_replaced {
             // The network layer maps slots itself: it remaps those made anew.
             shared.changed();
         }

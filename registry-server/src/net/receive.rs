@@ -15,6 +15,16 @@ use super::warn::Cause;
 use super::wire::{self, Announce, Datagram, Drop, Message, Value};
 use super::{lock, Net, NetState};
 
+/// What became of a datagram that was not dropped.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Received {
+    /// Taken in: a message (or a fragment of one) from another registry.
+    Taken,
+    /// This registry's own, looped back by multicast: expected, and no drop (another registry
+    /// under this host name is one: `Drop::Own`).
+    LoopedBack,
+}
+
 impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
         // The largest datagram, and the most the kernel coalesces into one read (UDP_GRO).
@@ -37,7 +47,7 @@ impl Net {
             };
             for datagram in buf[..n].chunks(each) {
                 let result = self.on_datagram(datagram, from);
-                if result == Err(Drop::Own) && self.is_looped_back(datagram) {
+                if result == Ok(Received::LoopedBack) {
                     Counters::add(&self.counters.looped_back, 1);
                     continue;
                 }
@@ -50,15 +60,8 @@ impl Net {
         }
     }
 
-    /// Whether `datagram` is this registry's own, looped back by multicast (not another
-    /// registry under this host name, which is a drop worth counting).
-    fn is_looped_back(&self, datagram: &[u8]) -> bool {
-        wire::decode_datagram(datagram, u32::MAX)
-            .is_ok_and(|d| d.header.sender == self.sender_id && d.header.session == self.session)
-    }
-
     /// Everything done with one received datagram; `Err` says why it was dropped.
-    pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<(), Drop> {
+    pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<Received, Drop> {
         if let Some((version, domain)) = wire::other_version(bytes) {
             // A registry of this domain built from another release (a payload computer not
             // updated with the robot): nothing it sends can be read here, nor the other way.
@@ -81,7 +84,7 @@ impl Net {
             return Err(Drop::OtherDomain);
         }
         if h.sender == self.sender_id && h.session == self.session {
-            return Err(Drop::Own);
+            return Ok(Received::LoopedBack);
         }
         if from.ip().is_loopback() {
             return Err(Drop::Loopback);
@@ -181,7 +184,7 @@ impl Net {
                 // with its message's last, once that is found valid; a replay of it meanwhile
                 // is refused by the reassembly (a fragment held), or is stale (delivered).
                 st.peers.touch(h.sender, h.session, now);
-                return Ok(());
+                return Ok(Received::Taken);
             }
             Outcome::Dropped(Drop::Oversized) => {
                 // Only a message that could never fit is refused so; others evict older ones.
@@ -210,7 +213,7 @@ impl Net {
         st.replay.commit(h.sender, stream, h.session, h.packet);
         st.reassembly.delivered(&d);
         st.peers.touch(h.sender, h.session, now);
-        Ok(())
+        Ok(Received::Taken)
     }
 
     fn warn_name_clash(&self, from: SocketAddr) {

@@ -15,8 +15,8 @@ use super::{Outbox, Registry};
 
 impl Registry {
     /// Checks up to `budget` slots, going on from where the last call stopped, and makes each
-    /// damaged one anew. Returns the pushes to send and the names made anew.
-    pub fn replace_damaged(&mut self, budget: usize) -> (Outbox, Vec<SlotName>) {
+    /// damaged one anew. Returns the pushes to send, and whether any was made anew.
+    pub fn replace_damaged(&mut self, budget: usize) -> (Outbox, bool) {
         let after = self.damage_cursor.take();
         let names: Vec<SlotName> = match &after {
             Some(c) => self.slots.range::<SlotName, _>((Excluded(c), Unbounded)),
@@ -28,14 +28,14 @@ impl Registry {
         // Past the last name: the next call starts again from the first.
         self.damage_cursor = names.last().cloned();
         let mut out = Outbox::new();
-        let mut replaced = Vec::new();
+        let mut any = false;
         for name in names {
             if let Some(pushes) = self.replace_if_damaged(&name) {
                 out.extend(pushes);
-                replaced.push(name);
+                any = true;
             }
         }
-        (out, replaced)
+        (out, any)
     }
 
     fn replace_if_damaged(&mut self, name: &SlotName) -> Option<Outbox> {
