@@ -214,6 +214,11 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     assert!(err.contains("does not match"), "{err}");
     let err = refused(&t.inspect(&["put", "/robot/status", "{not json", "--force"]));
     assert!(err.contains("not JSON"), "{err}");
+    // A key typed twice: serde_json would keep the last one silently.
+    let mut twice = serde_json::to_string(&new).unwrap();
+    twice.insert_str(1, r#""battery": 0.5, "#);
+    let err = refused(&t.inspect(&["put", "/robot/status", &twice, "--force"]));
+    assert!(err.contains(r#""battery" is given twice"#), "{err}");
     assert!(!sub.update().unwrap(), "a refused put wrote nothing");
 
     // Once the writer is gone, put is the slot's only writer.

@@ -8,7 +8,10 @@
 //! `Slot::write`, exactly what a publication does: next sequence, buffer, write time, and a
 //! wake-up for sleeping subscribers.
 
+use std::fmt;
+
 use bus::{Domain, SlotName};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 
 use super::{open, open_mode, Error, Result};
@@ -26,7 +29,7 @@ pub struct Written {
 /// does not match the slot's schema (the error names the path in the value), does not fit the
 /// slot, or the slot's writer is alive and `force` is not given.
 pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<Written> {
-    let value: serde_json::Value = serde_json::from_str(json)
+    let value = parse_json(json)
         .map_err(|e| Error::Refused(format!("put {name}: the value is not JSON: {e}")))?;
     // Checks first, on a read-only mapping: a refused put never maps the slot writable.
     let slot = open(domain, name)?;
@@ -76,4 +79,119 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         sequence,
         size: bytes.len(),
     })
+}
+
+/// Parses `text` as JSON, refusing an object that names a key twice: `serde_json::Value` keeps
+/// the last and drops the others without a word, and a value typed by hand with a key given
+/// twice is a mistake whose other half would be written silently.
+fn parse_json(text: &str) -> serde_json::Result<serde_json::Value> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let StrictJson(value) = StrictJson::deserialize(&mut reader)?;
+    reader.end()?;
+    Ok(value)
+}
+
+/// A JSON value whose objects name each key once.
+struct StrictJson(serde_json::Value);
+
+impl<'de> Deserialize<'de> for StrictJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(StrictJsonVisitor)
+            .map(StrictJson)
+    }
+}
+
+struct StrictJsonVisitor;
+
+impl<'de> Visitor<'de> for StrictJsonVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Self::Value, E> {
+        // JSON text has no NaN or infinity, so this is always a number.
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+    }
+
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictJson(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "the key \"{key}\" is given twice"
+                )));
+            }
+            let StrictJson(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_json;
+
+    #[test]
+    fn json_is_parsed_as_serde_json_parses_it() {
+        let text =
+            r#"{"a": [1, -2, 3.5, "x", null, true], "b": {"c": {}}, "d": 18446744073709551615}"#;
+        assert_eq!(
+            parse_json(text).unwrap(),
+            serde_json::from_str::<serde_json::Value>(text).unwrap()
+        );
+        assert!(parse_json("1 2").is_err(), "trailing text");
+        assert!(parse_json("{").is_err());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_with_its_name_and_place() {
+        let err = parse_json(r#"{"pose": {"x": 1, "y": 2, "x": 3}}"#).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("\"x\" is given twice"), "{text}");
+        assert!(text.contains("column"), "{text}");
+        // The same key in two different objects is fine.
+        assert!(parse_json(r#"[{"x": 1}, {"x": 2}]"#).is_ok());
+    }
 }
