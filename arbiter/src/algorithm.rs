@@ -104,7 +104,41 @@ pub struct Request {
     pub wanted: Vec<(usize, f64)>,
     /// How many commands keyed to this arbiter name a resource it does not have.
     pub unknown: usize,
+    /// When the block expires, on the clock of `ReadAt::clock_ns` (the `now_ns` the request is
+    /// allocated at).
     pub expires_at_ns: u64,
+}
+
+/// When an arbiter read a block: on the wall clock that block stamps are on, which tells the
+/// block's age, and on the clock its expiry is counted by. The arbiter process counts on a
+/// monotonic clock: with the wall clock alone, setting it back (NTP or GPS correcting it at
+/// boot, `date -s`) would keep a block whose controller hangs alive for as long as the clock
+/// went back, and setting it forward would expire every block at once. The pure `arbitrate`
+/// counts on the wall clock (both the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadAt {
+    pub wall_ns: u64,
+    pub clock_ns: u64,
+}
+
+impl ReadAt {
+    /// A read at `ns` of a clock that is both.
+    pub fn wall(ns: u64) -> ReadAt {
+        ReadAt {
+            wall_ns: ns,
+            clock_ns: ns,
+        }
+    }
+
+    /// The instant `wall_ns` of the wall clock on the counting clock, as the two stood at this
+    /// read (0 for an instant further in the past than the counting clock goes).
+    pub fn on_clock(&self, wall_ns: u64) -> u64 {
+        if wall_ns >= self.wall_ns {
+            self.clock_ns.saturating_add(wall_ns - self.wall_ns)
+        } else {
+            self.clock_ns.saturating_sub(self.wall_ns - wall_ns)
+        }
+    }
 }
 
 impl Request {
@@ -114,7 +148,7 @@ impl Request {
         arbiter: &str,
         resources: &[ResourceSpec],
         block: &ControllerBlock,
-        read_ns: u64,
+        read: ReadAt,
     ) -> Request {
         let mut request = Request {
             status: block.status,
@@ -122,7 +156,7 @@ impl Request {
             unknown: 0,
             expires_at_ns: 0,
         };
-        request.reparse(arbiter, resources, block, read_ns);
+        request.reparse(arbiter, resources, block, read);
         request
     }
 
@@ -133,10 +167,10 @@ impl Request {
         arbiter: &str,
         resources: &[ResourceSpec],
         block: &ControllerBlock,
-        read_ns: u64,
+        read: ReadAt,
     ) {
         self.status = block.status;
-        self.expires_at_ns = block.expires_at_ns(read_ns);
+        self.expires_at_ns = read.on_clock(block.expires_at_ns(read.wall_ns));
         self.wanted.clear();
         self.unknown = 0;
         for (key, value) in &block.commands {
@@ -164,7 +198,7 @@ pub struct Allocation {
     pub holding: Vec<bool>,
     /// Per controller: its outcome, `None` when it has no block.
     pub outcomes: Vec<Option<Outcome>>,
-    /// As in `Decision`.
+    /// Earliest time at which a live block expires, on the clock `allocate`'s `now_ns` is on.
     pub next_expiry_ns: Option<u64>,
 }
 
@@ -213,7 +247,7 @@ pub fn arbitrate(
         .iter()
         .map(|c| {
             c.block
-                .map(|b| Request::parse(arbiter, resources, b, now_ns))
+                .map(|b| Request::parse(arbiter, resources, b, ReadAt::wall(now_ns)))
         })
         .collect();
     let alive: Vec<bool> = distinct.iter().map(|c| c.writer_alive).collect();

@@ -13,15 +13,18 @@ use bus::{Bus, BusError, Publication};
 use crate::algorithm::{allocate, Allocation, Decision, ResourceSpec};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
-    arbiter_slot, command_slot, now_ns, ArbiterBlock, ResourceCommand, ResourceFeedback,
+    arbiter_slot, command_slot, ArbiterBlock, ResourceCommand, ResourceFeedback,
 };
 
+mod clock;
 mod watched;
 
+use clock::{read_now, steady_ns, wall_ns};
 use watched::Watched;
 
 /// Longest sleep when no block is due to expire; a wake-up then only re-runs the cycle.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
 /// Controller blocks grow with the number of commands; this bounds a block at 64 KiB. An
 /// arbiter's own slots are at least this big, more when its resources need it
 /// (`feedback_capacity`).
@@ -114,7 +117,7 @@ pub fn run(
         let next_expiry = previous.as_ref().and_then(|d| d.next_expiry_ns);
         let mut timeout = next_expiry.map_or(IDLE_WAIT, |t| {
             // Wake just after the expiry instant so that the block counts as expired.
-            Duration::from_nanos(t.saturating_sub(now_ns())) + Duration::from_millis(1)
+            Duration::from_nanos(t.saturating_sub(steady_ns())) + Duration::from_millis(1)
         });
         if let Some(heartbeat) = config.heartbeat {
             timeout = timeout.min(heartbeat.saturating_sub(command_written.elapsed()));
@@ -138,14 +141,14 @@ pub fn run(
             (watched, changed) = Watched::follow(bus, name, &listed, stop, None)?;
             renamed = true;
         }
-        if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| now_ns() < t) {
+        if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| steady_ns() < t) {
             // Nothing to decide (no slot changed, no block expired): the heartbeat is due.
             // The same command, stamped now, tells a driver this arbiter still runs.
             if config
                 .heartbeat
                 .is_some_and(|h| command_written.elapsed() >= h)
             {
-                command.restamp(&mut command_pub, now_ns())?;
+                command.restamp(&mut command_pub, wall_ns())?;
                 command_written = Instant::now();
             }
             check_replaced(&mut replaced_checked, &command_pub, &block_pub)?;
@@ -185,9 +188,10 @@ pub fn run(
                 renamed = true;
             }
         }
-        // One clock read per cycle (each one waits for the pending loads: see `Health::now_ms`):
-        // the blocks just pulled count as read now, and the cycle decides at this instant.
-        let now = now_ns();
+        // One read of each clock per cycle (each read waits for the pending loads: see
+        // `Health::now_ms`): the blocks just pulled count as read now, and the cycle decides at
+        // this instant.
+        let now = read_now();
         watched.parse(config, &changed, renamed, now);
         if stopping {
             // Follows no controller, as out of service: no outcome for anyone (an `expired`
@@ -215,13 +219,13 @@ pub fn run(
             &watched.alive,
             &state,
             previous.as_ref(),
-            now,
+            now.clock_ns,
             &mut allocation,
         );
         let decided_changed = renamed || previous.as_ref() != Some(&allocation);
         if decided_changed || state_changed {
             cycle += 1;
-            let stamp_ns = now;
+            let stamp_ns = now.wall_ns;
             if decided_changed {
                 command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
                 command_written = Instant::now();

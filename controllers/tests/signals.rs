@@ -133,6 +133,37 @@ fn a_controller_stopped_past_its_time_to_live_says_so_when_it_continues() {
     );
 }
 
+/// A controller that hangs (SIGSTOP) loses its resources one time to live after its last
+/// write, even when the arbiter's wall clock is set back meanwhile (NTP or GPS correcting a
+/// clock at boot): the arbiter counts expiry on its monotonic clock. On the wall clock alone
+/// the hung controller held the turret for the hour the clock went back.
+#[test]
+fn a_hung_controller_expires_on_time_when_the_clock_is_set_back() {
+    let mut r = Robot::new(&["x"]);
+    let offset = r.t.dir().join("clock-offset-s");
+    std::fs::write(&offset, "0").unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter_with_env(&[(
+        "BATON_TEST_WALL_CLOCK_OFFSET_FILE",
+        offset.to_str().unwrap(),
+    )]);
+    let x = r.controller("x", "compromising", &["arm/turret=1"], 300);
+    r.expect(
+        "x holds the turret",
+        serde_json::json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        serde_json::json!({"x": "full"}),
+    );
+    r.t.signal(x, Signal::SIGSTOP);
+    std::fs::write(&offset, "-3600").unwrap();
+    r.expect(
+        "the hung x's block expired",
+        serde_json::json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        serde_json::json!({"x": "expired"}),
+    );
+    r.t.signal(x, Signal::SIGCONT);
+}
+
 /// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a
 /// long time to live (nothing else would wake it for a minute), it sends the safe command.
 #[test]

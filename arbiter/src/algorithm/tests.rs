@@ -148,7 +148,7 @@ fn a_stamp_in_the_future_or_a_huge_time_to_live_is_capped() {
     let d = run(&[&ahead, &forever]);
     assert_eq!(d.next_expiry_ns, Some(NOW + 100_000_000));
     // Read at NOW, decided 150 ms later: the block from the future has expired.
-    let request = Request::parse("arm", &arm(), &ahead, NOW);
+    let request = Request::parse("arm", &arm(), &ahead, ReadAt::wall(NOW));
     let mut allocation = Allocation::default();
     allocate(
         &arm(),
@@ -160,6 +160,53 @@ fn a_stamp_in_the_future_or_a_huge_time_to_live_is_capped() {
         &mut allocation,
     );
     assert_eq!(allocation.outcomes, vec![Some(Outcome::Expired)]);
+}
+
+/// The arbiter counts a block's life on its own monotonic clock from when it read the block:
+/// the wall clock set back or forward after the read changes nothing, and a block read late
+/// has only what is left of its time to live.
+#[test]
+fn expiry_counts_from_the_read_on_the_arbiters_own_clock() {
+    // Stamped 40 ms before it was read: 60 ms of its 100 ms left.
+    let late = block("late", Compromising, &[("arm/turret", 1.0)]);
+    let read = ReadAt {
+        wall_ns: NOW + 40_000_000,
+        clock_ns: 5_000_000_000,
+    };
+    let request = Request::parse("arm", &arm(), &late, read);
+    assert_eq!(request.expires_at_ns, 5_060_000_000);
+    let outcome_at = |request: &Request, clock_ns: u64| {
+        let mut allocation = Allocation::default();
+        allocate(
+            &arm(),
+            &[Some(request.clone())],
+            &[true],
+            &BTreeMap::new(),
+            None,
+            clock_ns,
+            &mut allocation,
+        );
+        allocation.outcomes[0]
+    };
+    assert_eq!(outcome_at(&request, 5_059_000_000), Some(Outcome::Full));
+    assert_eq!(outcome_at(&request, 5_061_000_000), Some(Outcome::Expired));
+    // Read 50 ms after its time to live had passed on the wall clock: expired 50 ms ago.
+    let stale = ReadAt {
+        wall_ns: NOW + 150_000_000,
+        clock_ns: 5_000_000_000,
+    };
+    let request = Request::parse("arm", &arm(), &late, stale);
+    assert_eq!(request.expires_at_ns, 4_950_000_000);
+    assert_eq!(outcome_at(&request, 5_000_000_000), Some(Outcome::Expired));
+    // A stamp ahead of the reader's wall clock: one whole time to live from the read.
+    let ahead = ReadAt {
+        wall_ns: NOW - 600_000_000_000,
+        clock_ns: 7,
+    };
+    assert_eq!(
+        Request::parse("arm", &arm(), &late, ahead).expires_at_ns,
+        100_000_007
+    );
 }
 
 #[test]
@@ -519,11 +566,11 @@ proptest! {
             let candidates = candidates_of(&blocks);
             let by_name = arbitrate("arm", &arm(), &candidates, &state, previous_decision.as_ref(), NOW);
             let requests: Vec<Option<Request>> =
-                blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b, NOW))).collect();
+                blocks.iter().map(|(b, _)| Some(Request::parse("arm", &arm(), b, ReadAt::wall(NOW)))).collect();
             // Re-parsing into the previous cycle's requests gives the same requests.
             for (old, (b, _)) in reused.iter_mut().zip(&blocks) {
-                old.reparse("arm", &arm(), b, NOW);
-                prop_assert_eq!(&*old, &Request::parse("arm", &arm(), b, NOW));
+                old.reparse("arm", &arm(), b, ReadAt::wall(NOW));
+                prop_assert_eq!(&*old, &Request::parse("arm", &arm(), b, ReadAt::wall(NOW)));
             }
             reused = requests.iter().flatten().cloned().collect();
             let alive: Vec<bool> = blocks.iter().map(|(_, alive)| *alive).collect();

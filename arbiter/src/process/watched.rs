@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use bus::{Bus, BusError, Member, Serde, SubscriptionGroup, WriterState};
 
 use super::{StopRequest, MAX_CONTROLLERS};
-use crate::algorithm::Request;
+use crate::algorithm::{ReadAt, Request};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
     controller_slot, state_slot, ControllerBlock, ManagerConfig, ResourceState, MANAGER_SLOT,
@@ -26,8 +26,8 @@ pub(super) struct Watched {
     pub(super) alive: Vec<bool>,
     /// Per controller: the sequence of the block parsed and when it was first read, so that a
     /// block read again (its member reported for another reason) keeps its first read time,
-    /// which caps its expiry (`ControllerBlock::expires_at_ns`).
-    pub(super) read_at: Vec<Option<(u64, u64)>>,
+    /// from which its expiry counts (`Request::expires_at_ns`).
+    pub(super) read_at: Vec<Option<(u64, ReadAt)>>,
 }
 
 impl Watched {
@@ -46,7 +46,7 @@ impl Watched {
     ) -> Result<Watched, BusError> {
         // Per name kept: its member in the old group, and when its block was first read (the
         // cap on its expiry stays the same).
-        type Kept = (Member<ControllerBlock, Serde>, Option<(u64, u64)>);
+        type Kept = (Member<ControllerBlock, Serde>, Option<(u64, ReadAt)>);
         let mut kept = previous.map(|p| {
             let members: BTreeMap<String, Kept> = p
                 .controllers
@@ -147,7 +147,7 @@ impl Watched {
         config: &ArbiterConfig,
         changed: &[usize],
         all: bool,
-        read_ns: u64,
+        read: ReadAt,
     ) {
         let arbiter = config.name.as_str();
         let cached = self
@@ -171,18 +171,18 @@ impl Watched {
                 }
                 let sub = self.group.get(*member);
                 let sequence = sub.sequence();
-                let read_ns = match *read_at {
+                let read = match *read_at {
                     Some((s, first)) if Some(s) == sequence => first,
-                    _ => read_ns,
+                    _ => read,
                 };
-                *read_at = sequence.map(|s| (s, read_ns));
+                *read_at = sequence.map(|s| (s, read));
                 match (sub.value(), request) {
                     (Some(block), Some(request)) => {
-                        request.reparse(arbiter, &config.resources, block, read_ns)
+                        request.reparse(arbiter, &config.resources, block, read)
                     }
                     (block, request) => {
                         *request =
-                            block.map(|b| Request::parse(arbiter, &config.resources, b, read_ns))
+                            block.map(|b| Request::parse(arbiter, &config.resources, b, read))
                     }
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);

@@ -86,8 +86,14 @@ impl Robot {
     }
 
     pub fn arbiter(&mut self) -> usize {
+        self.arbiter_with_env(&[])
+    }
+
+    /// The arm's arbiter with these environment variables (test switches) set.
+    pub fn arbiter_with_env(&mut self, env: &[(&str, &str)]) -> usize {
         let f = self.arm_file.to_str().unwrap().to_owned();
-        self.t.spawn_bin("arbiter", &["--config", &f])
+        self.t
+            .spawn_with_env(common::bin("arbiter"), &["--config", &f], env)
     }
 
     pub fn controller(&mut self, name: &str, status: &str, sets: &[&str], ttl_ms: u64) -> usize {

@@ -124,12 +124,23 @@ impl TestBus {
     /// Output goes to files in the scratch directory (a pipe nobody drains could block a
     /// chatty child); `finish` reads them back.
     pub fn spawn(&mut self, program: PathBuf, args: &[&str]) -> usize {
+        self.spawn_with_env(program, args, &[])
+    }
+
+    /// `spawn` with these environment variables set as well.
+    pub fn spawn_with_env(
+        &mut self,
+        program: PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> usize {
         let n = self.children.len();
         let (out, err) = self.output_files(n);
         let child = Command::new(program)
             .args(args)
             .args(["--domain", self.domain.as_str()])
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(std::fs::File::create(&out).expect("stdout file"))
             .stderr(std::fs::File::create(&err).expect("stderr file"))
             .spawn()
