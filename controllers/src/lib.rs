@@ -166,7 +166,10 @@ impl RobotController {
             publish_deadline: None,
         }));
         let (stop, stopped) = bounded::<()>(1);
-        let last_refresh = Arc::new(AtomicU64::new(now_ns()));
+        // When the block was last refreshed, in nanoseconds on the boot-time clock: the
+        // watchdog below compares it with now, which the wall clock set forward or back would
+        // falsify (a watchdog that bites a healthy controller, or never bites a hung one).
+        let last_refresh = Arc::new(AtomicU64::new(since_boot_ns()));
         let refresher = {
             let shared = Arc::clone(&shared);
             let last_refresh = Arc::clone(&last_refresh);
@@ -190,7 +193,7 @@ impl RobotController {
                         let gap = now.saturating_sub(std::mem::replace(&mut last_turn, now));
                         let mut s = lock(&shared);
                         if !s.published {
-                            last_refresh.store(now_ns(), Ordering::Relaxed);
+                            last_refresh.store(since_boot_ns(), Ordering::Relaxed);
                             continue;
                         }
                         // The application's loop stopped publishing: let the block expire (and,
@@ -232,7 +235,7 @@ impl RobotController {
                         }
                         match publication.write(block) {
                             Ok(()) => {
-                                last_refresh.store(block.stamp_ns, Ordering::Relaxed);
+                                last_refresh.store(since_boot_ns(), Ordering::Relaxed);
                                 if std::mem::take(&mut failing) {
                                     tracing::info!("refreshing the controller block works again");
                                 }
@@ -254,7 +257,7 @@ impl RobotController {
         let refreshed = Arc::clone(&last_refresh);
         let stale_after = 3 * ttl.as_nanos() as u64; // at most an hour: fits
         let watchdog = daemon::start_watchdog(move || {
-            now_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < stale_after
+            since_boot_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < stale_after
         });
         let watched = Watched::new(bus, &[])?;
         let controller = RobotController {
@@ -599,6 +602,10 @@ impl RobotController {
 fn since_boot() -> Duration {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .map_or(Duration::ZERO, Duration::from)
+}
+
+fn since_boot_ns() -> u64 {
+    since_boot().as_nanos() as u64
 }
 
 impl Drop for RobotController {

@@ -4,8 +4,10 @@
 
 mod common;
 
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const UNITS: [&str; 5] = [
     "baton-registry.service",
@@ -126,5 +128,73 @@ fn units_notify_restart_keep_shared_memory_and_need_no_order() {
                 "{unit}: {ordering} on another Baton unit; start order must not matter"
             );
         }
+    }
+}
+
+/// Under the units (`Type=notify`, `WatchdogSec=`) systemd gives each service `NOTIFY_SOCKET`
+/// and `WATCHDOG_USEC`: a service that never says `READY=1` fails its start, and one that stops
+/// pinging `WATCHDOG=1` is killed and restarted. Every service, as real processes, with one
+/// socket per service standing in for systemd.
+#[test]
+fn every_service_says_ready_and_feeds_the_watchdog() {
+    let mut t = common::TestBus::new();
+    let dir = t.dir();
+    let manager = dir.join("manager.toml");
+    let arm = dir.join("arm.toml");
+    std::fs::write(&manager, "controllers = [\"x\"]\narbiters = [\"arm\"]\n").unwrap();
+    std::fs::write(&arm, "name = \"arm\"\n[[resources]]\nname = \"turret\"\n").unwrap();
+    let (manager, arm) = (manager.to_str().unwrap(), arm.to_str().unwrap());
+    let services: [(&str, &[&str]); 5] = [
+        ("registry-server", &[]),
+        ("robot-manager", &["--config", manager]),
+        ("arbiter", &["--config", arm]),
+        ("robot-sim", &[]),
+        (
+            "robot-controller",
+            &[
+                "--name",
+                "x",
+                "--status",
+                "compromising",
+                "--set",
+                "arm/turret=0.5",
+            ],
+        ),
+    ];
+    // The pings come every 100 ms (half the interval); three of them show the loop of pings.
+    const PINGS: usize = 3;
+    let mut heard = Vec::new();
+    for (program, args) in services {
+        let path = dir.join(format!("{program}.notify"));
+        let socket = UnixDatagram::bind(&path).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let env = [
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "200000"),
+        ];
+        t.spawn_with_env(common::bin(program), args, &env);
+        heard.push((program, socket, false, 0));
+    }
+    let deadline = Instant::now() + common::WATCHDOG;
+    let mut buf = [0u8; 4096];
+    while heard
+        .iter()
+        .any(|(_, _, ready, pings)| !ready || *pings < PINGS)
+    {
+        for (_, socket, ready, pings) in &mut heard {
+            while let Ok(n) = socket.recv(&mut buf) {
+                let message = String::from_utf8_lossy(&buf[..n]);
+                *ready |= message.lines().any(|l| l == "READY=1");
+                *pings += message.lines().filter(|l| *l == "WATCHDOG=1").count();
+            }
+        }
+        if Instant::now() > deadline {
+            let state: Vec<_> = heard
+                .iter()
+                .map(|(p, _, ready, pings)| format!("{p}: ready {ready}, {pings} pings"))
+                .collect();
+            panic!("not every service told systemd: {state:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
