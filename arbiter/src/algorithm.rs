@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::clock::ReadAt;
 use crate::protocol::{ControllerBlock, Limits, Outcome, Status};
 
 /// How a resource is driven, which decides its default safe command.
@@ -107,38 +108,6 @@ pub struct Request {
     /// When the block expires, on the clock of `ReadAt::clock_ns` (the `now_ns` the request is
     /// allocated at).
     pub expires_at_ns: u64,
-}
-
-/// When an arbiter read a block: on the wall clock that block stamps are on, which tells the
-/// block's age, and on the clock its expiry is counted by. The arbiter process counts on a
-/// monotonic clock: with the wall clock alone, setting it back (NTP or GPS correcting it at
-/// boot, `date -s`) would keep a block whose controller hangs alive for as long as the clock
-/// went back, and setting it forward would expire every block at once. The pure `arbitrate`
-/// counts on the wall clock (both the same).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReadAt {
-    pub wall_ns: u64,
-    pub clock_ns: u64,
-}
-
-impl ReadAt {
-    /// A read at `ns` of a clock that is both.
-    pub fn wall(ns: u64) -> ReadAt {
-        ReadAt {
-            wall_ns: ns,
-            clock_ns: ns,
-        }
-    }
-
-    /// The instant `wall_ns` of the wall clock on the counting clock, as the two stood at this
-    /// read (0 for an instant further in the past than the counting clock goes).
-    pub fn on_clock(&self, wall_ns: u64) -> u64 {
-        if wall_ns >= self.wall_ns {
-            self.clock_ns.saturating_add(wall_ns - self.wall_ns)
-        } else {
-            self.clock_ns.saturating_sub(self.wall_ns - wall_ns)
-        }
-    }
 }
 
 impl Request {

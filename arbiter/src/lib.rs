@@ -4,6 +4,7 @@
 //! (`process`). The `arbiter` binary is a thin shell over `process`.
 
 pub mod algorithm;
+pub mod clock;
 pub mod config;
 pub mod process;
 pub mod protocol;

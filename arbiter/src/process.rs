@@ -16,10 +16,9 @@ use crate::protocol::{
     arbiter_slot, command_slot, ArbiterBlock, ResourceCommand, ResourceFeedback,
 };
 
-mod clock;
 mod watched;
 
-use clock::{read_now, steady_ns, wall_ns};
+use crate::clock::{read_now, steady_ns, wall_ns};
 use watched::Watched;
 
 /// Longest sleep when no block is due to expire; a wake-up then only re-runs the cycle.

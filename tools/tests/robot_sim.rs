@@ -136,6 +136,19 @@ fn wheel(state: &mut bus::Subscription<ResourceState>, name: &str) -> Option<f64
 /// stops executing it after its command timeout, and resumes when the arbiter does.
 #[test]
 fn the_wheels_stop_while_the_drive_arbiter_hangs() {
+    wheels_stop_while_the_drive_arbiter_hangs(false);
+}
+
+/// The same with the simulator's wall clock set back an hour once the arbiter hangs (NTP or
+/// GPS correcting the clock at boot): the command's age counts on the monotonic clock from
+/// when it was read. Judged on the wall clock alone, the stale command looked an hour younger
+/// and the wheels kept turning.
+#[test]
+fn the_wheels_stop_while_the_drive_arbiter_hangs_and_the_clock_is_set_back() {
+    wheels_stop_while_the_drive_arbiter_hangs(true);
+}
+
+fn wheels_stop_while_the_drive_arbiter_hangs(set_clock_back: bool) {
     let mut t = TestBus::new();
     t.start_registry();
     let dir = t.dir();
@@ -150,7 +163,16 @@ fn the_wheels_stop_while_the_drive_arbiter_hangs() {
     .unwrap();
     t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
     let arbiter = t.spawn_bin("arbiter", &["--config", drive.to_str().unwrap()]);
-    t.spawn_bin("robot-sim", &[]);
+    let offset = dir.join("clock-offset-s");
+    std::fs::write(&offset, "0").unwrap();
+    t.spawn_with_env(
+        common::bin("robot-sim"),
+        &[],
+        &[(
+            "BATON_TEST_WALL_CLOCK_OFFSET_FILE",
+            offset.to_str().unwrap(),
+        )],
+    );
     let controller = t.spawn_bin(
         "robot-controller",
         &[
@@ -175,6 +197,9 @@ fn the_wheels_stop_while_the_drive_arbiter_hangs() {
     };
     eventually("the wheels turn at the command", || at(&mut state, 0.5));
     t.signal(arbiter, Signal::SIGSTOP);
+    if set_clock_back {
+        std::fs::write(&offset, "-3600").unwrap();
+    }
     eventually("the wheels stop while the arbiter hangs", || {
         at(&mut state, 0.0)
     });

@@ -2,8 +2,9 @@
 //! publishing resource state, in place of hardware drivers.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use arbiter::clock::{read_now, steady_ns, ReadAt};
 use arbiter::protocol::{
     command_slot, is_valid_name, now_ns, state_slot, ResourceCommand, ResourceState, NAME_RULE,
 };
@@ -130,6 +131,8 @@ fn run(args: &Args) -> Result<(), String> {
     let period = Duration::from_secs_f64(1.0 / args.rate_hz);
     let mut last_arm = None;
     let mut last_drive = None;
+    // Each command's sequence when first read, and when (`live`).
+    let (mut arm_seen, mut drive_seen) = (None, None);
     let mut next = Instant::now();
     let mut first = true;
     let health = daemon::Health::new();
@@ -167,8 +170,8 @@ fn run(args: &Args) -> Result<(), String> {
         let empty = Default::default();
         let timeout =
             (args.command_timeout_ms > 0).then(|| Duration::from_millis(args.command_timeout_ms));
-        let arm = live(commands.get(arm_cmd), timeout).unwrap_or(&empty);
-        let drive = live(commands.get(drive_cmd), timeout).unwrap_or(&empty);
+        let arm = live(commands.get(arm_cmd), timeout, &mut arm_seen).unwrap_or(&empty);
+        let drive = live(commands.get(drive_cmd), timeout, &mut drive_seen).unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
         let at_rest = robot.at_rest(arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
@@ -222,22 +225,34 @@ fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-/// The setpoints of a command whose arbiter still runs; `None` without one.
-/// The setpoints of a command to execute: its arbiter runs, and (with a timeout) has written
-/// it recently.
-fn live(
-    command: &bus::Subscription<ResourceCommand>,
+/// The setpoints of a command to execute: its arbiter runs, and (with a timeout) wrote it
+/// recently. `seen` keeps the command's sequence and when it was first read: its age is taken
+/// then from the wall clock and counted on from there on the monotonic clock
+/// (`arbiter::clock`), so that the wall clock set back cannot keep a hung arbiter's command
+/// driving the robot, nor setting it forward stop the robot.
+fn live<'a>(
+    command: &'a bus::Subscription<ResourceCommand>,
     timeout: Option<Duration>,
-) -> Option<&BTreeMap<String, f64>> {
-    let fresh = |meta: bus::ValueMeta| {
-        timeout.is_none_or(|t| {
-            // A write time ahead of our clock (another computer's) counts as fresh.
-            meta.write_time.elapsed().map_or(true, |age| age <= t)
-        })
+    seen: &mut Option<(u64, ReadAt)>,
+) -> Option<&'a BTreeMap<String, f64>> {
+    let meta = command.meta()?;
+    let read = match *seen {
+        Some((sequence, read)) if sequence == meta.sequence => read,
+        _ => seen.insert((meta.sequence, read_now())).1,
     };
+    let fresh = timeout.is_none_or(|t| {
+        let written = meta
+            .write_time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        // A write time ahead of our clock (another computer's) counts from the read.
+        let stale_at = written
+            .min(read.wall_ns)
+            .saturating_add(t.as_nanos() as u64);
+        steady_ns() <= read.on_clock(stale_at)
+    });
     command
         .value()
-        .filter(|_| command.writer() == Some(bus::WriterState::Alive))
-        .filter(|_| command.meta().is_some_and(fresh))
+        .filter(|_| fresh && command.writer() == Some(bus::WriterState::Alive))
         .map(|c| &c.setpoints)
 }
