@@ -23,7 +23,6 @@ use watched::Watched;
 
 /// Longest sleep when no block is due to expire; a wake-up then only re-runs the cycle.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
-
 /// Controller blocks grow with the number of commands; this bounds a block at 64 KiB. An
 /// arbiter's own slots are at least this big, more when its resources need it
 /// (`feedback_capacity`).
