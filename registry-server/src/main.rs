@@ -50,10 +50,15 @@ struct Args {
     #[arg(long)]
     group: Option<String>,
     /// Slots whose publisher is gone and that nobody uses any more are kept, with their last
-    /// value, up to this many; the ones unused longest are removed first. (A private slot goes
-    /// 5 s after it is last used.)
+    /// value, up to this many (and --keep-unused-mib); the ones unused longest are removed
+    /// first. (A private slot goes 5 s after it is last used.)
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
     keep_unused: usize,
+    /// The slots kept by --keep-unused take at most this many MiB of shared memory together
+    /// (a slot's segment holds its capacity about four times over; /dev/shm is RAM).
+    #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED_MIB,
+          value_parser = clap::value_parser!(u64).range(..=1 << 20))]
+    keep_unused_mib: u64,
     #[command(flatten)]
     net: NetArgs,
 }
@@ -156,7 +161,10 @@ fn run(args: Args, net_settings_given: &[String]) -> Result<(), String> {
         domain: domain.clone(),
         group,
         net,
-        keep_unused: args.keep_unused,
+        keep_unused: registry::state::KeepUnused {
+            slots: args.keep_unused,
+            bytes: args.keep_unused_mib << 20,
+        },
     };
     registry::serve(config, listener, |adopted| {
         tracing::info!("serving domain '{domain}' ({adopted} existing slot(s) adopted)");

@@ -33,8 +33,9 @@ pub struct ServerConfig {
     pub group: Option<Gid>,
     /// Network reflection; `None`: this computer only.
     pub net: Option<crate::net::NetConfig>,
-    /// Slots of gone publishers kept at most (`--keep-unused`; see `state::reclaim`).
-    pub keep_unused: usize,
+    /// Slots of gone publishers kept at most (`--keep-unused`, `--keep-unused-mib`; see
+    /// `state::reclaim`).
+    pub keep_unused: crate::state::KeepUnused,
 }
 
 /// A connection's way out. Replies and pushes are queued and written by the connection's own

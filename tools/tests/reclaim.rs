@@ -67,6 +67,33 @@ fn slots_of_gone_publishers_are_kept_up_to_a_limit_oldest_forgotten_first() {
     drop(watched);
 }
 
+/// The kept slots also take at most `--keep-unused-mib` of shared memory together: a slot of
+/// 250 kB takes a segment of about 1 MB (four buffers), so 2 MiB keeps the last two of four.
+/// Counted in slots alone, a thousand kept slots of 1 MiB held 4 GiB of /dev/shm (RAM).
+#[test]
+fn slots_of_gone_publishers_are_kept_up_to_a_memory_limit_too() {
+    let mut t = TestBus::new();
+    t.start_registry_with(&["--keep-unused-mib", "2"]);
+    for i in 0..4 {
+        let name = format!("/big/{i}");
+        let args = [
+            "write",
+            "--name",
+            &name,
+            "--count",
+            "1",
+            "--max-size",
+            "250000",
+        ];
+        let writer = t.spawn_stress(&args);
+        assert!(t.finish(writer).status.success());
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    eventually("the two slots unused last kept", || {
+        segments(&t, "/big/") == ["/big/2", "/big/3"]
+    });
+}
+
 #[test]
 fn a_private_slot_goes_soon_after_its_writer_and_readers() {
     let mut t = TestBus::new();

@@ -174,7 +174,7 @@ pub struct Registry {
     elsewhere: BTreeMap<SlotName, String>,
     /// Slots unused since when (see `reclaim`), and how many public ones are kept.
     unused_since: BTreeMap<SlotName, Instant>,
-    keep_unused: usize,
+    keep_unused: reclaim::KeepUnused,
     /// The last slot checked for damage (`damage`): the next check goes on after it.
     damage_cursor: Option<SlotName>,
 }
@@ -191,13 +191,13 @@ impl Registry {
             directory: None,
             elsewhere: BTreeMap::new(),
             unused_since: BTreeMap::new(),
-            keep_unused: reclaim::DEFAULT_KEEP_UNUSED,
+            keep_unused: reclaim::KeepUnused::default(),
             damage_cursor: None,
         }
     }
 
     /// How many slots of gone publishers are kept at most (see `reclaim`).
-    pub fn set_keep_unused(&mut self, keep: usize) {
+    pub fn set_keep_unused(&mut self, keep: reclaim::KeepUnused) {
         self.keep_unused = keep;
     }
 
@@ -672,6 +672,6 @@ mod damage;
 mod directory;
 pub mod reclaim;
 mod remote;
-pub use reclaim::DEFAULT_KEEP_UNUSED;
+pub use reclaim::{KeepUnused, DEFAULT_KEEP_UNUSED, DEFAULT_KEEP_UNUSED_MIB};
 #[cfg(test)]
 mod tests;

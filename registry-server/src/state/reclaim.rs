@@ -1,10 +1,13 @@
 //! Forgetting slots nobody uses any more: a slot whose publisher is gone (on this host, or, for
 //! a mirror, on its origin host) and that has no endpoint left. Such a slot keeps its last
 //! value for a subscriber that comes later (a publisher that wrote once and exited is still
-//! read), so public ones are kept up to a limit, `keep_unused`, and the ones unused longest are
-//! forgotten first; without the limit an application started under a new name each time (a
-//! script's `robot-controller --name job-$N`) grew /dev/shm, the registry's mappings and its
-//! directory slot without end. A private slot (generated name, known only to whom its writer
+//! read), so public ones are kept up to a limit, `KeepUnused` (a number of slots and the
+//! shared memory they take together), and the ones unused longest are forgotten first; without
+//! the limit an application started under a new name each time (a script's
+//! `robot-controller --name job-$N`) grew /dev/shm, the registry's mappings and its directory
+//! slot without end. The memory bound matters as much as the count: a slot's segment holds its
+//! capacity four times over, so a thousand kept 1 MiB slots would hold 4 GiB of /dev/shm
+//! (which is RAM). A private slot (generated name, known only to whom its writer
 //! told) is forgotten once unused for `PRIVATE_UNUSED_FOR`.
 //!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
@@ -22,8 +25,27 @@ use super::{Registry, SlotEntry};
 /// How long a private slot stays after its writer and its last reader are gone.
 pub const PRIVATE_UNUSED_FOR: Duration = Duration::from_secs(5);
 
+/// How many unused public slots are kept at most, and how much shared memory they may take
+/// together (bytes of their segments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepUnused {
+    pub slots: usize,
+    pub bytes: u64,
+}
+
 /// The default of `--keep-unused`.
 pub const DEFAULT_KEEP_UNUSED: usize = 1000;
+/// The default of `--keep-unused-mib`.
+pub const DEFAULT_KEEP_UNUSED_MIB: u64 = 256;
+
+impl Default for KeepUnused {
+    fn default() -> KeepUnused {
+        KeepUnused {
+            slots: DEFAULT_KEEP_UNUSED,
+            bytes: DEFAULT_KEEP_UNUSED_MIB << 20,
+        }
+    }
+}
 
 impl SlotEntry {
     /// A slot with no endpoint and no live writer (see the module comment); not the registry's
@@ -54,27 +76,30 @@ impl Registry {
             self.unused_since.entry(name.clone()).or_insert(now);
         }
         // Unused since when, then (for slots seen unused at the same sweep: adopted at a
-        // restart) since their last write.
-        let mut public: Vec<(Instant, u64, &SlotName)> = Vec::new();
+        // restart) since their last write; and the bytes of its segment.
+        let mut public: Vec<(Instant, u64, &SlotName, u64)> = Vec::new();
         let mut forget: Vec<SlotName> = Vec::new();
         for (name, since) in &self.unused_since {
             if !name.is_private() {
-                let written = self
-                    .slots
-                    .get(name)
-                    .and_then(|e| e.slot.as_ref())
+                let slot = self.slots.get(name).and_then(|e| e.slot.as_ref());
+                let written = slot
                     .and_then(|s| s.last_write())
                     .map_or(0, |w| w.write_time_ns);
-                public.push((*since, written, name));
+                let bytes = slot.map_or(0, |s| s.segment_size() as u64);
+                public.push((*since, written, name, bytes));
             } else if now.duration_since(*since) >= PRIVATE_UNUSED_FOR {
                 forget.push(name.clone());
             }
         }
-        if public.len() > self.keep_unused {
-            public.sort();
-            let over = public.len() - self.keep_unused;
-            forget.extend(public[..over].iter().map(|(_, _, n)| (*n).clone()));
+        public.sort();
+        // The oldest go until what stays is within both bounds.
+        let mut bytes: u64 = public.iter().map(|p| p.3).sum();
+        let mut over = 0;
+        while public.len() - over > self.keep_unused.slots || bytes > self.keep_unused.bytes {
+            bytes -= public[over].3;
+            over += 1;
         }
+        forget.extend(public[..over].iter().map(|(_, _, n, _)| (*n).clone()));
         for name in &forget {
             self.unused_since.remove(name);
             if let Some(entry) = self.slots.remove(name) {
@@ -85,10 +110,11 @@ impl Registry {
         }
         if !forget.is_empty() {
             tracing::info!(
-                "forgot {} unused slot(s) of gone publishers (keeping at most {} public ones, \
-                 --keep-unused), e.g. {}",
+                "forgot {} unused slot(s) of gone publishers (keeping at most {} public ones of \
+                 {} MiB in all, --keep-unused and --keep-unused-mib), e.g. {}",
                 forget.len(),
-                self.keep_unused,
+                self.keep_unused.slots,
+                self.keep_unused.bytes >> 20,
                 forget[0]
             );
         }
