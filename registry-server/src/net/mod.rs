@@ -185,17 +185,6 @@ impl Mirror {
         }
     }
 
-    /// Follows what the origin (this mirror's) announces of the publication: its series, and
-    /// its running publisher if any (`date_held`).
-    fn date(&mut self, info: &wire::PubInfo) {
-        self.follow_series(info.series);
-        if info.writer_alive {
-            self.date_held(info.series, info.writer_first);
-        } else {
-            self.publisher = None;
-        }
-    }
-
     /// Tells whether the value held is the running publisher's at the origin, whose values
     /// start at `first` in the origin slot's series `series`, before the mirror reads as
     /// written by it: the value held counts only if it came from that series at or after

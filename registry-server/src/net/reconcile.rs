@@ -95,19 +95,7 @@ impl Net {
         // Mirrors.
         let wanted: BTreeSet<SlotName> = reg.wanted().into_iter().collect();
         for (name, c) in &claims {
-            if !remote.contains_key(name) {
-                continue;
-            }
-            if !wanted.contains(name) {
-                // Kept with its last value, nobody here subscribing: no values come, but what
-                // it says of its writer follows the origin's announcements, so that it never
-                // reads as written by a publisher that is gone, nor the other way round.
-                if let Some(m) = st.mirrors.get_mut(name.as_str()) {
-                    if m.origin == c.claim.host && m.hash == c.claim.schema_hash {
-                        m.date(&c.info);
-                        reg.follow_mirror_writer(name, c.info.writer_alive);
-                    }
-                }
+            if !wanted.contains(name) || !remote.contains_key(name) {
                 continue;
             }
             let schema = match Schema::from_bytes(&c.info.schema) {
@@ -127,9 +115,12 @@ impl Net {
             // values are that publisher's.
             if let Some(m) = st.mirrors.get_mut(name.as_str()) {
                 if m.origin == c.claim.host {
-                    m.date(&c.info);
-                } else if !c.info.writer_alive {
+                    m.follow_series(c.info.series);
+                }
+                if !c.info.writer_alive {
                     m.publisher = None;
+                } else if m.origin == c.claim.host {
+                    m.date_held(c.info.series, c.info.writer_first);
                 }
             }
             match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {

@@ -3,7 +3,6 @@
 //! slots that hold remote values.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::schema::Schema;
@@ -97,25 +96,20 @@ impl Registry {
             .collect()
     }
 
-    /// Public names this host needs from elsewhere: subscribed to here and not published here,
-    /// nor published elsewhere with another type than this host's subscribers use (its values
-    /// could not be mirrored: none is asked for). A mirror nobody here subscribes to any more
-    /// is kept with its last value (`reclaim`) but not asked for: its origin would otherwise
-    /// go on sending every value of it for nobody. The exception is a mirror adopted at a
-    /// restart while its subscribers register again, so that its values do not pause.
+    /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
+    /// not published here, nor published elsewhere with another type than this host's
+    /// subscribers use (its values could not be mirrored: none is asked for).
     pub fn wanted(&self) -> Vec<SlotName> {
-        let now = Instant::now();
         self.slots
             .iter()
             .filter(|(name, e)| {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && !e.published_here()
-                    && (e
-                        .endpoints
-                        .iter()
-                        .any(|r| r.kind == EndpointKind::Subscription)
-                        || (e.origin.is_some() && e.adopted_until.is_some_and(|t| now < t)))
+                    && (e.origin.is_some()
+                        || e.endpoints
+                            .iter()
+                            .any(|r| r.kind == EndpointKind::Subscription))
                     && !e.writer_reconnecting()
                     && (e.origin.is_some()
                         || self
@@ -274,28 +268,15 @@ impl Registry {
         // wrote (`net::reconcile` dates the value held by its first sequence; the registry
         // stays the writer, keeping it). A mirror made for a gone publisher gets a writer once
         // (then marked gone), so that it lists as one.
-        if claim.writer_alive || slot.writer().state == WriterState::None {
-            write_mirror(slot);
+        let writer = slot.writer();
+        let registry_alive = writer.state == WriterState::Alive && writer.pid == std::process::id();
+        if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
+            // Taken over (made now, or adopted from an earlier registry): what it holds counts
+            // as its publisher's only once dated.
+            slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
         out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))
-    }
-
-    /// What a mirror kept here says of its writer, as its origin announces the publisher
-    /// (`writer_alive`): the mirror of one that runs is written by this registry, alive; of
-    /// one that does not, its writer is gone.
-    pub fn follow_mirror_writer(&self, name: &SlotName, writer_alive: bool) {
-        if !writer_alive {
-            return self.mirror_writer_gone(name);
-        }
-        if let Some(slot) = self
-            .slots
-            .get(name)
-            .filter(|e| e.origin.is_some())
-            .and_then(|e| e.slot.as_ref())
-        {
-            write_mirror(slot);
-        }
     }
 
     /// The remote publisher of a mirror went away (or its host was forgotten).
@@ -310,15 +291,5 @@ impl Registry {
                 slot.mark_writer_gone();
             }
         }
-    }
-}
-
-/// Makes this registry the writer of mirror `slot`, alive, unless it is already. Taken over
-/// (made now, adopted from an earlier registry, or its publisher back): what it holds counts as
-/// its origin's publisher's only once dated (`net::reconcile`).
-fn write_mirror(slot: &bus::slot::Slot) {
-    let writer = slot.writer();
-    if writer.state != WriterState::Alive || writer.pid != std::process::id() {
-        slot.set_writer(std::process::id(), bus::process::own_start_time());
     }
 }
