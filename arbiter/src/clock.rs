@@ -14,22 +14,35 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::protocol::now_ns;
-
 pub const OFFSET_FILE_ENV: &str = "BATON_TEST_WALL_CLOCK_OFFSET_FILE";
 
-/// Nanoseconds on the monotonic clock ages are counted on by. It starts at one second, so that
-/// the expiry of a value that expired before the process started (0 at the earliest,
-/// `ReadAt::on_clock`) is in its past from the first read on.
+/// Nanoseconds on the monotonic clock ages are counted on by: the boot-time clock, which goes
+/// on while the machine is suspended (as the controllers library's refresh check does), so
+/// that a value read before a suspension is as old after it as the wall clock says. It starts
+/// at one second after the process's first read, so that the expiry of a value that expired
+/// before the process started (0 at the earliest, `ReadAt::on_clock`) is in its past from the
+/// first read on.
 pub fn steady_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let elapsed = ORIGIN.get_or_init(Instant::now).elapsed();
-    (elapsed + Duration::from_secs(1)).as_nanos() as u64
+    fn boot_ns() -> u64 {
+        // CLOCK_BOOTTIME exists on every Linux this runs on; `Instant` stands in otherwise.
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or_else(
+            |_| {
+                static START: OnceLock<Instant> = OnceLock::new();
+                START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+            },
+            |t| Duration::from(t).as_nanos() as u64,
+        )
+    }
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(boot_ns);
+    boot_ns()
+        .saturating_sub(origin)
+        .saturating_add(1_000_000_000)
 }
 
 /// Nanoseconds since the Unix epoch, as this process's wall clock reads.
 pub fn wall_ns() -> u64 {
-    let now = now_ns();
+    let now = bus::slot::now_ns();
     match test_offset_s() {
         Some(s) if s >= 0 => now.saturating_add(s.unsigned_abs() * 1_000_000_000),
         Some(s) => now.saturating_sub(s.unsigned_abs() * 1_000_000_000),

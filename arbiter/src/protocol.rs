@@ -190,4 +190,6 @@ pub struct ResourceState {
 }
 
 /// Nanoseconds since the Unix epoch, now.
-pub use bus::slot::now_ns;
+/// Nanoseconds since the Unix epoch on this process's wall clock (with the test switch of
+/// `clock`, offset as a test sets it).
+pub use crate::clock::wall_ns as now_ns;

@@ -55,7 +55,8 @@ struct Args {
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
     keep_unused: usize,
     /// The slots kept by --keep-unused take at most this many MiB of shared memory together
-    /// (a slot's segment holds its capacity about four times over; /dev/shm is RAM).
+    /// (a slot's segment holds its capacity about four times over; /dev/shm is RAM). A slot
+    /// whose segment alone is larger is not kept once unused.
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED_MIB,
           value_parser = clap::value_parser!(u64).range(..=1 << 20))]
     keep_unused_mib: u64,

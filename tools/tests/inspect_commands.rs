@@ -219,6 +219,7 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     twice.insert_str(1, r#""battery": 0.5, "#);
     let err = refused(&t.inspect(&["put", "/robot/status", &twice, "--force"]));
     assert!(err.contains(r#""battery" is given twice"#), "{err}");
+    assert!(!err.contains("not JSON"), "{err}");
     assert!(!sub.update().unwrap(), "a refused put wrote nothing");
 
     // Once the writer is gone, put is the slot's only writer.

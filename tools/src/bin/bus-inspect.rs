@@ -133,9 +133,9 @@ enum Command {
     Bw(Rates),
     /// Encode a JSON value through the slot's stored schema and write it.
     ///
-    /// The JSON has the shape `get --json` prints. A value that does not match the schema, or
-    /// an object that gives a key twice, is refused with the path of the mismatch, and nothing
-    /// is written. A slot has a single
+    /// The JSON has the shape `get --json` prints. A value that does not match the schema is
+    /// refused with the path of the mismatch, an object that gives a key twice with the key
+    /// and where, and nothing is written. A slot has a single
     /// writer: while its publisher (or the registry, for a mirror or its statistics) runs, a
     /// second writer could make readers see a torn value, and the publisher's next write
     /// replaces yours, so `put` refuses unless --force. Use it on slots whose writer is gone

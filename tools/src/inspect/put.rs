@@ -25,12 +25,17 @@ pub struct Written {
     pub size: usize,
 }
 
-/// Writes `json` (text) into `name`. Refused, with nothing written, when the text is not JSON,
-/// does not match the slot's schema (the error names the path in the value), does not fit the
-/// slot, or the slot's writer is alive and `force` is not given.
+/// Writes `json` (text) into `name`. Refused, with nothing written, when the text is not JSON
+/// (or gives a key twice), does not match the slot's schema (the error names the path in the
+/// value), does not fit the slot, or the slot's writer is alive and `force` is not given.
 pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<Written> {
-    let value = parse_json(json)
-        .map_err(|e| Error::Refused(format!("put {name}: the value is not JSON: {e}")))?;
+    let value = parse_json(json).map_err(|e| {
+        Error::Refused(match e.classify() {
+            // Valid JSON that `parse_json` refuses: a key given twice.
+            serde_json::error::Category::Data => format!("put {name}: {e}"),
+            _ => format!("put {name}: the value is not JSON: {e}"),
+        })
+    })?;
     // Checks first, on a read-only mapping: a refused put never maps the slot writable.
     let slot = open(domain, name)?;
     let schema = slot.schema().parse().map_err(|e| {
