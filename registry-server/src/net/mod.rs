@@ -168,9 +168,6 @@ struct Mirror {
     /// The origin's running publisher as last dated (`date_held`): the series and the first
     /// sequence of its values; `None` while the origin announces none.
     publisher: Option<(u64, u64)>,
-    /// Whether the origin sends this host the name's values: not while nobody here subscribes
-    /// (the registry's entry is behind), until the first value after this host asks again.
-    following: bool,
 }
 
 impl Mirror {
@@ -229,9 +226,6 @@ struct NetState {
     logged: BTreeSet<(String, String)>,
     stats_slot: Option<Slot>,
     dirty: bool,
-    /// Mirrors that were behind and got a value: the next reconcile binds the subscriptions
-    /// waiting for them (`Registry::set_mirror_behind`).
-    caught_up: BTreeSet<String>,
     /// When the adoption grace of the registry's adopted slots ends (reconciled again then).
     adoption_ends: Option<Instant>,
 }
@@ -458,7 +452,6 @@ impl Net {
                 logged: BTreeSet::new(),
                 stats_slot: None,
                 dirty: true,
-                caught_up: BTreeSet::new(),
                 adoption_ends: None,
             }),
             counters: Counters::default(),

@@ -271,16 +271,9 @@ impl Net {
             m.origin_session = session;
             m.last_sequence = 0;
         }
-        let caught_up = !m.following;
         if v.sequence == m.last_sequence {
-            // The value the mirror holds: a refresh, not news and not a fault (after a pause in
-            // following, it says that the value held is current).
+            // The value the mirror holds: a refresh, not news and not a fault.
             Counters::add(&self.counters.values_unchanged, 1);
-            if caught_up {
-                m.following = true;
-                st.caught_up.insert(v.name.to_owned());
-                st.dirty = true;
-            }
             return Ok(());
         }
         if v.sequence < m.last_sequence {
@@ -305,11 +298,6 @@ impl Net {
             return Err(Drop::Oversized);
         }
         Counters::add(&self.counters.values_mirrored, 1);
-        if caught_up {
-            m.following = true;
-            st.caught_up.insert(v.name.to_owned());
-            st.dirty = true;
-        }
         Ok(())
     }
 }

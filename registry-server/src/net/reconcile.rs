@@ -94,22 +94,8 @@ impl Net {
         }
         // Mirrors.
         let wanted: BTreeSet<SlotName> = reg.wanted().into_iter().collect();
-        for name in std::mem::take(&mut st.caught_up) {
-            if let Ok(name) = SlotName::parse(&name) {
-                out.extend(reg.set_mirror_behind(&name, false));
-            }
-        }
         for (name, c) in &claims {
-            if !remote.contains_key(name) {
-                continue;
-            }
-            if !wanted.contains(name) {
-                // Nobody here subscribes: its origin stops sending it, and what it holds falls
-                // behind (a subscriber that comes waits for a current value).
-                if let Some(m) = st.mirrors.get_mut(name.as_str()) {
-                    m.following = false;
-                }
-                out.extend(reg.set_mirror_behind(name, true));
+            if !wanted.contains(name) || !remote.contains_key(name) {
                 continue;
             }
             let schema = match Schema::from_bytes(&c.info.schema) {
@@ -162,7 +148,6 @@ impl Net {
                                     series,
                                     last_sequence,
                                     publisher: None,
-                                    following: !reg.mirror_behind(name),
                                 };
                                 mirror.follow_series(c.info.series);
                                 if c.info.writer_alive {
@@ -201,9 +186,6 @@ impl Net {
             st.mirrors.remove(&name);
             if let Ok(n) = SlotName::parse(&name) {
                 reg.mirror_writer_gone(&n);
-                // No value will come: what it holds is its gone publisher's last, as a local
-                // slot's would be.
-                out.extend(reg.set_mirror_behind(&n, false));
             }
             tracing::info!("{name}: its remote publisher is gone");
         }

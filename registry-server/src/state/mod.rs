@@ -39,10 +39,6 @@ struct SlotEntry {
     /// For a slot adopted at start-up: until when it counts as mapped although no endpoint has
     /// registered yet (its processes are reconnecting; see `ADOPTION_GRACE`).
     adopted_until: Option<Instant>,
-    /// A mirror not followed (nobody here subscribed, so its origin stopped sending it): the
-    /// value it holds is not known to be current, and a subscription waits, unbound, until a
-    /// value comes again (`remote::set_mirror_behind`).
-    behind: bool,
 }
 
 /// How long after a restart an adopted slot is not re-created: processes that map it may not
@@ -250,7 +246,6 @@ impl Registry {
                             origin: (!origin.is_empty()).then_some(origin),
                             own: false,
                             adopted_until: Some(Instant::now() + ADOPTION_GRACE),
-                            behind: false,
                         },
                     );
                     adopted += 1;
@@ -289,11 +284,9 @@ impl Registry {
         let endpoint = reg.endpoint;
         match self.try_register(conn, &reg) {
             Ok(mut out) => {
-                // None for a subscription to a mirror that is behind: it waits unbound.
                 let segment = self
                     .slots
                     .get(&reg.name)
-                    .filter(|e| !e.behind)
                     .and_then(|e| e.slot.as_ref())
                     .map(|s| s.segment().to_owned());
                 out.insert(0, (conn, id, Reply::Registered { endpoint, segment }));
@@ -390,7 +383,6 @@ impl Registry {
                 origin: None,
                 own: false,
                 adopted_until: None,
-                behind: false,
             });
         if entry.schema.hash.0 != reg.schema_hash {
             return Err(Refusal::TypeMismatch {
@@ -405,7 +397,7 @@ impl Registry {
         let mut out = Outbox::new();
         match reg.kind {
             EndpointKind::Subscription => {
-                let bound = entry.slot.is_some() && !entry.behind;
+                let bound = entry.slot.is_some();
                 entry.endpoints.push(EndpointRef {
                     conn,
                     endpoint: reg.endpoint,
@@ -473,7 +465,6 @@ impl Registry {
                         peer.pid
                     );
                 }
-                entry.behind = false;
                 if entry.origin.take().is_some() {
                     // A mirror whose remote publisher went away: the name is local now.
                     slot.set_origin("");
@@ -608,7 +599,6 @@ impl Registry {
             origin: None,
             own: true,
             adopted_until: None,
-            behind: false,
         });
         // The registry writes it itself: no grace for reconnecting writers to wait for.
         entry.adopted_until = None;

@@ -3,7 +3,6 @@
 //! slots that hold remote values.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::schema::Schema;
@@ -97,25 +96,20 @@ impl Registry {
             .collect()
     }
 
-    /// Public names this host needs from elsewhere: subscribed to here and not published here,
-    /// nor published elsewhere with another type than this host's subscribers use (its values
-    /// could not be mirrored: none is asked for). A mirror nobody here subscribes to any more
-    /// is kept with its last value (`reclaim`) but not asked for, or its origin would go on
-    /// sending every value of it for nobody (it falls behind: `set_mirror_behind`); except a
-    /// mirror adopted at a restart while its subscribers register again.
+    /// Public names this host needs from elsewhere: subscribed to (or mirrored already) and
+    /// not published here, nor published elsewhere with another type than this host's
+    /// subscribers use (its values could not be mirrored: none is asked for).
     pub fn wanted(&self) -> Vec<SlotName> {
-        let now = Instant::now();
         self.slots
             .iter()
             .filter(|(name, e)| {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && !e.published_here()
-                    && (e
-                        .endpoints
-                        .iter()
-                        .any(|r| r.kind == EndpointKind::Subscription)
-                        || (e.origin.is_some() && e.adopted_until.is_some_and(|t| now < t)))
+                    && (e.origin.is_some()
+                        || e.endpoints
+                            .iter()
+                            .any(|r| r.kind == EndpointKind::Subscription))
                     && !e.writer_reconnecting()
                     && (e.origin.is_some()
                         || self
@@ -200,7 +194,6 @@ impl Registry {
             origin: None,
             own: false,
             adopted_until: None,
-            behind: false,
         });
         if entry.published_here() {
             return Err(format!("{name} is published on this host too"));
@@ -282,36 +275,8 @@ impl Registry {
             // as its publisher's only once dated.
             slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
-        if !entry.behind {
-            // Behind, they wait until a value comes (`set_mirror_behind`).
-            out.extend(entry.bind_waiting(&segment));
-        }
+        out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))
-    }
-
-    /// Whether mirror `name` is behind: not followed, its value not known to be current. A
-    /// subscription registered while it is behind waits unbound (as for a name nobody
-    /// publishes yet) rather than read an old value as the publisher's current one; once the
-    /// mirror is current again (a value came, or its publisher is gone and none will), the
-    /// waiting ones are bound. Returns the bindings to send.
-    pub fn set_mirror_behind(&mut self, name: &SlotName, behind: bool) -> Outbox {
-        let segment = self.domain.segment_name(name);
-        match self.slots.get_mut(name).filter(|e| e.origin.is_some()) {
-            Some(entry) if entry.behind != behind => {
-                entry.behind = behind;
-                if behind || entry.slot.is_none() {
-                    Outbox::new()
-                } else {
-                    entry.bind_waiting(&segment)
-                }
-            }
-            _ => Outbox::new(),
-        }
-    }
-
-    /// Whether mirror `name` is behind (`set_mirror_behind`).
-    pub fn mirror_behind(&self, name: &SlotName) -> bool {
-        self.slots.get(name).is_some_and(|e| e.behind)
     }
 
     /// The remote publisher of a mirror went away (or its host was forgotten).
