@@ -189,7 +189,6 @@ pub struct ResourceState {
     pub values: BTreeMap<String, f64>,
 }
 
-/// Nanoseconds since the Unix epoch, now.
 /// Nanoseconds since the Unix epoch on this process's wall clock (with the test switch of
 /// `clock`, offset as a test sets it).
 pub use crate::clock::wall_ns as now_ns;
