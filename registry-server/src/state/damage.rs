@@ -8,7 +8,6 @@
 use std::ops::Bound::{Excluded, Unbounded};
 use std::time::Instant;
 
-use bus::protocol::Reply;
 use bus::SlotName;
 
 use super::{Outbox, Registry};
@@ -70,15 +69,10 @@ impl Registry {
                 return None;
             }
         };
-        let users: Vec<(u64, u64)> = entry
-            .endpoints
-            .iter()
-            .filter(|e| e.bound)
-            .map(|e| (e.conn, e.endpoint))
-            .collect();
+        let told = entry.tell_bound(&segment);
         tracing::warn!(
             "{name}: {damage}; making it anew (its {} endpoint(s) here are told)",
-            users.len()
+            told.len()
         );
         if let Some(old) = entry.slot.take() {
             // Whoever still shares the old memory sees its writer gone, and is woken.
@@ -106,15 +100,7 @@ impl Registry {
         {
             self.reopen_directory(&segment);
         }
-        Some(
-            users
-                .into_iter()
-                .map(|(conn, endpoint)| {
-                    let segment = segment.clone();
-                    (conn, 0, Reply::Bound { endpoint, segment })
-                })
-                .collect(),
-        )
+        Some(told)
     }
 
     /// The series (`Slot::series`) of the slot the registry holds for `name`: the network

@@ -108,6 +108,26 @@ impl SlotEntry {
         out
     }
 
+    /// Sends the endpoints bound to this entry its segment again: the slot they map was made
+    /// anew under them, which the client tells its application (`BusError::Replaced`).
+    fn tell_bound(&self, segment: &str) -> Outbox {
+        self.endpoints
+            .iter()
+            .filter(|e| e.bound)
+            .map(|e| {
+                let segment = segment.to_owned();
+                (
+                    e.conn,
+                    0,
+                    Reply::Bound {
+                        endpoint: e.endpoint,
+                        segment,
+                    },
+                )
+            })
+            .collect()
+    }
+
     fn published_here(&self) -> bool {
         self.own
             || self

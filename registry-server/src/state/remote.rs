@@ -221,23 +221,13 @@ impl Registry {
             })?;
         let mut out = Outbox::new();
         if outgrown_in_use {
-            let users: Vec<_> = entry.endpoints.iter().filter(|e| e.bound).collect();
+            out = entry.tell_bound(&segment);
             tracing::warn!(
                 "mirror {name} made anew with room for {capacity} bytes (host '{}' publishes it \
                  larger now); its {} subscriber(s) here map the old one and are told to restart",
                 claim.host,
-                users.len()
+                out.len()
             );
-            for e in users {
-                out.push((
-                    e.conn,
-                    0,
-                    Reply::Bound {
-                        endpoint: e.endpoint,
-                        segment: segment.clone(),
-                    },
-                ));
-            }
         }
         let slot = entry
             .slot
