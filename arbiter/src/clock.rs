@@ -12,32 +12,26 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const OFFSET_FILE_ENV: &str = "BATON_TEST_WALL_CLOCK_OFFSET_FILE";
 
-/// Nanoseconds on the monotonic clock ages are counted on by: the boot-time clock, which goes
-/// on while the machine is suspended (as the controllers library's refresh check does), so
-/// that a value read before a suspension is as old after it as the wall clock says. It starts
-/// at one second after the process's first read, so that the expiry of a value that expired
-/// before the process started (0 at the earliest, `ReadAt::on_clock`) is in its past from the
-/// first read on.
+/// Time since boot, suspended time included (CLOCK_BOOTTIME; `Instant` stops while the machine
+/// sleeps).
+pub fn since_boot() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_or(Duration::ZERO, Duration::from)
+}
+
+/// Nanoseconds on the monotonic clock ages are counted on by: the boot-time clock
+/// (`since_boot`), which goes on while the machine is suspended, so that a value read before a
+/// suspension is as old after it as the wall clock says. It starts at one second at the
+/// process's first read, so that the expiry of a value that expired before the process
+/// started (0 at the earliest, `ReadAt::on_clock`) is in its past from the first read on.
 pub fn steady_ns() -> u64 {
-    fn boot_ns() -> u64 {
-        // CLOCK_BOOTTIME exists on every Linux this runs on; `Instant` stands in otherwise.
-        nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or_else(
-            |_| {
-                static START: OnceLock<Instant> = OnceLock::new();
-                START.get_or_init(Instant::now).elapsed().as_nanos() as u64
-            },
-            |t| Duration::from(t).as_nanos() as u64,
-        )
-    }
-    static ORIGIN: OnceLock<u64> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(boot_ns);
-    boot_ns()
-        .saturating_sub(origin)
-        .saturating_add(1_000_000_000)
+    static ORIGIN: OnceLock<Duration> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(since_boot);
+    (since_boot().saturating_sub(origin) + Duration::from_secs(1)).as_nanos() as u64
 }
 
 /// Nanoseconds since the Unix epoch, as this process's wall clock reads.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arbiter::clock::since_boot;
 use arbiter::protocol::{controller_slot, is_valid_name, now_ns, ControllerBlock};
 use bus::{Bus, BusError, Publication};
 use crossbeam_channel::{bounded, Sender};
@@ -595,13 +596,6 @@ impl RobotController {
         self.clear_all();
         self.publish()
     }
-}
-
-/// Time since boot, suspended time included (CLOCK_BOOTTIME; `Instant` stops while the machine
-/// sleeps).
-fn since_boot() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map_or(Duration::ZERO, Duration::from)
 }
 
 fn since_boot_ns() -> u64 {
