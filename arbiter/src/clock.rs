@@ -71,6 +71,25 @@ fn test_offset_s() -> Option<i64> {
         .ok()
 }
 
+/// The wall-clock instant a value stamped `stamp_ns` and first read at `read_wall_ns` has lived
+/// `ttl_ns` by: a stamp later than the read (a faulty writer, or another computer's clock
+/// ahead) counts from the read.
+pub fn lives_until(stamp_ns: u64, read_wall_ns: u64, ttl_ns: u64) -> u64 {
+    stamp_ns.min(read_wall_ns).saturating_add(ttl_ns)
+}
+
+/// When the value of `sequence` was first read, as `first` keeps it per sequence: a value read
+/// again keeps its first read (its age counts from then), a new one counts as read `now`.
+pub fn first_read(first: &mut Option<(u64, ReadAt)>, sequence: Option<u64>, now: ReadAt) -> ReadAt {
+    match (*first, sequence) {
+        (Some((seen, at)), Some(sequence)) if seen == sequence => at,
+        _ => {
+            *first = sequence.map(|s| (s, now));
+            now
+        }
+    }
+}
+
 /// When a value was read: on the wall clock stamps are on, which tells the value's age, and on
 /// the clock its expiry is counted by (`steady_ns` in the processes; the pure
 /// `algorithm::arbitrate` counts on the wall clock, both the same).

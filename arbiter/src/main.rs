@@ -55,12 +55,10 @@ fn main() {
         std::process::exit(1);
     };
     if let Err(e) = daemon::on_stop(on_stop) {
-        daemon::print_error(format_args!("arbiter: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("arbiter", e);
     }
     if let Err(e) = run(&args, &stop) {
-        daemon::print_error(format_args!("arbiter: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("arbiter", e);
     }
 }
 

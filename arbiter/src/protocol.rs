@@ -101,7 +101,7 @@ impl ControllerBlock {
     /// `MAX_TTL_MS`: a block never outlives its last write by more than its time to live.
     pub fn expires_at_ns(&self, read_ns: u64) -> u64 {
         let ttl_ns = self.ttl_ms.min(MAX_TTL_MS) * 1_000_000;
-        self.stamp_ns.min(read_ns).saturating_add(ttl_ns)
+        crate::clock::lives_until(self.stamp_ns, read_ns, ttl_ns)
     }
 }
 

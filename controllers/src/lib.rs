@@ -194,7 +194,7 @@ impl RobotController {
                         let gap = now.saturating_sub(std::mem::replace(&mut last_turn, now));
                         let mut s = lock(&shared);
                         if !s.published {
-                            last_refresh.store(since_boot_ns(), Ordering::Relaxed);
+                            last_refresh.store(now.as_nanos() as u64, Ordering::Relaxed);
                             continue;
                         }
                         // The application's loop stopped publishing: let the block expire (and,

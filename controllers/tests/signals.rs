@@ -144,10 +144,7 @@ fn a_hung_controller_expires_on_time_when_the_clock_is_set_back() {
     std::fs::write(&offset, "0").unwrap();
     r.t.start_registry();
     r.manager();
-    r.arbiter_with_env(&[(
-        "BATON_TEST_WALL_CLOCK_OFFSET_FILE",
-        offset.to_str().unwrap(),
-    )]);
+    r.arbiter_with_env(&[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())]);
     let x = r.controller("x", "compromising", &["arm/turret=1"], 300);
     r.expect(
         "x holds the turret",

@@ -52,11 +52,13 @@ impl std::io::Write for LossyStderr {
     }
 }
 
-/// Prints `message` as one line on stderr, the last words of a service that ends on an error;
-/// a broken stderr loses it (`eprintln!` would panic, and the exit status say so).
-pub fn print_error(message: std::fmt::Arguments<'_>) {
+/// Ends `service` on `error`: its last words as one line on stderr, `service: error`, and exit
+/// status 1. A broken stderr loses the line (`eprintln!` would panic, and the exit status say
+/// so).
+pub fn exit_on_error(service: &str, error: impl std::fmt::Display) -> ! {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{message}");
+    let _ = writeln!(std::io::stderr(), "{service}: {error}");
+    std::process::exit(1)
 }
 
 /// Whether logs may be coloured: on a terminal, unless `NO_COLOR` is set to anything but the

@@ -136,14 +136,12 @@ fn main() {
     daemon::init_logging("info");
     // Its state is in shared memory, which the next registry adopts: nothing to save.
     if let Err(e) = daemon::on_stop(daemon::exit_on_stop("registry-server")) {
-        daemon::print_error(format_args!("registry-server: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("registry-server", e);
     }
     let matches = Args::command().get_matches();
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(e) = run(args, &given_net_settings(&matches)) {
-        daemon::print_error(format_args!("registry-server: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("registry-server", e);
     }
 }
 

@@ -45,8 +45,7 @@ fn main() {
         handled.add(signal);
     }
     if let Err(e) = handled.thread_block() {
-        daemon::print_error(format_args!("robot-manager: blocking signals: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("robot-manager", format_args!("blocking signals: {e}"));
     }
     daemon::init_logging("info");
     let mut args = Args::parse();
@@ -55,16 +54,14 @@ fn main() {
     match std::path::absolute(&args.config) {
         Ok(config) => args.config = config,
         Err(e) => {
-            daemon::print_error(format_args!(
-                "robot-manager: {}: {e}",
-                args.config.display()
-            ));
-            std::process::exit(1);
+            daemon::exit_on_error(
+                "robot-manager",
+                format_args!("{}: {e}", args.config.display()),
+            );
         }
     }
     if let Err(e) = run(&args, &handled) {
-        daemon::print_error(format_args!("robot-manager: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("robot-manager", e);
     }
 }
 

@@ -17,12 +17,7 @@ const B: usize = 1;
 fn values_cross_a_link_narrower_than_the_mtu_asked_for() {
     let mut lab = Lab::new(2);
     for h in [A, B] {
-        let ip = lab
-            .command(h, std::path::Path::new("ip"))
-            .args(["link", "set", "eth0", "mtu", "1400"])
-            .status()
-            .expect("run ip");
-        assert!(ip.success(), "ip link set eth0 mtu 1400");
+        ip(&lab, h, &["link", "set", "eth0", "mtu", "1400"]);
     }
     for h in [A, B] {
         lab.start_registry(h, &["--mtu", "1500"], &[]);

@@ -168,10 +168,7 @@ fn wheels_stop_while_the_drive_arbiter_hangs(set_clock_back: bool) {
     t.spawn_with_env(
         common::bin("robot-sim"),
         &[],
-        &[(
-            "BATON_TEST_WALL_CLOCK_OFFSET_FILE",
-            offset.to_str().unwrap(),
-        )],
+        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
     );
     let controller = t.spawn_bin(
         "robot-controller",

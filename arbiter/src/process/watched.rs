@@ -171,11 +171,7 @@ impl Watched {
                 }
                 let sub = self.group.get(*member);
                 let sequence = sub.sequence();
-                let read = match *read_at {
-                    Some((s, first)) if Some(s) == sequence => first,
-                    _ => read,
-                };
-                *read_at = sequence.map(|s| (s, read));
+                let read = crate::clock::first_read(read_at, sequence, read);
                 match (sub.value(), request) {
                     (Some(block), Some(request)) => {
                         request.reparse(arbiter, &config.resources, block, read)

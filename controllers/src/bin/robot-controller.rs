@@ -68,8 +68,7 @@ fn main() {
             .exit();
     }
     if let Err(e) = run(&args) {
-        daemon::print_error(format_args!("robot-controller: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("robot-controller", e);
     }
 }
 

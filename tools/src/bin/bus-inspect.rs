@@ -59,7 +59,7 @@ struct Json {
 struct Rates {
     /// Slot names (a slot that does not exist yet is watched for its appearance).
     #[arg(required = true, value_parser = slot_name_arg)]
-    names: Vec<String>,
+    names: Vec<bus::SlotName>,
     #[command(flatten)]
     window: Window,
     #[command(flatten)]
@@ -86,7 +86,7 @@ enum Command {
     Info {
         /// Slot name, e.g. /robot/manager.
         #[arg(value_parser = slot_name_arg)]
-        name: String,
+        name: bus::SlotName,
         #[command(flatten)]
         json: Json,
     },
@@ -94,7 +94,7 @@ enum Command {
     Get {
         /// Slot name, e.g. /robot/manager.
         #[arg(value_parser = slot_name_arg)]
-        name: String,
+        name: bus::SlotName,
         /// Print the value alone, as one line of JSON.
         #[arg(long)]
         json: bool,
@@ -106,7 +106,7 @@ enum Command {
     Watch {
         /// Slot name.
         #[arg(value_parser = slot_name_arg)]
-        name: String,
+        name: bus::SlotName,
         /// Stop after this many values.
         #[arg(long)]
         count: Option<u64>,
@@ -144,7 +144,7 @@ enum Command {
     Put {
         /// Slot name.
         #[arg(value_parser = slot_name_arg)]
-        name: String,
+        name: bus::SlotName,
         /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}', or - to read it from stdin (for
         /// values too big for a command line: `bus-inspect put /x - < value.json`).
         value: String,
@@ -161,7 +161,7 @@ enum Command {
     Wait {
         /// Slot names (a slot that does not exist yet is watched for its appearance).
         #[arg(required = true, value_parser = slot_name_arg)]
-        names: Vec<String>,
+        names: Vec<bus::SlotName>,
         /// Give up after this many seconds.
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
@@ -229,10 +229,8 @@ const USAGE: i32 = 64;
 
 /// A slot name as given, checked by the bus's rule (an invalid one is a usage error, 64, as an
 /// invalid `--domain` is).
-fn slot_name_arg(text: &str) -> Result<String, String> {
-    bus::SlotName::parse(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.to_string())
+fn slot_name_arg(text: &str) -> Result<bus::SlotName, String> {
+    bus::SlotName::parse(text).map_err(|e| e.to_string())
 }
 
 fn main() {
@@ -315,25 +313,16 @@ fn sample_milliseconds(text: &str) -> Result<Duration, String> {
     duration_arg(text, ok, 1e-3, "give milliseconds from 0.001 to 10000")
 }
 
-fn names(names: &[String]) -> Result<Vec<bus::SlotName>, String> {
-    names
-        .iter()
-        .map(|n| inspect::slot_name(n).map_err(|e| e.to_string()))
-        .collect()
-}
-
 fn run(domain: &Domain, command: Command) -> Result<i32, String> {
     let err = |e: inspect::Error| e.to_string();
     match command {
         Command::List { pattern, json } => list(domain, pattern.as_deref(), json.json),
         Command::Info { name, json } => {
-            let name = inspect::slot_name(&name).map_err(err)?;
             let info = registry::info(domain, &name).map_err(|e| not_found(domain, e))?;
             show(json.json, &info, |i| format!("{}\n", render::info(i)))?;
             Ok(0)
         }
         Command::Get { name, json } => {
-            let name = inspect::slot_name(&name).map_err(err)?;
             let Some(r) = inspect::get(domain, &name).map_err(|e| not_found(domain, e))? else {
                 return Err(format!("{name} has no value yet"));
             };
@@ -351,7 +340,6 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             poll_ms,
             json,
         } => {
-            let name = inspect::slot_name(&name).map_err(err)?;
             let poll = Duration::from_millis(poll_ms);
             let end = watch::watch(domain, &name, count, poll, timeout, |r, skipped| {
                 if json {
@@ -377,7 +365,6 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             force,
             json,
         } => {
-            let name = inspect::slot_name(&name).map_err(err)?;
             let value = if value == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
@@ -401,7 +388,6 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             poll_ms,
             json,
         } => {
-            let n = names(&n)?;
             let changed =
                 watch::wait(domain, &n, Duration::from_millis(poll_ms), timeout).map_err(err)?;
             if changed.is_empty() {
@@ -483,17 +469,16 @@ fn not_found(domain: &Domain, e: inspect::Error) -> String {
 
 fn rates(
     domain: &Domain,
-    n: &[String],
+    n: &[bus::SlotName],
     window: Window,
     json: bool,
     bandwidth: bool,
 ) -> Result<i32, String> {
-    let n = names(n)?;
     let options = rate::Options {
         window: window.window,
         sample_every: window.sample_ms,
     };
-    let reports = rate::measure(domain, &n, options).map_err(|e| e.to_string())?;
+    let reports = rate::measure(domain, n, options).map_err(|e| e.to_string())?;
     if json {
         for r in &reports {
             json_line(r)?;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use arbiter::clock::{read_now, steady_ns, ReadAt};
+use arbiter::clock::{first_read, lives_until, read_now, ReadAt};
 use arbiter::protocol::{
     command_slot, is_valid_name, now_ns, state_slot, ResourceCommand, ResourceState, NAME_RULE,
 };
@@ -97,12 +97,10 @@ fn main() {
     };
     // Hardware stands still when the simulator stops: nothing to save.
     if let Err(e) = daemon::on_stop(daemon::exit_on_stop("robot-sim")) {
-        daemon::print_error(format_args!("robot-sim: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("robot-sim", e);
     }
     if let Err(e) = run(&args) {
-        daemon::print_error(format_args!("robot-sim: {e}"));
-        std::process::exit(1);
+        daemon::exit_on_error("robot-sim", e);
     }
 }
 
@@ -236,20 +234,15 @@ fn live<'a>(
     seen: &mut Option<(u64, ReadAt)>,
 ) -> Option<&'a BTreeMap<String, f64>> {
     let meta = command.meta()?;
-    let read = match *seen {
-        Some((sequence, read)) if sequence == meta.sequence => read,
-        _ => seen.insert((meta.sequence, read_now())).1,
-    };
+    let now = read_now();
+    let read = first_read(seen, Some(meta.sequence), now);
     let fresh = timeout.is_none_or(|t| {
         let written = meta
             .write_time
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        // A write time ahead of our clock (another computer's) counts from the read.
-        let stale_at = written
-            .min(read.wall_ns)
-            .saturating_add(t.as_nanos() as u64);
-        steady_ns() <= read.on_clock(stale_at)
+        let stale_at = lives_until(written, read.wall_ns, t.as_nanos() as u64);
+        now.clock_ns <= read.on_clock(stale_at)
     });
     command
         .value()

@@ -284,6 +284,14 @@ pub fn diagnose(domain: &Domain) -> Report {
     }
 }
 
+/// The name of user `uid`, or its number when it has none.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(uid.into())
+        .ok()
+        .flatten()
+        .map_or(uid.to_string(), |u| u.name)
+}
+
 fn permissions(
     modes: &[String],
     owners: &HashSet<(u32, u32)>,
@@ -291,10 +299,7 @@ fn permissions(
     denied: usize,
 ) -> Check {
     if denied > 0 {
-        let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
-            .ok()
-            .flatten()
-            .map_or_else(|| nix::unistd::geteuid().to_string(), |u| u.name);
+        let user = user_name(nix::unistd::geteuid().as_raw());
         return Check::new(
             "permissions",
             Status::Fail,
@@ -315,10 +320,7 @@ fn permissions(
         );
     }
     let names = |(uid, gid): (u32, u32)| {
-        let user = nix::unistd::User::from_uid(uid.into())
-            .ok()
-            .flatten()
-            .map_or(uid.to_string(), |u| u.name);
+        let user = user_name(uid);
         let group = nix::unistd::Group::from_gid(gid.into())
             .ok()
             .flatten()

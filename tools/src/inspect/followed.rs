@@ -53,8 +53,10 @@ impl Followed {
     /// (it appeared, or was re-created). A slot whose file vanished stays mapped until another
     /// takes its name; a new file that does not open yet is looked at again at the next call.
     pub fn refresh(&mut self, domain: &Domain) -> Result<bool> {
-        let identity = identity(domain, &self.name);
-        if identity.is_none() || identity == self.identity {
+        let Some(file) = identity(domain, &self.name) else {
+            return Ok(false);
+        };
+        if Some(file) == self.identity {
             return Ok(false);
         }
         match super::open(domain, &self.name) {
@@ -69,14 +71,14 @@ impl Followed {
             Err(e @ Error::Bus(bus::BusError::Segment(_))) => {
                 let now = Instant::now();
                 let first = match self.not_yet {
-                    Some((file, since)) if Some(file) == identity => since,
+                    Some((seen, since)) if seen == file => since,
                     _ => now,
                 };
                 if now.duration_since(first) >= CREATION_GRACE {
                     self.not_yet = None;
                     return Err(e);
                 }
-                self.not_yet = identity.map(|file| (file, first));
+                self.not_yet = Some((file, first));
                 Ok(false)
             }
             Err(e) => Err(e),

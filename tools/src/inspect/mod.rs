@@ -97,7 +97,7 @@ pub(crate) fn segment_file(domain: &Domain, name: &SlotName) -> std::path::PathB
     std::path::Path::new(bus::names::SHM_DIR).join(&segment[1..])
 }
 
-/// Parses a slot name given on the command line.
+/// Parses a slot name, as an error the inspect commands report.
 pub fn slot_name(name: &str) -> Result<SlotName> {
     Ok(SlotName::parse(name)?)
 }

@@ -137,10 +137,6 @@ impl<'de> Visitor<'de> for StrictJsonVisitor {
         Ok(v.into())
     }
 
-    fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
-        Ok(v.into())
-    }
-
     fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
         Ok(serde_json::Value::Null)
     }
