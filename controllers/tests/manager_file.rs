@@ -254,10 +254,7 @@ fn a_controller_reports_what_the_arbiter_does_while_the_managers_order_is_gone()
     eventually("a owns the turret", || {
         r.t.stdout_of(a).contains("a arm: full (owns: turret)")
     });
-    let segment =
-        r.t.domain
-            .segment_name(&bus::SlotName::public("/robot/manager").unwrap());
-    std::fs::remove_file(format!("/dev/shm/{}", &segment[1..])).unwrap();
+    std::fs::remove_file(r.t.segment_path("/robot/manager")).unwrap();
     eventually("the manager ends, its slot made anew", || {
         !r.t.is_running(manager)
     });

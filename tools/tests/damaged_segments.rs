@@ -12,11 +12,6 @@ use common::{eventually, TestBus};
 
 const NAME: &str = "/damaged/value";
 
-fn segment_path(t: &TestBus) -> String {
-    let segment = t.domain.segment_name(&bus::SlotName::public(NAME).unwrap());
-    format!("/dev/shm/{}", &segment[1..])
-}
-
 /// Cuts or grows the segment file at `path` to `len` bytes, as another process of the group
 /// may.
 fn set_size(path: &str, len: u64) {
@@ -96,7 +91,7 @@ fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
     let mut t = TestBus::new();
     t.start_registry();
     let users = start_users(&mut t);
-    let path = segment_path(&t);
+    let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, 0);
     // The writer writes every millisecond and the readers read what it writes: all of them
@@ -136,7 +131,7 @@ fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     let mut t = TestBus::new();
     t.start_registry();
     let users = start_users(&mut t);
-    let path = segment_path(&t);
+    let path = t.segment_path(NAME);
     std::fs::remove_file(&path).expect("remove the segment");
     eventually("the registry makes the slot anew", || {
         size_of(&path).is_some()
@@ -181,7 +176,7 @@ fn waiters_asleep_on_a_segment_cut_short_learn_that_it_was_made_anew() {
         let _ = tx.send(woke.map_err(|e| e.to_string()));
     });
     std::thread::sleep(Duration::from_millis(300));
-    set_size(&segment_path(&t), 0);
+    set_size(&t.segment_path(NAME), 0);
     let woke = rx
         .recv_timeout(common::WATCHDOG)
         .expect("wait_update returned before its timeout");
@@ -203,7 +198,7 @@ fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
     let mut t = TestBus::new();
     t.start_registry();
     let users = start_users(&mut t);
-    let path = segment_path(&t);
+    let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, full + 8192);
     eventually("the registry makes the slot anew", || {
@@ -223,7 +218,7 @@ fn an_unused_slot_removed_is_forgotten_not_made_anew() {
     p.wait_bound(common::WATCHDOG).expect("bound");
     p.write(&1).expect("write");
     drop(p);
-    let path = segment_path(&t);
+    let path = t.segment_path(NAME);
     eventually("the writer is gone", || {
         let out = t.inspect(&["list", NAME, "--json"]);
         String::from_utf8_lossy(&out.stdout).contains("\"Gone\"")

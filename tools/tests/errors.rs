@@ -196,10 +196,7 @@ const TOTAL_SIZE_AT: usize = 16;
 const CAPACITY_AT: usize = 24;
 
 fn corrupt(t: &TestBus, name: &str, at: usize, bytes: &[u8]) {
-    let path = format!(
-        "/dev/shm/{}",
-        &t.domain.segment_name(&bus::SlotName::public(name).unwrap())[1..]
-    );
+    let path = t.segment_path(name);
     let mut data = std::fs::read(&path).unwrap();
     data[at..at + bytes.len()].copy_from_slice(bytes);
     std::fs::write(&path, data).unwrap();

@@ -206,16 +206,21 @@ impl TestBus {
         }
     }
 
+    /// The file in /dev/shm of public slot `name`'s segment.
+    pub fn segment_path(&self, name: &str) -> String {
+        let segment = self
+            .domain
+            .segment_name(&bus::SlotName::public(name).unwrap());
+        format!("/dev/shm/{}", &segment[1..])
+    }
+
     /// Overwrites `bytes` at offset `at` of public slot `name`'s segment in place, as stray
     /// memory corruption would (the file is not truncated: processes keep it mapped).
     pub fn overwrite_segment(&self, name: &str, at: usize, bytes: &[u8]) {
         use std::os::unix::fs::FileExt;
-        let segment = self
-            .domain
-            .segment_name(&bus::SlotName::public(name).unwrap());
         let file = std::fs::OpenOptions::new()
             .write(true)
-            .open(format!("/dev/shm/{}", &segment[1..]))
+            .open(self.segment_path(name))
             .unwrap();
         file.write_all_at(bytes, at as u64).unwrap();
     }
