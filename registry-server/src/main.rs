@@ -51,7 +51,8 @@ struct Args {
     group: Option<String>,
     /// Slots whose publisher is gone and that nobody uses any more are kept, with their last
     /// value, up to this many (and --keep-unused-mib); the ones unused longest are removed
-    /// first. (A private slot goes 5 s after it is last used.)
+    /// first. (A private slot goes 5 s after it is last used, and so does a mirror of a
+    /// publisher that still runs on its host: its values are then no longer asked for.)
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
     keep_unused: usize,
     /// The slots kept by --keep-unused take at most this many MiB of shared memory together

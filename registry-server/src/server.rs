@@ -518,17 +518,19 @@ fn publish_directory(shared: &Shared) {
 fn sweep(shared: &Shared) {
     loop {
         std::thread::sleep(SWEEP_EVERY);
-        let (dead, pushes, any_replaced) = {
+        let (dead, pushes, net_changed) = {
             let mut state = lock(&shared.state);
             state.sweep_adopted_writers();
-            state.reclaim_unused(Instant::now());
+            let forgotten = state.reclaim_unused(Instant::now());
             let (pushes, any_replaced) = state.replace_damaged(DAMAGE_CHECKS_PER_SWEEP);
             state.publish_directory();
-            (state.dead_connections(), pushes, any_replaced)
+            let net_changed = any_replaced || !forgotten.is_empty();
+            (state.dead_connections(), pushes, net_changed)
         };
         send(shared, pushes);
-        if any_replaced {
-            // The network layer maps slots itself: it remaps those made anew.
+        if net_changed {
+            // The network layer maps slots itself: it remaps those made anew, unmaps the
+            // mirrors forgotten and stops asking for their values.
             shared.changed();
         }
         for conn in dead {

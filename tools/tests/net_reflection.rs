@@ -507,6 +507,47 @@ fn an_unused_mirror_of_a_gone_publisher_is_forgotten() {
     eventually("B forgets the mirror", || !mirrored(&lab));
 }
 
+/// Only names some remote host subscribes to are sent: once the last subscriber on B has gone,
+/// B forgets its mirror of a publication that goes on writing on A, and A stops sending it
+/// (the mirror used to be kept, and asked for, as long as the publisher ran). A later
+/// subscriber on B asks again and gets the values.
+#[test]
+fn values_stop_crossing_once_the_last_remote_subscriber_has_gone() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/camera", "100000", "20", "64");
+    let r = lab.read_until(B, "/camera", "3", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(3));
+    let mirrored = |lab: &Lab| {
+        String::from_utf8_lossy(&lab.inspect(B, &["list", "/camera"]).stdout).contains("/camera")
+    };
+    eventually("B forgets the mirror nobody subscribes to", || {
+        !mirrored(&lab)
+    });
+    let reflected = |lab: &Lab| {
+        lab.stats(A)
+            .and_then(|s| s["values_reflected"].as_u64())
+            .expect("A's statistics")
+    };
+    // The statistics are published every second; a value is written every 20 ms: two
+    // publications with nothing reflected between them mean none is sent any more.
+    let quiet = Duration::from_millis(2500);
+    eventually("A stops sending the values", || {
+        let before = reflected(&lab);
+        std::thread::sleep(quiet);
+        reflected(&lab) == before
+    });
+    let stopped = reflected(&lab);
+    std::thread::sleep(quiet);
+    assert_eq!(reflected(&lab), stopped, "nobody on B subscribes");
+    let r = lab.read_until(B, "/camera", "3", "20");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(3));
+    eventually("A sends values to a new subscriber on B", || {
+        reflected(&lab) > stopped
+    });
+}
+
 /// A name whose publisher died on host B and that a new publisher takes on host A, which has
 /// not written yet: B's slot, now a mirror of A's, does not pass the dead publisher's value off
 /// as the new one's (a robot controller killed on one computer and started again on another

@@ -172,6 +172,10 @@ impl Net {
             }
         }
         st.logged.retain(|k| current.contains(k));
+        // Mirrors no longer wanted (forgotten by `reclaim`, nobody here subscribing to them):
+        // their mapping goes, and values still on their way are dropped as unexpected.
+        st.mirrors
+            .retain(|name, _| SlotName::parse(name).is_ok_and(|n| wanted.contains(&n)));
         // Mirrors whose publisher went away keep their last value, writer gone.
         let stale: Vec<String> = st
             .mirrors

@@ -10,6 +10,13 @@
 //! (which is RAM). A private slot (generated name, known only to whom its writer
 //! told) is forgotten once unused for `PRIVATE_UNUSED_FOR`.
 //!
+//! A mirror whose publisher still runs on its origin host and that nobody here subscribes to
+//! any more is forgotten once unused for `MIRROR_UNUSED_FOR`, whatever the limit: while it
+//! exists this host asks for its values (`Registry::wanted`), so keeping it would have every
+//! write of the origin sent here for nobody (a camera stream once looked at from an operator's
+//! laptop would go on crossing the radio link). Nothing is lost: a later subscriber asks again
+//! and gets the current value from the origin, as the first one did.
+//!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
 //! `bus-inspect` reading it without the registry) keeps its mapping; a publication or
 //! subscription of the name registered later gets a new slot.
@@ -24,6 +31,10 @@ use super::{Registry, SlotEntry};
 
 /// How long a private slot stays after its writer and its last reader are gone.
 pub const PRIVATE_UNUSED_FOR: Duration = Duration::from_secs(5);
+
+/// How long a mirror of a running remote publisher stays after its last subscriber here left
+/// (a subscriber restarted within it finds the value still there and still followed).
+pub const MIRROR_UNUSED_FOR: Duration = Duration::from_secs(5);
 
 /// How many unused public slots are kept at most, and how much shared memory they may take
 /// together (bytes of their segments).
@@ -51,13 +62,23 @@ impl SlotEntry {
     /// A slot with no endpoint and no live writer (see the module comment); not the registry's
     /// own. An adopted slot counts only once its processes had their time to register again.
     pub(super) fn unused(&self, now: Instant) -> bool {
-        !self.own
-            && self.endpoints.is_empty()
-            && self.adopted_until.is_none_or(|t| now >= t)
-            && self
-                .slot
-                .as_ref()
-                .is_some_and(|s| s.writer_state() != WriterState::Alive)
+        self.no_endpoint_left(now) && self.writer_state().is_some_and(|w| w != WriterState::Alive)
+    }
+
+    /// A mirror with no endpoint whose publisher runs on its origin host (see the module
+    /// comment).
+    fn unused_live_mirror(&self, now: Instant) -> bool {
+        self.origin.is_some()
+            && self.no_endpoint_left(now)
+            && self.writer_state() == Some(WriterState::Alive)
+    }
+
+    fn no_endpoint_left(&self, now: Instant) -> bool {
+        !self.own && self.endpoints.is_empty() && self.adopted_until.is_none_or(|t| now >= t)
+    }
+
+    fn writer_state(&self) -> Option<WriterState> {
+        self.slot.as_ref().map(|s| s.writer_state())
     }
 }
 
@@ -65,11 +86,18 @@ impl Registry {
     /// Forgets what the module comment says; returns the names forgotten. Called by the
     /// periodic sweep: the times are measured from the first sweep that saw a slot unused.
     pub fn reclaim_unused(&mut self, now: Instant) -> Vec<SlotName> {
+        let live_mirrors: BTreeSet<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| e.unused_live_mirror(now))
+            .map(|(n, _)| n.clone())
+            .collect();
         let unused: BTreeSet<SlotName> = self
             .slots
             .iter()
             .filter(|(_, e)| e.unused(now))
             .map(|(n, _)| n.clone())
+            .chain(live_mirrors.iter().cloned())
             .collect();
         self.unused_since.retain(|n, _| unused.contains(n));
         for name in &unused {
@@ -80,7 +108,11 @@ impl Registry {
         let mut public: Vec<(Instant, u64, &SlotName, u64)> = Vec::new();
         let mut forget: Vec<SlotName> = Vec::new();
         for (name, since) in &self.unused_since {
-            if !name.is_private() {
+            if live_mirrors.contains(name) {
+                if now.duration_since(*since) >= MIRROR_UNUSED_FOR {
+                    forget.push(name.clone());
+                }
+            } else if !name.is_private() {
                 let slot = self.slots.get(name).and_then(|e| e.slot.as_ref());
                 let written = slot
                     .and_then(|s| s.last_write())
@@ -108,14 +140,22 @@ impl Registry {
                 }
             }
         }
-        if !forget.is_empty() {
+        let (mirrors, gone): (Vec<&SlotName>, Vec<&SlotName>) =
+            forget.iter().partition(|n| live_mirrors.contains(*n));
+        if let Some(first) = gone.first() {
             tracing::info!(
                 "forgot {} unused slot(s) of gone publishers (keeping at most {} public ones of \
-                 {} MiB in all, --keep-unused and --keep-unused-mib), e.g. {}",
-                forget.len(),
+                 {} MiB in all, --keep-unused and --keep-unused-mib), e.g. {first}",
+                gone.len(),
                 self.keep_unused.slots,
                 self.keep_unused.bytes >> 20,
-                forget[0]
+            );
+        }
+        if let Some(first) = mirrors.first() {
+            tracing::info!(
+                "forgot {} mirror(s) nobody here subscribes to any more, e.g. {first}: their \
+                 values are no longer asked for",
+                mirrors.len(),
             );
         }
         forget
