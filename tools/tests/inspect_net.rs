@@ -53,6 +53,7 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     assert!(text.contains("alive on hA"), "{text}");
     let text = String::from_utf8(lab.inspect(B, &["get", "/lab/x"]).stdout).unwrap();
     assert!(text.contains("writer alive on hA"), "{text}");
+    assert_eq!(text.matches("hA").count(), 1, "the host named once: {text}");
 
     // The registry writes the mirror: put is refused and names the origin.
     let out = lab.inspect(

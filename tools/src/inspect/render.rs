@@ -13,7 +13,7 @@ use super::{Reading, SlotSummary};
 /// `gone (4242)`, `none`. `running`: its process runs (checked by pid and start time). A
 /// mirror's writer is this computer's registry, writing for a publisher on `mirror_of`: its
 /// state is that publisher's, and the registry's pid would say nothing (`alive on robot`,
-/// `gone on robot`).
+/// `gone on robot`, `not fed from robot (...)`).
 fn writer_cell(
     state: WriterState,
     running: bool,
@@ -25,9 +25,9 @@ fn writer_cell(
         (WriterState::None, _, _) => "none".into(),
         (WriterState::Alive, true, Some(host)) => format!("alive on {host}"),
         // Its publisher may well run; this mirror is no longer fed.
-        (WriterState::Alive, false, Some(_)) => "not fed (this computer's registry is not \
-                                                 running)"
-            .into(),
+        (WriterState::Alive, false, Some(host)) => {
+            format!("not fed from {host} (this computer's registry is not running)")
+        }
         (_, _, Some(host)) => format!("gone on {host}"),
         (_, true, None) => format!(
             "alive {}({pid})",
@@ -215,7 +215,8 @@ pub fn reading(r: &Reading, skipped: u64) -> String {
             r.origin.as_deref()
         )
     );
-    if let Some(o) = &r.origin {
+    if let (Some(o), WriterState::None) = (&r.origin, r.writer) {
+        // The writer cell names a mirror's host, except when it has no writer.
         head.push_str(&format!(", from host {o}"));
     }
     if skipped > 0 {
