@@ -1,6 +1,7 @@
 //! Unit tests of the registry's bookkeeping.
 
 use super::*;
+use bus::protocol::{Refusal, Registration};
 
 pub(super) fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> Registration {
     Registration {

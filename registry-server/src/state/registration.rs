@@ -1,0 +1,277 @@
+//! Endpoints coming and going: a registration checked against the slot it names (name, type,
+//! capacity, one publisher, another host's claim) and bound, or refused with the reason; the
+//! endpoints of a connection that closed or whose process died removed.
+
+use bus::protocol::{EndpointKind, Refusal, Registration, Reply};
+use bus::schema::{Schema, SchemaHash};
+use bus::slot::StoredSchema;
+use bus::SlotName;
+
+use super::{remote, EndpointRef, NoSlot, Outbox, Peer, Registry, SlotEntry};
+
+impl Registry {
+    /// Handles a registration from connection `conn`.
+    pub fn register(&mut self, conn: u64, id: u64, reg: Registration) -> Outbox {
+        let endpoint = reg.endpoint;
+        match self.try_register(conn, &reg) {
+            Ok(mut out) => {
+                let segment = self
+                    .slots
+                    .get(&reg.name)
+                    .and_then(|e| e.slot.as_ref())
+                    .map(|s| s.segment().to_owned());
+                out.insert(0, (conn, id, Reply::Registered { endpoint, segment }));
+                // Registered again (it reconnected) while its name is still another host's:
+                // told again, as the answer cleared what it was told before.
+                if let Some(host) = self.elsewhere.get(&reg.name) {
+                    if reg.kind == EndpointKind::Publication {
+                        out.push((
+                            conn,
+                            0,
+                            remote::published_elsewhere(endpoint, &reg.name, host),
+                        ));
+                    }
+                }
+                out
+            }
+            Err(refusal) => {
+                self.forget_if_unused(&reg.name);
+                let kind = match reg.kind {
+                    EndpointKind::Publication => "publication",
+                    EndpointKind::Subscription => "subscription",
+                };
+                tracing::info!(
+                    "refused a {kind} by pid {}: {}",
+                    self.peers.get(&conn).map_or(0, |p| p.pid),
+                    refusal.clone().into_error(&reg)
+                );
+                vec![(conn, id, Reply::Refused { endpoint, refusal })]
+            }
+        }
+    }
+
+    fn try_register(&mut self, conn: u64, reg: &Registration) -> Result<Outbox, Refusal> {
+        let failed = |reason: String| Refusal::Failed { reason };
+        let parsed = Schema::from_bytes(&reg.schema)
+            .map_err(|e| failed(format!("unreadable schema: {e}")))?;
+        if parsed.hash().0 != reg.schema_hash {
+            return Err(failed(format!(
+                "schema hashes to {}, registration says {}",
+                parsed.hash(),
+                SchemaHash(reg.schema_hash)
+            )));
+        }
+        if reg.kind == EndpointKind::Publication && reg.capacity > bus::slot::MAX_CAPACITY {
+            return Err(failed(format!(
+                "capacity {} exceeds the largest slot, {} bytes",
+                reg.capacity,
+                bus::slot::MAX_CAPACITY
+            )));
+        }
+        let peer = self
+            .peers
+            .get(&conn)
+            .cloned()
+            .ok_or_else(|| failed("unknown connection".into()))?;
+        if let Some(claim) = self.remote.get(&reg.name) {
+            if reg.kind == EndpointKind::Publication {
+                self.conflicts += 1;
+                tracing::warn!(
+                    "conflict: refused publication of {} ({}) by pid {}: host '{}' already \
+                     publishes it ({})",
+                    reg.name,
+                    reg.type_name,
+                    peer.pid,
+                    claim.host,
+                    claim.type_name
+                );
+                return Err(failed(format!(
+                    "host '{}' already publishes {} (type {}); one public name has one \
+                     publisher on the whole bus",
+                    claim.host, reg.name, claim.type_name
+                )));
+            }
+            if claim.schema_hash != reg.schema_hash {
+                return Err(Refusal::TypeMismatch {
+                    slot_type: format!("{} (published on host '{}')", claim.type_name, claim.host),
+                    slot_hash: claim.schema_hash,
+                });
+            }
+        }
+        if reg.kind == EndpointKind::Publication && self.slots.get(&reg.name).is_some_and(|e| e.own)
+        {
+            return Err(Refusal::AlreadyPublished {
+                pid: std::process::id(),
+            });
+        }
+        let entry = self
+            .slots
+            .entry(reg.name.clone())
+            .or_insert_with(|| SlotEntry {
+                slot: None,
+                schema: StoredSchema::new(&parsed),
+                endpoints: Vec::new(),
+                origin: None,
+                own: false,
+                adopted_until: None,
+            });
+        if entry.schema.hash.0 != reg.schema_hash {
+            return Err(Refusal::TypeMismatch {
+                slot_type: entry.schema.type_name.clone(),
+                slot_hash: entry.schema.hash.0,
+            });
+        }
+        // Drop any earlier registration of the same endpoint (a re-registration after reconnect).
+        entry
+            .endpoints
+            .retain(|e| !(e.conn == conn && e.endpoint == reg.endpoint));
+        let mut out = Outbox::new();
+        match reg.kind {
+            EndpointKind::Subscription => {
+                let bound = entry.slot.is_some();
+                entry.endpoints.push(EndpointRef {
+                    conn,
+                    endpoint: reg.endpoint,
+                    kind: EndpointKind::Subscription,
+                    bound,
+                });
+            }
+            EndpointKind::Publication => {
+                let me = self.peers.get(&conn).map(|p| (p.pid, p.start_time));
+                if let Some(i) = entry
+                    .endpoints
+                    .iter()
+                    .position(|e| e.kind == EndpointKind::Publication)
+                {
+                    let other = &entry.endpoints[i];
+                    let theirs = self.peers.get(&other.conn).map(|p| (p.pid, p.start_time));
+                    if theirs == me && other.endpoint == reg.endpoint {
+                        // The same publication of the same process, re-registered on a new
+                        // connection before its old one was closed: the new one takes over.
+                        entry.endpoints.remove(i);
+                    } else {
+                        return Err(Refusal::AlreadyPublished {
+                            pid: theirs.map_or(0, |t| t.0),
+                        });
+                    }
+                }
+                // After a registry restart the slot remembers its writer: while that process
+                // lives and has not registered again, the name is still its.
+                if let Some(slot) = &entry.slot {
+                    let writer = slot.writer();
+                    if me != Some((writer.pid, writer.start_time)) && writer.is_running() {
+                        return Err(Refusal::AlreadyPublished { pid: writer.pid });
+                    }
+                }
+                let segment = self.domain.segment_name(&reg.name);
+                let entry = self
+                    .slots
+                    .get_mut(&reg.name)
+                    .ok_or_else(|| failed("slot vanished".into()))?;
+                let created = entry
+                    .ensure_slot(
+                        &segment,
+                        &reg.name,
+                        &parsed,
+                        reg.capacity,
+                        self.group,
+                        false,
+                    )
+                    .map_err(|e| match e {
+                        NoSlot::TooSmallInUse { capacity } => {
+                            Refusal::CapacityTooSmall { capacity }
+                        }
+                        NoSlot::Create(e) => failed(format!("cannot create {segment}: {e}")),
+                    })?;
+                let slot = entry
+                    .slot
+                    .as_ref()
+                    .ok_or_else(|| failed("slot vanished".into()))?;
+                if created {
+                    tracing::info!(
+                        "created {} ({}, {} bytes) for pid {}",
+                        reg.name,
+                        parsed.type_name(),
+                        slot.capacity(),
+                        peer.pid
+                    );
+                }
+                if entry.origin.take().is_some() {
+                    // A mirror whose remote publisher went away: the name is local now.
+                    slot.set_origin("");
+                    slot.set_origin_sequence(0);
+                }
+                // The value the slot holds, if any, is an earlier writer's: it does not count
+                // as this one's until it writes (`Slot::writer_state_of`).
+                slot.set_writer(peer.pid, peer.start_time);
+                entry.endpoints.push(EndpointRef {
+                    conn,
+                    endpoint: reg.endpoint,
+                    kind: EndpointKind::Publication,
+                    bound: true,
+                });
+                out.extend(entry.bind_waiting(&segment));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes one endpoint.
+    pub fn unregister(&mut self, conn: u64, endpoint: u64) {
+        let names: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| {
+                e.endpoints
+                    .iter()
+                    .any(|r| r.conn == conn && r.endpoint == endpoint)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.remove_endpoints(&name, |r| r.conn == conn && r.endpoint == endpoint);
+        }
+    }
+
+    /// Removes everything of a connection that closed or whose process died.
+    pub fn disconnect(&mut self, conn: u64) -> Option<Peer> {
+        let names: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| e.endpoints.iter().any(|r| r.conn == conn))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.remove_endpoints(&name, |r| r.conn == conn);
+        }
+        self.peers.remove(&conn)
+    }
+
+    fn remove_endpoints(&mut self, name: &SlotName, gone: impl Fn(&EndpointRef) -> bool) {
+        let Some(entry) = self.slots.get_mut(name) else {
+            return;
+        };
+        let publisher_gone = entry
+            .endpoints
+            .iter()
+            .any(|e| gone(e) && e.kind == EndpointKind::Publication);
+        entry.endpoints.retain(|e| !gone(e));
+        if publisher_gone {
+            if let Some(slot) = &entry.slot {
+                slot.mark_writer_gone();
+            }
+        }
+        self.forget_if_unused(name);
+    }
+
+    /// A slot without memory and without endpoints was only a pending subscription: forget it.
+    fn forget_if_unused(&mut self, name: &SlotName) {
+        if self
+            .slots
+            .get(name)
+            .is_some_and(|e| e.slot.is_none() && e.endpoints.is_empty())
+        {
+            self.slots.remove(name);
+        }
+    }
+}
