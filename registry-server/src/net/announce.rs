@@ -87,7 +87,7 @@ pub fn split(whole: &Announce, generation: u64, budget: usize) -> Vec<Announce> 
 /// fit one datagram, so without this a made-up sender could park 4,096 parts of 64 KiB each.
 pub const MAX_HELD_BYTES: usize = 4 << 20;
 
-/// Bytes a part is counted for: its strings and schemas, and a fixed amount per item for the
+/// Bytes a part is counted for: its strings, and a fixed amount per item for the
 /// rest (the heap copies of the view and of the carried items are at most as big).
 fn held_size(part: &Announce) -> usize {
     part.host.len() + 64 + items_size(&part.publications, &part.wants)
@@ -96,7 +96,7 @@ fn held_size(part: &Announce) -> usize {
 fn items_size(publications: &[PubInfo], wants: &[String]) -> usize {
     let p: usize = publications
         .iter()
-        .map(|p| p.name.len() + p.type_name.len() + p.schema.len() + 64)
+        .map(|p| p.name.len() + p.type_name.len() + 64)
         .sum();
     p + wants.iter().map(|w| w.len() + 16).sum::<usize>()
 }
@@ -219,16 +219,15 @@ mod tests {
     use super::*;
     use crate::net::wire::{decode_message, encode_announce, Message};
 
-    fn info(name: &str, schema_len: usize) -> PubInfo {
+    fn info(name: &str, type_len: usize) -> PubInfo {
         PubInfo {
             name: name.into(),
-            type_name: "T".into(),
+            type_name: "T".repeat(type_len),
             schema_hash: 1,
             capacity: 8,
             writer_alive: true,
             writer_first: 0,
             series: 0,
-            schema: vec![7; schema_len],
         }
     }
 
@@ -386,7 +385,7 @@ mod tests {
     fn parts_past_the_byte_bound_are_not_taken() {
         let mut w = whole(&names("big", 4), &[]);
         for p in &mut w.publications {
-            p.schema = vec![0; MAX_HELD_BYTES / 3 - 256];
+            p.type_name = "T".repeat(MAX_HELD_BYTES / 3 - 256);
         }
         let parts = split(&w, 1, 1400);
         let full: Vec<&Announce> = parts

@@ -257,7 +257,6 @@ mod tests {
                     writer_alive: true,
                     writer_first: 0,
                     series: 0,
-                    schema: Vec::new(),
                 })
                 .collect(),
             wants: wants.iter().map(|w| (*w).into()).collect(),

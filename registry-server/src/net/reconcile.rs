@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bus::schema::Schema;
 use bus::slot::Slot;
 use bus::SlotName;
 
@@ -98,19 +97,6 @@ impl Net {
             if !wanted.contains(name) || !remote.contains_key(name) {
                 continue;
             }
-            let schema = match Schema::from_bytes(&c.info.schema) {
-                Ok(s) if s.hash().0 == c.info.schema_hash => s,
-                _ => {
-                    // Not a host name (announced names are checked): no clash with a host's entry.
-                    if st_log(&mut st.logged, &mut current, name.as_str(), "\0schema") {
-                        tracing::warn!(
-                            "host '{}' announced an unreadable schema for {name}",
-                            c.claim.host
-                        );
-                    }
-                    continue;
-                }
-            };
             // Before the mirror reads as written by the origin's running publisher: which of its
             // values are that publisher's.
             if let Some(m) = st.mirrors.get_mut(name.as_str()) {
@@ -123,7 +109,7 @@ impl Net {
                     m.date_held(c.info.series, c.info.writer_first);
                 }
             }
-            match reg.ensure_mirror(name, &c.claim, &schema, c.info.capacity) {
+            match reg.ensure_mirror(name, &c.claim, c.info.capacity) {
                 Ok((segment, bound, created)) => {
                     out.extend(bound);
                     let series = reg.slot_series(name);
@@ -287,7 +273,6 @@ impl Net {
                     writer_alive: p.writer_alive,
                     writer_first: p.writer_first,
                     series: p.series,
-                    schema: p.schema.bytes.clone(),
                 })
                 .collect(),
             wants: reg

@@ -5,7 +5,7 @@
 //! Every datagram is one fragment of one message; a message that fits is a single fragment.
 //!
 //! ```text
-//! 0   magic "BTNW"            4   version (4)          5  flags (bit 0: MAC trailer present)
+//! 0   magic "BTNW"            4   version (5)          5  flags (bit 0: MAC trailer present)
 //! 6   reserved u16 = 0        8   domain (FNV-1a of the domain name)
 //! 16  sender (FNV-1a of the sender's host name)        24 session (sender's start, ns)
 //! 32  packet (per-sender counter: replay window)       40 channel (0: announce; else slot)
@@ -22,7 +22,9 @@
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 4] = *b"BTNW";
-pub const VERSION: u8 = 4;
+/// Version 5: a publication is announced without its schema (a mirror stores the schema of the
+/// subscribers it is made for, whose hash matched the announced one).
+pub const VERSION: u8 = 5;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -278,8 +280,6 @@ pub struct PubInfo {
     /// Which segment of its name the slot is (`Slot::series`): one made anew numbers its
     /// values from 1 again.
     pub series: u64,
-    /// `Schema::to_bytes`, so that a mirror can store the schema like any slot.
-    pub schema: Vec<u8>,
 }
 
 /// What a registry tells the others, periodically and whenever it changes: one part of it, cut
@@ -470,7 +470,6 @@ mod tests {
                 writer_alive: true,
                 writer_first: 7,
                 series: 9,
-                schema: vec![1, 2],
             }],
             wants: vec!["/y".into()],
         };

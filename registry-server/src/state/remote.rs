@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 
 use bus::protocol::{EndpointKind, Refusal, Reply};
-use bus::schema::Schema;
-use bus::slot::{StoredSchema, WriterState};
+use bus::slot::WriterState;
 use bus::SlotName;
 
-use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim, SlotEntry};
+use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim};
 
 /// The refusal that tells a local publisher its name is kept by another host's publisher.
 pub(super) fn published_elsewhere(endpoint: u64, name: &SlotName, host: &str) -> Reply {
@@ -183,18 +182,13 @@ impl Registry {
         &mut self,
         name: &SlotName,
         claim: &RemoteClaim,
-        schema: &Schema,
         capacity: u64,
     ) -> Result<(String, Outbox, bool), String> {
         let segment = self.domain.segment_name(name);
-        let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
-            slot: None,
-            schema: StoredSchema::new(schema),
-            endpoints: Vec::new(),
-            origin: None,
-            own: false,
-            adopted_until: None,
-        });
+        let entry = self
+            .slots
+            .get_mut(name)
+            .ok_or_else(|| format!("{name} is not wanted here"))?;
         if entry.published_here() {
             return Err(format!("{name} is published on this host too"));
         }
@@ -204,13 +198,19 @@ impl Registry {
                 entry.schema.type_name, claim.host, claim.type_name
             ));
         }
+        // The subscribers' schema (checked when they registered), of the hash the origin
+        // announced: announcements do not carry schemas.
+        let schema = entry
+            .schema
+            .parse()
+            .map_err(|e| format!("{name}: unreadable schema: {e}"))?;
         let outgrown_in_use = entry
             .slot
             .as_ref()
             .is_some_and(|s| (s.capacity() as u64) < capacity)
             && entry.endpoints.iter().any(|e| e.bound);
         let created = entry
-            .ensure_slot(&segment, name, schema, capacity, self.group, true)
+            .ensure_slot(&segment, name, &schema, capacity, self.group, true)
             .map_err(|e| match e {
                 NoSlot::TooSmallInUse { .. } => format!(
                     "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
