@@ -546,6 +546,34 @@ fn values_stop_crossing_once_the_last_remote_subscriber_has_gone() {
     });
 }
 
+/// A subscriber that comes after its host forgot the mirror gets the current value at once,
+/// also when the publisher's host never heard that the name was no longer wanted (B was cut
+/// off meanwhile) and the publisher does not write again: B asks for its new mirror, which A
+/// tells from the one it sent to. A used to wait for its next refresh (a minute here).
+#[test]
+fn a_mirror_made_anew_gets_the_current_value_without_waiting_for_a_refresh() {
+    let mut lab = Lab::new(2);
+    let slow = ["--refresh-ms", "60000", "--forget-ms", "60000"];
+    lab.start_registry(A, &slow, &[]);
+    lab.start_registry(B, &slow, &[]);
+    lab.write_from(A, "/map", "3", "0", "64");
+    let r = lab.read_until(B, "/map", "3", "20");
+    check(&mut lab, r, 3, "first subscriber on B");
+    lab.set_connected(B, false);
+    eventually("B forgets the mirror nobody subscribes to", || {
+        lab.log(B).contains("forgot 1 mirror(s)")
+    });
+    let r = lab.read_until(B, "/map", "3", "20");
+    std::thread::sleep(Duration::from_millis(500));
+    lab.set_connected(B, true);
+    check(
+        &mut lab,
+        r,
+        3,
+        "subscriber on B after the mirror was made anew",
+    );
+}
+
 /// A name whose publisher died on host B and that a new publisher takes on host A, which has
 /// not written yet: B's slot, now a mirror of A's, does not pass the dead publisher's value off
 /// as the new one's (a robot controller killed on one computer and started again on another

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::wire::{fnv1a, Announce, PubInfo, MAX_ANNOUNCE_PARTS};
+use super::wire::{fnv1a, Announce, PubInfo, Want, MAX_ANNOUNCE_PARTS};
 
 /// Bytes of an announcement message besides its items: the kind byte and the fixed fields.
 fn fixed_size(whole: &Announce) -> usize {
@@ -77,7 +77,9 @@ pub fn split(whole: &Announce, generation: u64, budget: usize) -> Vec<Announce> 
             .push(p.clone());
     }
     for w in &whole.wants {
-        parts[usize::from(part_of(w, count))].wants.push(w.clone());
+        parts[usize::from(part_of(&w.name, count))]
+            .wants
+            .push(w.clone());
     }
     parts
 }
@@ -93,12 +95,12 @@ fn held_size(part: &Announce) -> usize {
     part.host.len() + 64 + items_size(&part.publications, &part.wants)
 }
 
-fn items_size(publications: &[PubInfo], wants: &[String]) -> usize {
+fn items_size(publications: &[PubInfo], wants: &[Want]) -> usize {
     let p: usize = publications
         .iter()
         .map(|p| p.name.len() + p.type_name.len() + 64)
         .sum();
-    p + wants.iter().map(|w| w.len() + 16).sum::<usize>()
+    p + wants.iter().map(|w| w.name.len() + 24).sum::<usize>()
 }
 
 /// Whether two parts say the same (their generations aside).
@@ -124,7 +126,7 @@ pub struct Assembly {
     held: usize,
     /// What was known before the part count changed (or before the host restarted).
     carried: Vec<PubInfo>,
-    carried_wants: Vec<String>,
+    carried_wants: Vec<Want>,
 }
 
 impl Assembly {
@@ -189,7 +191,8 @@ impl Assembly {
         self.parts.insert(index, part);
         // The part heard is the truth about the names that hash to it.
         self.carried.retain(|p| part_of(&p.name, count) != index);
-        self.carried_wants.retain(|w| part_of(w, count) != index);
+        self.carried_wants
+            .retain(|w| part_of(&w.name, count) != index);
         self.view()
     }
 
@@ -197,18 +200,16 @@ impl Assembly {
     fn view(&self) -> Option<Announce> {
         let newest = self.parts.values().max_by_key(|p| p.generation)?;
         let mut publications: BTreeMap<&str, &PubInfo> = BTreeMap::new();
-        let mut wants: Vec<&str> = Vec::new();
+        let mut wants: BTreeMap<&str, &Want> = BTreeMap::new();
         publications.extend(self.carried.iter().map(|p| (p.name.as_str(), p)));
-        wants.extend(self.carried_wants.iter().map(String::as_str));
+        wants.extend(self.carried_wants.iter().map(|w| (w.name.as_str(), w)));
         for part in self.parts.values() {
             publications.extend(part.publications.iter().map(|p| (p.name.as_str(), p)));
-            wants.extend(part.wants.iter().map(String::as_str));
+            wants.extend(part.wants.iter().map(|w| (w.name.as_str(), w)));
         }
-        wants.sort_unstable();
-        wants.dedup();
         Some(Announce {
             publications: publications.into_values().cloned().collect(),
-            wants: wants.into_iter().map(str::to_owned).collect(),
+            wants: wants.into_values().cloned().collect(),
             ..newest.clone()
         })
     }
@@ -240,7 +241,13 @@ mod tests {
             part: 0,
             parts: 1,
             publications: pubs.iter().map(|n| info(n, 40)).collect(),
-            wants: wants.iter().map(|w| (*w).into()).collect(),
+            wants: wants
+                .iter()
+                .map(|w| Want {
+                    name: (*w).into(),
+                    mirror: 0,
+                })
+                .collect(),
         }
     }
 
@@ -283,7 +290,7 @@ mod tests {
                 .iter()
                 .all(|x| part_of(&x.name, count) == p.part));
             all.extend(back.publications.into_iter().map(|x| x.name));
-            wants.extend(back.wants);
+            wants.extend(back.wants.into_iter().map(|w| w.name));
         }
         assert_eq!(sorted(all), sorted(pubs));
         assert_eq!(sorted(wants), ["/w1", "/w2"]);
@@ -376,7 +383,8 @@ mod tests {
         let other = (part_of("/p003", count) + 1) % count;
         let view = asm.take(parts[usize::from(other)].clone()).unwrap();
         assert_eq!(view.publications.len(), 24, "still every name");
-        assert_eq!(view.wants, ["/w"]);
+        let wanted: Vec<&str> = view.wants.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(wanted, ["/w"]);
         let view = take_all(&mut asm, &parts).unwrap();
         assert_eq!(view_names(&view), now);
     }

@@ -142,8 +142,9 @@ struct SendState {
 struct Reflected {
     slot: Arc<Slot>,
     hash: u64,
-    /// Host → (data address, that host's session when it was added).
-    targets: BTreeMap<String, (SocketAddr, u64)>,
+    /// Host → (data address, that host's session and the series of its mirror when it was
+    /// added: `wire::Want`).
+    targets: BTreeMap<String, (SocketAddr, u64, u64)>,
     /// Slot sequence last sent to every target.
     last_sent: u64,
     /// A value too large to send was logged (once per slot, not per write and refresh).

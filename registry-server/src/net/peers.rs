@@ -212,12 +212,14 @@ impl Peers {
         claims
     }
 
-    /// Hosts that want `name`: (host, data address, session).
-    pub fn wanting(&self, name: &str) -> Vec<(String, SocketAddr, u64)> {
+    /// Hosts that want `name`: (host, data address, session, series of its mirror).
+    pub fn wanting(&self, name: &str) -> Vec<(String, SocketAddr, u64, u64)> {
         self.by_host
             .values()
-            .filter(|p| p.announce.wants.iter().any(|w| w == name))
-            .map(|p| (p.announce.host.clone(), p.data_addr, p.session))
+            .filter_map(|p| {
+                let want = p.announce.wants.iter().find(|w| w.name == name)?;
+                Some((p.announce.host.clone(), p.data_addr, p.session, want.mirror))
+            })
             .collect()
     }
 
@@ -259,7 +261,13 @@ mod tests {
                     series: 0,
                 })
                 .collect(),
-            wants: wants.iter().map(|w| (*w).into()).collect(),
+            wants: wants
+                .iter()
+                .map(|w| crate::net::wire::Want {
+                    name: (*w).into(),
+                    mirror: 0,
+                })
+                .collect(),
         }
     }
 

@@ -9,7 +9,7 @@ use bus::slot::Slot;
 use bus::SlotName;
 
 use super::stats::Counters;
-use super::wire::{Announce, PubInfo};
+use super::wire::{Announce, PubInfo, Want};
 use super::{Mirror, Net, NetState, Reflected};
 
 impl Net {
@@ -232,14 +232,15 @@ impl Net {
             r.announced_alive = p.writer_alive;
             r.targets
                 .retain(|host, _| targets.iter().any(|t| &t.0 == host));
-            for (host, addr, session) in targets {
+            for (host, addr, session, mirror) in targets {
                 let known = r
                     .targets
                     .get(&host)
-                    .is_some_and(|(a, s)| *a == addr && *s == session);
+                    .is_some_and(|t| *t == (addr, session, mirror));
                 if !known {
-                    // A new (or restarted) subscriber host gets the current value at once.
-                    r.targets.insert(host.clone(), (addr, session));
+                    // A new (or restarted) subscriber host, or one whose mirror is new, gets
+                    // the current value at once.
+                    r.targets.insert(host.clone(), (addr, session, mirror));
                     owed.entry(name.clone()).or_default().insert(host);
                 }
             }
@@ -278,7 +279,10 @@ impl Net {
             wants: reg
                 .wanted()
                 .into_iter()
-                .map(|n| n.as_str().to_owned())
+                .map(|n| Want {
+                    mirror: reg.slot_series(&n).unwrap_or(0),
+                    name: n.as_str().to_owned(),
+                })
                 .collect(),
         }
     }

@@ -111,11 +111,11 @@ impl Net {
             let owed_hosts = owed.remove(name);
             let changed = r.slot.latest_sequence() != r.last_sent;
             let to: Vec<SocketAddr> = if changed {
-                r.targets.values().map(|(a, _)| *a).collect()
+                r.targets.values().map(|(a, ..)| *a).collect()
             } else if let Some(hosts) = owed_hosts {
                 hosts
                     .iter()
-                    .filter_map(|h| r.targets.get(h).map(|(a, _)| *a))
+                    .filter_map(|h| r.targets.get(h).map(|(a, ..)| *a))
                     .collect()
             } else {
                 continue;

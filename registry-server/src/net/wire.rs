@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 4] = *b"BTNW";
 /// Version 5: a publication is announced without its schema (a mirror stores the schema of the
-/// subscribers it is made for, whose hash matched the announced one).
+/// subscribers it is made for, whose hash matched the announced one); a wanted name carries
+/// the series of the mirror that wants it (`Want`).
 pub const VERSION: u8 = 5;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
@@ -300,7 +301,18 @@ pub struct Announce {
     pub parts: u16,
     pub publications: Vec<PubInfo>,
     /// Public names this host subscribes to without publishing them.
-    pub wants: Vec<String>,
+    pub wants: Vec<Want>,
+}
+
+/// A public name a host asks for, and which mirror slot of it that host holds (`Slot::series`;
+/// 0 while it holds none). A host that makes its mirror anew (it had forgotten it once unused,
+/// or found it damaged) asks with another series, and the publisher's host then sends it the
+/// current value at once, as it does to a host that starts asking: the new mirror holds
+/// nothing, and the publisher may not write again for a long time.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Want {
+    pub name: String,
+    pub mirror: u64,
 }
 
 /// One value of a slot, as reflected.
@@ -471,7 +483,10 @@ mod tests {
                 writer_first: 7,
                 series: 9,
             }],
-            wants: vec!["/y".into()],
+            wants: vec![Want {
+                name: "/y".into(),
+                mirror: 4,
+            }],
         };
         encode_announce(&a, &mut out).unwrap();
         assert_eq!(decode_message(&out).unwrap(), Message::Announce(a));

@@ -86,7 +86,8 @@ impl Lab {
         self.hosts_lab.command(host, program)
     }
 
-    /// Starts host `host`'s registry with networking on (and extra arguments / environment).
+    /// Starts host `host`'s registry with networking on (and extra arguments / environment;
+    /// a timing option among them replaces the lab's short default).
     pub fn start_registry(&mut self, host: usize, extra: &[&str], env: &[(&str, &str)]) {
         assert!(
             self.hosts[host].registry.is_none(),
@@ -94,16 +95,17 @@ impl Lab {
         );
         let name = self.hosts[host].name.clone();
         let mut c = self.command(host, &bin("registry-server"));
-        c.args(["--domain", DOMAIN, "--net", "--host", &name])
-            .args([
-                "--announce-ms",
-                "100",
-                "--forget-ms",
-                "1500",
-                "--refresh-ms",
-                "300",
-            ])
-            .args(extra)
+        c.args(["--domain", DOMAIN, "--net", "--host", &name]);
+        for (option, value) in [
+            ("--announce-ms", "100"),
+            ("--forget-ms", "1500"),
+            ("--refresh-ms", "300"),
+        ] {
+            if !extra.contains(&option) {
+                c.args([option, value]);
+            }
+        }
+        c.args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(self.log_file(host));
