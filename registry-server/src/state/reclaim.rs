@@ -136,6 +136,9 @@ impl Registry {
             self.unused_since.remove(name);
             if let Some(entry) = self.slots.remove(name) {
                 if let Some(slot) = entry.slot {
+                    // Whoever still maps it (a `bus-inspect watch`) sees that nothing writes
+                    // it any more, a mirror's publisher running elsewhere or not.
+                    slot.mark_writer_gone();
                     let _ = bus::shm::unlink(slot.segment());
                 }
             }

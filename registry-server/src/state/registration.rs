@@ -261,6 +261,9 @@ impl Registry {
                 slot.mark_writer_gone();
             }
         }
+        // A slot's time unused counts from its last endpoint's going (`reclaim`), also when one
+        // came and went between two sweeps.
+        self.unused_since.remove(name);
         self.forget_if_unused(name);
     }
 
