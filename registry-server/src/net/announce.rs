@@ -389,6 +389,28 @@ mod tests {
         assert_eq!(view_names(&view), now);
     }
 
+    /// A want's mirror series is what its part says, not what was carried: a host that made
+    /// its mirror anew is seen asking for the new one (and sent the current value).
+    #[test]
+    fn a_part_replaces_the_mirror_series_of_a_carried_want() {
+        let mut before = whole(&names("p", 24), &["/w"]);
+        before.wants[0].mirror = 7;
+        let mut asm = Assembly::resumed(&before);
+        let mut now = whole(&names("p", 24), &["/w"]);
+        now.wants[0].mirror = 8;
+        let parts = parts_of(&now, 1);
+        let count = parts.len() as u16;
+        let mirror_of_w =
+            |view: &Announce| -> Vec<u64> { view.wants.iter().map(|w| w.mirror).collect() };
+        let other = (part_of("/w", count) + 1) % count;
+        let view = asm.take(parts[usize::from(other)].clone()).unwrap();
+        assert_eq!(mirror_of_w(&view), [7], "carried until its part comes");
+        let view = asm
+            .take(parts[usize::from(part_of("/w", count))].clone())
+            .unwrap();
+        assert_eq!(mirror_of_w(&view), [8], "one want, the part's");
+    }
+
     #[test]
     fn parts_past_the_byte_bound_are_not_taken() {
         let mut w = whole(&names("big", 4), &[]);
