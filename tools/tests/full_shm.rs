@@ -35,10 +35,8 @@ fn registry_with_small_shm(t: &mut TestBus, size: &str) -> usize {
     )
 }
 
-/// `bus-stress` in the registry's mount namespace, writing four values of `size` bytes (one
-/// into each of the slot's buffers).
-fn write_in(t: &TestBus, registry: usize, name: &str, size: usize) -> std::process::Output {
-    let size = size.to_string();
+/// `program args` in the registry's mount namespace (its /dev/shm), under the watchdog.
+fn run_in(t: &TestBus, registry: usize, program: &str, args: &[&str]) -> std::process::Output {
     Command::new("timeout")
         .arg(WATCHDOG.as_secs().to_string())
         .args([
@@ -46,12 +44,110 @@ fn write_in(t: &TestBus, registry: usize, name: &str, size: usize) -> std::proce
             "--target",
             &t.pid(registry).to_string(),
             "--mount",
+            program,
         ])
-        .arg(bin("bus-stress"))
-        .args(["--domain", t.domain.as_str(), "write", "--name", name])
-        .args(["--min-size", &size, "--max-size", &size, "--count", "4"])
+        .args(args)
         .output()
         .expect("nsenter (util-linux)")
+}
+
+/// `bus-stress` in the registry's mount namespace, writing four values of `size` bytes (one
+/// into each of the slot's buffers).
+fn write_in(t: &TestBus, registry: usize, name: &str, size: usize) -> std::process::Output {
+    let size = size.to_string();
+    let bus_stress = bin("bus-stress");
+    run_in(
+        t,
+        registry,
+        bus_stress.to_str().unwrap(),
+        &["--domain", t.domain.as_str(), "write", "--name", name]
+            .into_iter()
+            .chain(["--min-size", &size, "--max-size", &size, "--count", "4"])
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The registry's directory as `bus-inspect get --json` prints it in its namespace, if it
+/// reads.
+fn directory_in(t: &TestBus, registry: usize) -> Option<String> {
+    let inspect = bin("bus-inspect");
+    let out = run_in(
+        t,
+        registry,
+        inspect.to_str().unwrap(),
+        &[
+            "--domain",
+            t.domain.as_str(),
+            "get",
+            "/baton/registry/directory",
+            "--json",
+        ],
+    );
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn wait_for_registry(t: &mut TestBus, registry: usize) {
+    let deadline = Instant::now() + WATCHDOG;
+    while bus::protocol::connect(&t.domain).is_err() {
+        assert!(t.is_running(registry), "{}", t.stderr_of(registry));
+        assert!(Instant::now() < deadline, "registry-server did not come up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The registry's own directory slot, damaged while /dev/shm has no room to make it anew, is
+/// made again once there is room: nobody registers to publish it, and it used to stay gone
+/// (`bus-inspect get` of it failed, its subscribers waited) until the registry restarted.
+#[test]
+fn the_registrys_own_slot_is_made_again_once_dev_shm_has_room() {
+    require_root();
+    let mut t = TestBus::new();
+    // 10 MiB: the directory slot (4 MiB) and a 4 MiB file leave no room for a second
+    // directory slot.
+    let registry = registry_with_small_shm(&mut t, "10m");
+    wait_for_registry(&mut t, registry);
+    assert!(directory_in(&t, registry).is_some());
+    let filler = "/dev/shm/filler";
+    let out = run_in(
+        &t,
+        registry,
+        "dd",
+        &["if=/dev/zero", &format!("of={filler}"), "bs=1M", "count=4"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // Moved aside (still mapped by the registry, so its room is still taken): the registry
+    // finds the slot gone and cannot make it anew.
+    let directory = t.segment_path("/baton/registry/directory");
+    let aside = format!("{directory}.aside");
+    let out = run_in(&t, registry, "mv", &[&directory, &aside]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(
+        "the registry says it cannot make the directory anew",
+        || t.stderr_of(registry).contains("cannot make it anew"),
+    );
+    assert!(directory_in(&t, registry).is_none());
+    let out = run_in(&t, registry, "rm", &[filler]);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the directory is made again", || {
+        directory_in(&t, registry).is_some()
+    });
+    assert!(t.stderr_of(registry).contains("made anew at last"));
+    // And it is the registry's directory again: it lists what registers now.
+    let out = write_in(&t, registry, "/full/after", 64);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the directory lists a new publication", || {
+        directory_in(&t, registry).is_some_and(|d| d.contains("/full/after"))
+    });
 }
 
 #[test]
@@ -62,12 +158,7 @@ fn a_slot_that_does_not_fit_in_dev_shm_is_refused_not_a_crash() {
     // does not. Created sparse, it was accepted, and the writer died of SIGBUS at its third
     // value.
     let registry = registry_with_small_shm(&mut t, "6m");
-    let deadline = Instant::now() + WATCHDOG;
-    while bus::protocol::connect(&t.domain).is_err() {
-        assert!(t.is_running(registry), "{}", t.stderr_of(registry));
-        assert!(Instant::now() < deadline, "registry-server did not come up");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_registry(&mut t, registry);
     let out = write_in(&t, registry, "/full/big", 2_000_000);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -12,6 +12,7 @@ use bus::slot::{ReadInfo, Slot, WriterState};
 
 use super::announce;
 use super::stats::{Counters, NetStats, PeerStats};
+use super::warn::Cause;
 use super::wire::{self, Drop, Value};
 use super::{
     lock, Net, NetState, Reflected, REASSEMBLY_AGE, RECONCILE_GAP, STATS_EVERY, TICK, WATCH_MAX,
@@ -311,7 +312,11 @@ impl Net {
                 // Made anew by the registry (damaged: `state::damage`): map the new one.
                 match Slot::open(slot.segment(), true) {
                     Ok(new) => *slot = new,
-                    Err(e) => tracing::warn!("cannot map the statistics slot again: {e}"),
+                    Err(e) => {
+                        if self.warnings.due(Cause::StatsSlot, slot.segment()) {
+                            tracing::warn!("cannot map the statistics slot again: {e}");
+                        }
+                    }
                 }
             }
             let mut bytes = Vec::new();

@@ -34,6 +34,9 @@ pub enum Cause {
     OverReassemblyLimit,
     /// Datagrams of this domain in another wire version.
     OtherVersion,
+    /// The statistics slot made anew that cannot be mapped (while /dev/shm is full, the
+    /// registry has not made it yet).
+    StatsSlot,
 }
 
 #[derive(Default)]

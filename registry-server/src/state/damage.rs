@@ -41,7 +41,9 @@ impl Registry {
         let segment = self.domain.segment_name(name);
         let group = self.group;
         let entry = self.slots.get_mut(name)?;
-        let slot = entry.slot.as_ref()?;
+        let Some(slot) = entry.slot.as_ref() else {
+            return self.make_own_anew(name);
+        };
         let damage = slot.damage()?;
         if entry.origin.is_none() && entry.unused(Instant::now()) {
             // Nobody uses it, nor is about to (an adopted slot's processes had their time to
@@ -85,10 +87,16 @@ impl Registry {
                 super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
             };
             // Its users are told all the same (their slot is no longer the name's: they see
-            // `Replaced`); the next endpoint to register tries to make it again.
-            tracing::error!("{name}: cannot make it anew: {e}");
+            // `Replaced`); the next endpoint to register tries to make it again, or, for the
+            // registry's own slot, the next check (`make_own_anew`).
+            let again = if entry.own.is_some() {
+                "; trying again at every check"
+            } else {
+                ""
+            };
+            tracing::error!("{name}: cannot make it anew: {e}{again}");
         }
-        if let (true, Some(slot)) = (entry.own, &entry.slot) {
+        if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
             slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
@@ -101,6 +109,33 @@ impl Registry {
             self.reopen_directory(&segment);
         }
         Some(told)
+    }
+
+    /// Makes the registry's own slot `name` again if making it anew failed (a full /dev/shm,
+    /// say): nobody registers to publish it, so nothing else would, and its subscribers would
+    /// wait for ever. Quiet while it fails (the first failure was logged).
+    fn make_own_anew(&mut self, name: &SlotName) -> Option<Outbox> {
+        let segment = self.domain.segment_name(name);
+        let group = self.group;
+        let entry = self.slots.get_mut(name)?;
+        let capacity = entry.own?;
+        let schema = entry.schema.parse().ok()?;
+        entry
+            .ensure_slot(&segment, name, &schema, capacity, group, false)
+            .ok()?;
+        let slot = entry.slot.as_ref()?;
+        slot.set_origin("");
+        slot.set_writer(std::process::id(), bus::process::own_start_time());
+        tracing::info!("{name}: made anew at last");
+        let bound = entry.bind_waiting(&segment);
+        if self
+            .directory
+            .as_ref()
+            .is_some_and(|d| d.slot_name() == name.as_str())
+        {
+            self.reopen_directory(&segment);
+        }
+        Some(bound)
     }
 
     /// The series (`Slot::series`) of the slot the registry holds for `name`: the network

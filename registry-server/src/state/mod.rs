@@ -34,8 +34,9 @@ struct SlotEntry {
     endpoints: Vec<EndpointRef>,
     /// `Some(host)`: a mirror of a publication on that host, written by this registry.
     origin: Option<String>,
-    /// A slot the registry itself publishes (its network statistics).
-    own: bool,
+    /// `Some(capacity)`: a slot the registry itself publishes (its directory, its network
+    /// statistics), with room for that many bytes.
+    own: Option<u64>,
     /// For a slot adopted at start-up: until when it counts as mapped although no endpoint has
     /// registered yet (its processes are reconnecting; see `ADOPTION_GRACE`).
     adopted_until: Option<Instant>,
@@ -129,7 +130,7 @@ impl SlotEntry {
     }
 
     fn published_here(&self) -> bool {
-        self.own
+        self.own.is_some()
             || self
                 .endpoints
                 .iter()
@@ -264,7 +265,7 @@ impl Registry {
                             slot: Some(slot),
                             endpoints: Vec::new(),
                             origin: (!origin.is_empty()).then_some(origin),
-                            own: false,
+                            own: None,
                             adopted_until: Some(Instant::now() + ADOPTION_GRACE),
                         },
                     );
@@ -315,7 +316,7 @@ impl Registry {
     /// Marks gone the writers of adopted slots whose recorded process died while no registry
     /// ran (nobody re-registered them).
     pub fn sweep_adopted_writers(&self) {
-        for entry in self.slots.values().filter(|e| !e.own) {
+        for entry in self.slots.values().filter(|e| e.own.is_none()) {
             let Some(slot) = &entry.slot else { continue };
             let writer = slot.writer();
             let registered = entry
@@ -352,7 +353,7 @@ impl Registry {
             schema: StoredSchema::new(schema),
             endpoints: Vec::new(),
             origin: None,
-            own: true,
+            own: Some(capacity),
             adopted_until: None,
         });
         // The registry writes it itself: no grace for reconnecting writers to wait for.
@@ -365,7 +366,7 @@ impl Registry {
                 }
                 NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
             })?;
-        entry.own = true;
+        entry.own = Some(capacity);
         if let Some(slot) = &entry.slot {
             slot.set_origin("");
             slot.set_writer(std::process::id(), bus::process::own_start_time());

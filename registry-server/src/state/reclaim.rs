@@ -74,7 +74,9 @@ impl SlotEntry {
     }
 
     fn no_endpoint_left(&self, now: Instant) -> bool {
-        !self.own && self.endpoints.is_empty() && self.adopted_until.is_none_or(|t| now >= t)
+        self.own.is_none()
+            && self.endpoints.is_empty()
+            && self.adopted_until.is_none_or(|t| now >= t)
     }
 
     fn writer_state(&self) -> Option<WriterState> {

@@ -98,7 +98,8 @@ impl Registry {
                 });
             }
         }
-        if reg.kind == EndpointKind::Publication && self.slots.get(&reg.name).is_some_and(|e| e.own)
+        if reg.kind == EndpointKind::Publication
+            && self.slots.get(&reg.name).is_some_and(|e| e.own.is_some())
         {
             return Err(Refusal::AlreadyPublished {
                 pid: std::process::id(),
@@ -112,7 +113,7 @@ impl Registry {
                 schema: StoredSchema::new(&parsed),
                 endpoints: Vec::new(),
                 origin: None,
-                own: false,
+                own: None,
                 adopted_until: None,
             });
         if entry.schema.hash.0 != reg.schema_hash {

@@ -128,7 +128,8 @@ impl Registry {
         let Some(entry) = self.slots.get_mut(name) else {
             return Outbox::new();
         };
-        if entry.schema.hash.0 == claim.schema_hash || entry.origin.is_some() || entry.own {
+        if entry.schema.hash.0 == claim.schema_hash || entry.origin.is_some() || entry.own.is_some()
+        {
             return Outbox::new();
         }
         let refusal = Refusal::TypeMismatch {
