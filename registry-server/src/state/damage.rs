@@ -101,14 +101,20 @@ impl Registry {
         }
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
         // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
+        self.follow_if_directory(name, &segment);
+        Some(told)
+    }
+
+    /// After slot `name` was made anew: the directory is written into the new one if it is
+    /// the directory's.
+    fn follow_if_directory(&mut self, name: &SlotName, segment: &str) {
         if self
             .directory
             .as_ref()
             .is_some_and(|d| d.slot_name() == name.as_str())
         {
-            self.reopen_directory(&segment);
+            self.reopen_directory(segment);
         }
-        Some(told)
     }
 
     /// Makes the registry's own slot `name` again if making it anew failed (a full /dev/shm,
@@ -128,13 +134,7 @@ impl Registry {
         slot.set_writer(std::process::id(), bus::process::own_start_time());
         tracing::info!("{name}: made anew at last");
         let bound = entry.bind_waiting(&segment);
-        if self
-            .directory
-            .as_ref()
-            .is_some_and(|d| d.slot_name() == name.as_str())
-        {
-            self.reopen_directory(&segment);
-        }
+        self.follow_if_directory(name, &segment);
         Some(bound)
     }
 
