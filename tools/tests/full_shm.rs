@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bin, TestBus, WATCHDOG};
+use common::{bin, eventually, TestBus, WATCHDOG};
 
 fn require_root() {
     if !nix::unistd::geteuid().is_root() {
@@ -56,15 +56,21 @@ fn run_in(t: &TestBus, registry: usize, program: &str, args: &[&str]) -> std::pr
 fn write_in(t: &TestBus, registry: usize, name: &str, size: usize) -> std::process::Output {
     let size = size.to_string();
     let bus_stress = bin("bus-stress");
-    run_in(
-        t,
-        registry,
-        bus_stress.to_str().unwrap(),
-        &["--domain", t.domain.as_str(), "write", "--name", name]
-            .into_iter()
-            .chain(["--min-size", &size, "--max-size", &size, "--count", "4"])
-            .collect::<Vec<_>>(),
-    )
+    let domain = t.domain.as_str();
+    let args = [
+        "--domain",
+        domain,
+        "write",
+        "--name",
+        name,
+        "--min-size",
+        &size,
+        "--max-size",
+        &size,
+        "--count",
+        "4",
+    ];
+    run_in(t, registry, bus_stress.to_str().unwrap(), &args)
 }
 
 /// The registry's directory as `bus-inspect get --json` prints it in its namespace, if it
@@ -94,14 +100,6 @@ fn wait_for_registry(t: &mut TestBus, registry: usize) {
         assert!(t.is_running(registry), "{}", t.stderr_of(registry));
         assert!(Instant::now() < deadline, "registry-server did not come up");
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -97,7 +97,7 @@ impl Registry {
             tracing::error!("{name}: cannot make it anew: {e}{again}");
         }
         if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
+            super::write_as_registry(slot);
         }
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
         // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
@@ -129,9 +129,7 @@ impl Registry {
         entry
             .ensure_slot(&segment, name, &schema, capacity, group, false)
             .ok()?;
-        let slot = entry.slot.as_ref()?;
-        slot.set_origin("");
-        slot.set_writer(std::process::id(), bus::process::own_start_time());
+        super::write_as_registry(entry.slot.as_ref()?);
         tracing::info!("{name}: made anew at last");
         let bound = entry.bind_waiting(&segment);
         self.follow_if_directory(name, &segment);

@@ -368,8 +368,7 @@ impl Registry {
             })?;
         entry.own = Some(capacity);
         if let Some(slot) = &entry.slot {
-            slot.set_origin("");
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
+            write_as_registry(slot);
         }
         Ok(segment)
     }
@@ -403,6 +402,12 @@ impl Registry {
             })
             .collect()
     }
+}
+
+/// Makes this registry the writer of one of its own slots, written on this host.
+fn write_as_registry(slot: &Slot) {
+    slot.set_origin("");
+    slot.set_writer(std::process::id(), bus::process::own_start_time());
 }
 
 fn create_slot(
