@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::{ClientShared, Endpoint};
+use crate::codec::LengthPrefixes;
 use crate::error::BusError;
 use crate::futex;
 use crate::names::{Domain, SlotName};
 use crate::protocol::{EndpointKind, Registration};
+use crate::schema::Schema;
 use crate::slot::{ReadInfo, Slot, WriterState};
 use crate::value::{Codec, Pod, Serde};
 
@@ -114,13 +116,13 @@ impl Bus {
         }
     }
 
-    fn register<T, C: Codec<T>>(
+    fn register(
         &self,
         name: SlotName,
         kind: EndpointKind,
         capacity: usize,
+        schema: &Schema,
     ) -> Result<Arc<Endpoint>, BusError> {
-        let schema = C::schema()?;
         let registration = Registration {
             endpoint: 0,
             name,
@@ -151,9 +153,12 @@ impl PublicationBuilder {
 
     pub fn create<T, C: Codec<T>>(self) -> Result<Publication<T, C>, BusError> {
         let capacity = self.capacity.unwrap_or_else(C::default_capacity).max(1);
-        let endpoint = self
-            .bus
-            .register::<T, C>(self.name, EndpointKind::Publication, capacity)?;
+        let endpoint = self.bus.register(
+            self.name,
+            EndpointKind::Publication,
+            capacity,
+            &C::schema()?,
+        )?;
         Ok(Publication {
             endpoint,
             capacity,
@@ -250,6 +255,8 @@ pub struct ValueMeta {
 pub struct Subscription<T, C = Serde> {
     endpoint: Arc<Endpoint>,
     scratch: Vec<u8>,
+    /// What the type's schema says about length prefixes (how carefully to decode).
+    prefixes: LengthPrefixes,
     value: Option<T>,
     last: Option<ReadInfo>,
     /// The slot sequence of a value that could not be read (it did not decode, or the slot's
@@ -263,10 +270,12 @@ pub struct Subscription<T, C = Serde> {
 
 impl<T, C: Codec<T>> Subscription<T, C> {
     fn create(bus: &Bus, name: SlotName) -> Result<Self, BusError> {
-        let endpoint = bus.register::<T, C>(name, EndpointKind::Subscription, 0)?;
+        let schema = C::schema()?;
+        let endpoint = bus.register(name, EndpointKind::Subscription, 0, &schema)?;
         Ok(Subscription {
             endpoint,
             scratch: Vec::new(),
+            prefixes: schema.length_prefixes(),
             value: None,
             last: None,
             passed_over: None,
@@ -300,7 +309,13 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             }
         }
         let seen = self.last_sequence();
-        match C::read(slot, seen, &mut self.scratch, &mut self.value) {
+        match C::read(
+            slot,
+            seen,
+            &mut self.scratch,
+            self.prefixes,
+            &mut self.value,
+        ) {
             Ok(Some(info)) => {
                 self.last = Some(info);
                 self.passed_over = None;

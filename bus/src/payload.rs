@@ -336,8 +336,12 @@ mod tests {
                     area.view(len).copy_to(&mut copied);
                     assert_eq!(copied, expected, "bytes in place ({name_len}, {blob_len})");
                     let view = area.view(len);
-                    let back: Mixed =
-                        codec::decode_from(view.reader(&mut stage), len).expect("decode in place");
+                    let back: Mixed = codec::decode_from(
+                        view.reader(&mut stage),
+                        len,
+                        codec::LengthPrefixes::Possible,
+                    )
+                    .expect("decode in place");
                     assert_eq!(back, value);
                 }
             }
@@ -367,8 +371,11 @@ mod tests {
         codec::encode_to(&value, &mut writer).expect("fits");
         let len = writer.finish();
         for cut in [len - 1, len / 2, 3, 0] {
-            let result: Result<Mixed, _> =
-                codec::decode_from(area.view(cut).reader(&mut stage), cut);
+            let result: Result<Mixed, _> = codec::decode_from(
+                area.view(cut).reader(&mut stage),
+                cut,
+                codec::LengthPrefixes::Possible,
+            );
             assert!(result.is_err(), "decoding {cut} of {len} bytes");
         }
     }

@@ -192,6 +192,26 @@ impl Schema {
         &self.containers
     }
 
+    /// Whether a value of this schema can hold a length prefix: decoding then bounds what a
+    /// prefix may ask to allocate ([`crate::codec::decode_from`]).
+    ///
+    /// The schema is traced through the type's `Deserialize` with every enum variant visited,
+    /// so it records every string, byte buffer, sequence or map that `Deserialize` can ask
+    /// bincode for; a type whose `Deserialize` asks for other things than while traced breaks
+    /// the bus's schema contract anyway (its hash would not describe its bytes).
+    pub fn length_prefixes(&self) -> crate::codec::LengthPrefixes {
+        let holds = self.root.holds_length_prefix()
+            || self
+                .containers
+                .values()
+                .any(ContainerFormat::holds_length_prefix);
+        if holds {
+            crate::codec::LengthPrefixes::Possible
+        } else {
+            crate::codec::LengthPrefixes::Absent
+        }
+    }
+
     /// The form stored next to a slot, type name included.
     pub fn to_bytes(&self) -> Vec<u8> {
         wire::to_bytes(self)

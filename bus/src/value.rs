@@ -13,6 +13,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::LengthPrefixes;
 use crate::error::BusError;
 use crate::schema::Schema;
 use crate::slot::{ReadInfo, Slot};
@@ -38,11 +39,13 @@ pub trait Codec<T>: 'static {
     ) -> Option<Result<usize, BusError>> {
         None
     }
-    /// Reads the slot's value if newer than `last_seen` into `current`.
+    /// Reads the slot's value if newer than `last_seen` into `current`; `prefixes` is what the
+    /// type's schema says ([`Schema::length_prefixes`]).
     fn read(
         slot: &Slot,
         last_seen: u64,
         scratch: &mut Vec<u8>,
+        prefixes: LengthPrefixes,
         current: &mut Option<T>,
     ) -> Result<Option<ReadInfo>, BusError>;
 }
@@ -126,6 +129,7 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
         slot: &Slot,
         last_seen: u64,
         scratch: &mut Vec<u8>,
+        prefixes: LengthPrefixes,
         current: &mut Option<T>,
     ) -> Result<Option<ReadInfo>, BusError> {
         // `None`: a small value, copied into `scratch` and decoded once the copy is validated.
@@ -138,6 +142,7 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
                 Some(crate::codec::decode_from::<T>(
                     payload.reader(scratch),
                     payload.len(),
+                    prefixes,
                 ))
             }
         })?;
@@ -145,7 +150,7 @@ impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Serde {
             return Ok(None);
         };
         let value = decoded
-            .unwrap_or_else(|| crate::codec::decode::<T>(scratch))
+            .unwrap_or_else(|| crate::codec::decode_with::<T>(scratch, prefixes))
             .map_err(|e| BusError::Decode {
                 name: slot.name().to_string(),
                 type_name: std::any::type_name::<T>().to_owned(),
@@ -174,6 +179,7 @@ impl<T: bytemuck::Pod + DeserializeOwned + 'static> Codec<T> for Pod {
         slot: &Slot,
         last_seen: u64,
         _scratch: &mut Vec<u8>,
+        _prefixes: LengthPrefixes,
         current: &mut Option<T>,
     ) -> Result<Option<ReadInfo>, BusError> {
         let mut value = T::zeroed();

@@ -71,3 +71,54 @@ pub struct Named<T> {
     pub name: String,
     pub value: T,
 }
+
+impl Format {
+    /// Whether this format, or one nested in it, is encoded with a length prefix (a string,
+    /// byte buffer, sequence or map). Named containers are not followed: check each of the
+    /// schema's containers too.
+    pub fn holds_length_prefix(&self) -> bool {
+        match self {
+            Format::Str | Format::Bytes | Format::Seq(_) | Format::Map { .. } => true,
+            Format::Option(inner) => inner.holds_length_prefix(),
+            Format::TupleArray { content, .. } => content.holds_length_prefix(),
+            Format::Tuple(items) => items.iter().any(Format::holds_length_prefix),
+            Format::TypeName(_)
+            | Format::Unit
+            | Format::Bool
+            | Format::I8
+            | Format::I16
+            | Format::I32
+            | Format::I64
+            | Format::I128
+            | Format::U8
+            | Format::U16
+            | Format::U32
+            | Format::U64
+            | Format::U128
+            | Format::F32
+            | Format::F64
+            | Format::Char => false,
+        }
+    }
+}
+
+impl ContainerFormat {
+    /// Whether a field or variant of this container holds a length prefix
+    /// ([`Format::holds_length_prefix`]).
+    pub fn holds_length_prefix(&self) -> bool {
+        let any_field =
+            |fields: &[Named<Format>]| fields.iter().any(|f| f.value.holds_length_prefix());
+        match self {
+            ContainerFormat::UnitStruct => false,
+            ContainerFormat::NewTypeStruct(inner) => inner.holds_length_prefix(),
+            ContainerFormat::TupleStruct(items) => items.iter().any(Format::holds_length_prefix),
+            ContainerFormat::Struct(fields) => any_field(fields),
+            ContainerFormat::Enum(variants) => variants.values().any(|v| match &v.value {
+                VariantFormat::Unit => false,
+                VariantFormat::NewType(inner) => inner.holds_length_prefix(),
+                VariantFormat::Tuple(items) => items.iter().any(Format::holds_length_prefix),
+                VariantFormat::Struct(fields) => any_field(fields),
+            }),
+        }
+    }
+}
