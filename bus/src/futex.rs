@@ -3,10 +3,37 @@
 //! Slot words live in memory shared between processes, so they use shared futexes (no
 //! `FUTEX_PRIVATE_FLAG`); a process-local word (the client's "something got bound" counter) uses
 //! a private one. `futex_waitv` (Linux 5.16) waits on up to 128 words at once, which is what a
-//! subscription group needs.
+//! subscription group needs. The kernel clocks are read here too: the deadlines of those waits
+//! and the write stamps of values.
 
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
+
+/// Reads one of the kernel's clocks (through the vDSO: no system call).
+fn clock_now(clock: libc::clockid_t) -> libc::timespec {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid local; with a clock every
+    // Linux has it cannot fail.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now
+}
+
+/// Nanoseconds since the Unix epoch on `CLOCK_REALTIME`: the write stamp of every value.
+///
+/// Read here rather than through `SystemTime`, whose conversion to a `Duration` since the epoch
+/// (checked subtraction, normalisation, a 128-bit multiply) cost 12 to 14 ns on top of the
+/// 28 ns clock read on this project's test machine: a third of a small value's write.
+pub fn realtime_ns() -> u64 {
+    let now = clock_now(libc::CLOCK_REALTIME);
+    // A clock set before 1970 reads as 0, as `SystemTime::duration_since` would refuse it.
+    u64::try_from(now.tv_sec).map_or(0, |secs| {
+        secs.wrapping_mul(1_000_000_000)
+            .wrapping_add(now.tv_nsec as u64)
+    })
+}
 
 /// Most words one `futex_waitv` call can wait on (kernel `FUTEX_WAITV_MAX`).
 pub const WAITV_MAX: usize = 128;
@@ -128,12 +155,7 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
     // A deadline too far to express is no deadline.
     let abs = deadline.and_then(|d| {
         let left = d.saturating_duration_since(Instant::now());
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec into the valid local.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now = clock_now(libc::CLOCK_MONOTONIC);
         let total = Duration::new(now.tv_sec as u64, now.tv_nsec as u32).checked_add(left)?;
         timespec(total)
     });
@@ -170,4 +192,21 @@ fn timespec(d: Duration) -> Option<libc::timespec> {
         tv_sec: libc::time_t::try_from(d.as_secs()).ok()?,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn write_stamps_are_on_the_system_clock() {
+        let since_epoch = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let before = since_epoch(SystemTime::now());
+        let stamp = super::realtime_ns();
+        let after = since_epoch(SystemTime::now());
+        assert!(
+            before <= stamp && stamp <= after,
+            "{before} <= {stamp} <= {after}"
+        );
+    }
 }

@@ -164,11 +164,9 @@ impl StoredSchema {
     }
 }
 
+/// Nanoseconds since the Unix epoch, as values are stamped.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    crate::futex::realtime_ns()
 }
 
 impl Slot {
