@@ -327,7 +327,16 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
     lab.kill(idle);
     lab.write_from(A, "/mortal", "5", "0", "16");
     let r = lab.read_until(B, "/mortal", "5", "20");
-    check(&mut lab, r, 5, "subscriber on B of the new writer");
+    // The new writer counts from 1 again: a reader that first saw the killed writer's value
+    // (3, kept on A, and B's mirror still follows it) sees the count go back once. Slot order
+    // holds: every value after that is the new writer's, in order.
+    let s = summary(&lab.finish(r));
+    assert_eq!(
+        (s["last"].as_u64(), s["bad"].as_u64()),
+        (Some(5), Some(0)),
+        "{s}"
+    );
+    assert!(s["backwards"].as_u64() <= Some(1), "{s}");
     eventually("the new writer's value is live on B", || {
         writer_alive_on_b(&lab) == Some(true.into())
     });
@@ -670,4 +679,68 @@ fn a_slot_made_anew_on_its_host_is_followed_from_its_first_value() {
             && row(&lab, B).is_some_and(|r| r["writer_alive"] == true)
     });
     lab.kill(reader);
+}
+
+/// A publisher that wrote and is gone leaves its last value on its host, and a subscriber on
+/// another host that comes later gets it too, writer gone, as one on its own host does (it
+/// used to wait for ever: hosts announced only running publishers). The kept value is no
+/// publication: another host may publish the name, with no conflict, and its values are then
+/// the ones followed, also on the first host.
+#[test]
+fn a_gone_publishers_kept_value_reaches_a_later_subscriber_on_another_host() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let row_on = |lab: &Lab, host: usize| {
+        let out = lab.inspect(host, &["list", "/once", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let writer = lab.write_from(A, "/once", "3", "0", "16");
+    let on_a = lab.read_until(A, "/once", "3", "20");
+    check(
+        &mut lab,
+        on_a,
+        3,
+        "subscriber on A while the publisher runs",
+    );
+    lab.kill(writer);
+    // B learns that A keeps the value of a publisher gone (before, A stopped announcing it).
+    let kept_on_a_says_b = |lab: &Lab| {
+        let out = lab.inspect(B, &["get", "/baton/registry/directory", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|d| {
+                d["entries"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == "/once")
+                    .map(|e| e["origin_host"] == "hA" && e["publisher_alive"] == false)
+            })
+            .unwrap_or(false)
+    };
+    eventually("B hears that A keeps a gone publisher's value", || {
+        kept_on_a_says_b(&lab)
+    });
+    let late = lab.read_until(B, "/once", "3", "20");
+    check(
+        &mut lab,
+        late,
+        3,
+        "subscriber on B after the publisher left A",
+    );
+    let row = row_on(&lab, B);
+    assert_eq!(row["origin"], "hA", "{row}");
+    assert_eq!(row["writer_alive"], false, "{row}");
+    let on_b = lab.write_from(B, "/once", "5", "0", "16");
+    eventually("B's own publisher has written", || {
+        let row = row_on(&lab, B);
+        row["mirrored"] == false && row["writer_alive"] == true
+    });
+    let on_a = lab.read_until(A, "/once", "5", "20");
+    check(&mut lab, on_a, 5, "subscriber on A of B's publisher");
+    for host in [A, B] {
+        let stats = lab.stats(host).expect("statistics");
+        assert_eq!(stats["conflicts"], 0, "host {host}: {stats}");
+    }
+    lab.kill(on_b);
 }

@@ -229,6 +229,7 @@ mod tests {
             writer_alive: true,
             writer_first: 0,
             series: 0,
+            kept: false,
         }
     }
 

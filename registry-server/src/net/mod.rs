@@ -1,7 +1,8 @@
 //! Network reflection: the registries of one domain on several computers find each other by
-//! UDP multicast (or a unicast peer list), announce their public publications and the names
-//! they need, and send each written value to the hosts that need it, where the registry writes
-//! it into a local mirror slot.
+//! UDP multicast (or a unicast peer list), announce their public publications (also those whose
+//! publisher is gone while the host keeps the last value: a later subscriber elsewhere gets it)
+//! and the names they need, and send each written value to the hosts that need it, where the
+//! registry writes it into a local mirror slot.
 //!
 //! Pieces: `wire` (the datagram format; pure, never panics), `auth` (keyed MAC and replay
 //! window), `reassembly` (fragments to messages, bounded memory), `faults` (test-only loss,

@@ -174,7 +174,8 @@ impl Peers {
 
     /// Every public name published remotely, with its publisher. When two hosts publish one
     /// name, `keeps` says which keeps it (the same answer on every host, whatever the order in
-    /// which each heard them) and `conflict(name, kept, ignored)` is called.
+    /// which each heard them) and `conflict(name, kept, ignored)` is called, unless one of the
+    /// two only keeps a gone publisher's value (`PubInfo::kept`): that is no conflict.
     pub fn claims(&self, conflict: &mut dyn FnMut(&str, &str, &str)) -> BTreeMap<SlotName, Claim> {
         // Heard first, then by name: the conflicts are reported in a stable order.
         let mut hosts: Vec<&PeerEntry> = self.by_host.values().collect();
@@ -194,6 +195,7 @@ impl Peers {
                         type_name: info.type_name.clone(),
                         schema_hash: info.schema_hash,
                         writer_alive: info.writer_alive,
+                        kept: info.kept,
                     },
                     info: info.clone(),
                 };
@@ -201,11 +203,18 @@ impl Peers {
                     None => {
                         claims.insert(name, claim);
                     }
-                    Some(held) if keeps(&claim.claim, &held.claim) => {
-                        conflict(&info.name, &claim.claim.host, &held.claim.host);
-                        *held = claim;
+                    Some(held) => {
+                        let publishers = !claim.claim.kept && !held.claim.kept;
+                        let (kept, ignored) = if keeps(&claim.claim, &held.claim) {
+                            let ignored = std::mem::replace(held, claim).claim.host;
+                            (held.claim.host.clone(), ignored)
+                        } else {
+                            (held.claim.host.clone(), claim.claim.host)
+                        };
+                        if publishers {
+                            conflict(&info.name, &kept, &ignored);
+                        }
                     }
-                    Some(held) => conflict(&info.name, &held.claim.host, &p.announce.host),
                 }
             }
         }
@@ -228,13 +237,13 @@ impl Peers {
     }
 }
 
-/// Which of two hosts publishing one name keeps it: a live publisher before one that is gone,
-/// then the host whose name sorts first. Every registry decides alike, so that two publishers
+/// Which of two hosts publishing one name keeps it: a publisher before a gone one's kept value,
+/// a live publisher before one that has not written, then the host whose name sorts first. Every registry decides alike, so that two publishers
 /// accepted each on its own host before their buses met (a partition healed) do not both go
 /// on, and the hosts that follow the name follow the same one. (A name already published
 /// elsewhere is refused to a new publisher at once: this decides only the races.)
 pub fn keeps(a: &RemoteClaim, b: &RemoteClaim) -> bool {
-    (!a.writer_alive, &a.host) < (!b.writer_alive, &b.host)
+    (a.kept, !a.writer_alive, &a.host) < (b.kept, !b.writer_alive, &b.host)
 }
 
 #[cfg(test)]
@@ -259,6 +268,7 @@ mod tests {
                     writer_alive: true,
                     writer_first: 0,
                     series: 0,
+                    kept: false,
                 })
                 .collect(),
             wants: wants
@@ -304,6 +314,33 @@ mod tests {
         let gone = p.expire(t0 + Duration::from_millis(500), Duration::from_millis(400));
         assert_eq!(gone.len(), 2);
         assert!(p.host_of(super::super::wire::fnv1a(b"a")).is_none());
+    }
+
+    #[test]
+    fn a_kept_value_is_no_conflict_and_yields_to_a_publisher() {
+        let addr: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let t0 = Instant::now();
+        let mut p = Peers::default();
+        // "a" sorts first and was heard first, but only keeps a gone publisher's value.
+        let mut kept = announce("a", &["/x", "/y"], &[]);
+        for info in &mut kept.publications {
+            info.kept = true;
+            info.writer_alive = false;
+        }
+        p.heard(kept, 1, addr, t0);
+        p.heard(announce("b", &["/x"], &[]), 1, addr, t0);
+        let mut conflicts = Vec::new();
+        let claims =
+            p.claims(&mut |n, a, b| conflicts.push((n.to_owned(), a.to_owned(), b.to_owned())));
+        let x = &claims[&SlotName::public("/x").unwrap()].claim;
+        assert_eq!((x.host.as_str(), x.kept), ("b", false));
+        let y = &claims[&SlotName::public("/y").unwrap()].claim;
+        assert_eq!(
+            (y.host.as_str(), y.kept),
+            ("a", true),
+            "kept, and no one else has it"
+        );
+        assert!(conflicts.is_empty(), "{conflicts:?}");
     }
 
     #[test]

@@ -44,12 +44,14 @@ impl Net {
             local.iter().map(|p| (&p.name, p.writer_alive)).collect();
         let mut elsewhere = BTreeMap::new();
         for (name, claim) in &claims {
-            if !reg.is_published_here(name) {
+            // A value only kept there (its publisher gone) yields to the publisher here.
+            if !reg.is_published_here(name) || claim.claim.kept {
                 continue;
             }
             let here = crate::state::RemoteClaim {
                 host: self.host.clone(),
                 writer_alive: announced.get(name).copied().unwrap_or(true),
+                kept: false,
                 ..claim.claim.clone()
             };
             let lost = super::peers::keeps(&claim.claim, &here);
@@ -145,8 +147,12 @@ impl Net {
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
                         }
                     }
-                    if !c.info.writer_alive {
-                        reg.mirror_writer_gone(name);
+                    if !c.info.writer_alive && reg.mirror_writer_gone(name) && c.info.kept {
+                        tracing::info!(
+                            "{name}: its publisher on host '{}' is gone; that host keeps its last \
+                             value",
+                            c.claim.host
+                        );
                     }
                 }
                 Err(reason) => {
@@ -274,6 +280,7 @@ impl Net {
                     writer_alive: p.writer_alive,
                     writer_first: p.writer_first,
                     series: p.series,
+                    kept: p.kept,
                 })
                 .collect(),
             wants: reg

@@ -25,7 +25,7 @@ pub const MAGIC: [u8; 4] = *b"BTNW";
 /// Version 5: a publication is announced without its schema (a mirror stores the schema of the
 /// subscribers it is made for, whose hash matched the announced one); a wanted name carries
 /// the series of the mirror that wants it (`Want`).
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -281,6 +281,10 @@ pub struct PubInfo {
     /// Which segment of its name the slot is (`Slot::series`): one made anew numbers its
     /// values from 1 again.
     pub series: u64,
+    /// No process publishes the name on its host any more: the slot keeps the last value of
+    /// one that is gone, for subscribers that come later, here or on other hosts. Never a
+    /// conflict: a publisher on any host takes the name.
+    pub kept: bool,
 }
 
 /// What a registry tells the others, periodically and whenever it changes: one part of it, cut
@@ -482,6 +486,7 @@ mod tests {
                 writer_alive: true,
                 writer_first: 7,
                 series: 9,
+                kept: false,
             }],
             wants: vec![Want {
                 name: "/y".into(),

@@ -59,6 +59,17 @@ impl Registry {
         }
     }
 
+    /// Whether the directory lists `name` as the remote claim rather than as the slot here: a
+    /// publisher here comes first, then a remote one, then a gone publisher's value kept
+    /// here, then one kept elsewhere.
+    fn remote_listed(&self, name: &SlotName) -> bool {
+        let Some(claim) = self.remote.get(name) else {
+            return false;
+        };
+        let kept_here = self.slots.get(name).is_some_and(|e| e.keeps_gone_value());
+        !(self.is_published_here(name) || (claim.kept && kept_here))
+    }
+
     /// Every public publication known here, local and remote, sorted by name.
     pub fn directory(&self, host: &str) -> Directory {
         let mut entries: Vec<DirectoryEntry> = Vec::new();
@@ -69,7 +80,7 @@ impl Registry {
             let Some(slot) = &e.slot else { continue };
             let writer = slot.writer_state();
             // Claimed by a remote host right now: listed below with its claim.
-            if !e.published_here() && self.remote.contains_key(name) {
+            if self.remote_listed(name) {
                 continue;
             }
             // A slot whose writer never registered (an adopted leftover) is nobody's publication.
@@ -90,7 +101,7 @@ impl Registry {
             });
         }
         for (name, claim) in &self.remote {
-            if self.is_published_here(name) || is_host_local(name.as_str()) {
+            if !self.remote_listed(name) || is_host_local(name.as_str()) {
                 continue;
             }
             entries.push(DirectoryEntry {
@@ -185,6 +196,7 @@ mod tests {
                 type_name: "T".into(),
                 schema_hash: 7,
                 writer_alive: true,
+                kept: false,
             },
         )]));
         reg.publish_directory();

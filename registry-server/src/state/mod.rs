@@ -150,6 +150,18 @@ impl SlotEntry {
                 .as_ref()
                 .is_some_and(|s| s.writer_state() == WriterState::Alive)
     }
+
+    /// A slot of this host whose publisher is gone and that holds its last value: announced
+    /// (as kept) so that a subscriber on another host that comes later gets that value too,
+    /// as one on this host does.
+    fn keeps_gone_value(&self) -> bool {
+        self.origin.is_none()
+            && !self.published_here()
+            && self
+                .slot
+                .as_ref()
+                .is_some_and(|s| s.latest_sequence() > 0 && s.writer_state() == WriterState::Gone)
+    }
 }
 
 /// A public name published on another host, as the network layer learnt it.
@@ -160,6 +172,8 @@ pub struct RemoteClaim {
     pub schema_hash: u64,
     /// Whether the remote host says its publisher runs.
     pub writer_alive: bool,
+    /// No publisher there, only the last value of a gone one (`wire::PubInfo::kept`).
+    pub kept: bool,
 }
 
 /// A public slot published on this host, for announcing and reflecting.
@@ -174,6 +188,9 @@ pub struct LocalPublication {
     /// Which segment of its name the slot is (`Slot::series`).
     pub series: u64,
     pub segment: String,
+    /// No process publishes it: the slot keeps a gone publisher's last value
+    /// (`SlotEntry::keeps_gone_value`).
+    pub kept: bool,
 }
 
 /// Messages to send: (connection, request id or 0 for a push, reply).

@@ -10,12 +10,14 @@
 //! (which is RAM). A private slot (generated name, known only to whom its writer
 //! told) is forgotten once unused for `PRIVATE_UNUSED_FOR`.
 //!
-//! A mirror whose publisher still runs on its origin host and that nobody here subscribes to
-//! any more is forgotten once unused for `MIRROR_UNUSED_FOR`, whatever the limit: while it
+//! A mirror whose publisher still runs on its origin host, or whose origin host keeps its gone
+//! publisher's value (and announces it, `wire::PubInfo::kept`), and that nobody here subscribes
+//! to any more is forgotten once unused for `MIRROR_UNUSED_FOR`, whatever the limit: while it
 //! exists this host asks for its values (`Registry::wanted`), so keeping it would have every
 //! write of the origin sent here for nobody (a camera stream once looked at from an operator's
 //! laptop would go on crossing the radio link). Nothing is lost: a later subscriber asks again
-//! and gets the current value from the origin, as the first one did.
+//! and gets the current value from the origin, as the first one did. A mirror is kept under the
+//! limit only when it holds the last copy this host can get: its origin no longer has it.
 //!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
 //! `bus-inspect` reading it without the registry) keeps its mapping; a publication or
@@ -65,14 +67,6 @@ impl SlotEntry {
         self.no_endpoint_left(now) && self.writer_state().is_some_and(|w| w != WriterState::Alive)
     }
 
-    /// A mirror with no endpoint whose publisher runs on its origin host (see the module
-    /// comment).
-    fn unused_live_mirror(&self, now: Instant) -> bool {
-        self.origin.is_some()
-            && self.no_endpoint_left(now)
-            && self.writer_state() == Some(WriterState::Alive)
-    }
-
     fn no_endpoint_left(&self, now: Instant) -> bool {
         self.own.is_none()
             && self.endpoints.is_empty()
@@ -85,13 +79,27 @@ impl SlotEntry {
 }
 
 impl Registry {
+    /// A mirror with no endpoint whose value its origin host still has: its publisher runs
+    /// there, or the host keeps the gone publisher's value (see the module comment).
+    fn unused_mirror_held_at_origin(&self, name: &SlotName, e: &SlotEntry, now: Instant) -> bool {
+        let Some(origin) = &e.origin else {
+            return false;
+        };
+        e.no_endpoint_left(now)
+            && (e.writer_state() == Some(WriterState::Alive)
+                || self
+                    .remote
+                    .get(name)
+                    .is_some_and(|c| c.kept && &c.host == origin))
+    }
+
     /// Forgets what the module comment says; returns the names forgotten. Called by the
     /// periodic sweep: the times are measured from the first sweep that saw a slot unused.
     pub fn reclaim_unused(&mut self, now: Instant) -> Vec<SlotName> {
-        let live_mirrors: BTreeSet<SlotName> = self
+        let mirrors_held_at_origin: BTreeSet<SlotName> = self
             .slots
             .iter()
-            .filter(|(_, e)| e.unused_live_mirror(now))
+            .filter(|(name, e)| self.unused_mirror_held_at_origin(name, e, now))
             .map(|(n, _)| n.clone())
             .collect();
         let unused: BTreeSet<SlotName> = self
@@ -99,7 +107,7 @@ impl Registry {
             .iter()
             .filter(|(_, e)| e.unused(now))
             .map(|(n, _)| n.clone())
-            .chain(live_mirrors.iter().cloned())
+            .chain(mirrors_held_at_origin.iter().cloned())
             .collect();
         self.unused_since.retain(|n, _| unused.contains(n));
         for name in &unused {
@@ -110,7 +118,7 @@ impl Registry {
         let mut public: Vec<(Instant, u64, &SlotName, u64)> = Vec::new();
         let mut forget: Vec<SlotName> = Vec::new();
         for (name, since) in &self.unused_since {
-            if live_mirrors.contains(name) {
+            if mirrors_held_at_origin.contains(name) {
                 if now.duration_since(*since) >= MIRROR_UNUSED_FOR {
                     forget.push(name.clone());
                 }
@@ -145,8 +153,9 @@ impl Registry {
                 }
             }
         }
-        let (mirrors, gone): (Vec<&SlotName>, Vec<&SlotName>) =
-            forget.iter().partition(|n| live_mirrors.contains(*n));
+        let (mirrors, gone): (Vec<&SlotName>, Vec<&SlotName>) = forget
+            .iter()
+            .partition(|n| mirrors_held_at_origin.contains(*n));
         if let Some(first) = gone.first() {
             tracing::info!(
                 "forgot {} unused slot(s) of gone publishers (keeping at most {} public ones of \

@@ -73,7 +73,9 @@ impl Registry {
             .get(&conn)
             .cloned()
             .ok_or_else(|| failed("unknown connection".into()))?;
-        if let Some(claim) = self.remote.get(&reg.name) {
+        // A name only kept elsewhere (its publisher gone there) is free to publish, with any
+        // type: the new publisher takes it on every host.
+        if let Some(claim) = self.remote.get(&reg.name).filter(|c| !c.kept) {
             if reg.kind == EndpointKind::Publication {
                 self.conflicts += 1;
                 tracing::warn!(

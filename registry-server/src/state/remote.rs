@@ -67,7 +67,8 @@ impl Registry {
         out
     }
 
-    /// Public slots published on this host (by a process, or by the registry itself).
+    /// Public slots published on this host (by a process, or by the registry itself), and
+    /// those that keep the last value of a publisher gone from this host.
     pub fn local_publications(&self) -> Vec<LocalPublication> {
         self.slots
             .iter()
@@ -75,7 +76,7 @@ impl Registry {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && e.origin.is_none()
-                    && (e.published_here() || e.writer_reconnecting())
+                    && (e.published_here() || e.writer_reconnecting() || e.keeps_gone_value())
             })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
@@ -90,6 +91,7 @@ impl Registry {
                     writer_first: slot.writer_first_sequence(),
                     series: slot.series(),
                     segment: slot.segment().to_owned(),
+                    kept: !(e.published_here() || e.writer_reconnecting()),
                 })
             })
             .collect()
@@ -115,6 +117,10 @@ impl Registry {
                             .remote
                             .get(*name)
                             .is_none_or(|c| c.schema_hash == e.schema.hash.0))
+                    // A gone publisher's value held here is not swapped for one kept elsewhere
+                    // (neither is newer); a running publisher's, on any host, is taken.
+                    && !(e.keeps_gone_value()
+                        && self.remote.get(*name).is_some_and(|c| c.kept))
             })
             .map(|(name, _)| name.clone())
             .collect()
@@ -128,7 +134,11 @@ impl Registry {
         let Some(entry) = self.slots.get_mut(name) else {
             return Outbox::new();
         };
-        if entry.schema.hash.0 == claim.schema_hash || entry.origin.is_some() || entry.own.is_some()
+        // A kept value is nobody's publication: a publisher of the subscribers' type may come.
+        if claim.kept
+            || entry.schema.hash.0 == claim.schema_hash
+            || entry.origin.is_some()
+            || entry.own.is_some()
         {
             return Outbox::new();
         }
@@ -270,17 +280,20 @@ impl Registry {
         Ok((segment, out, created))
     }
 
-    /// The remote publisher of a mirror went away (or its host was forgotten).
-    pub fn mirror_writer_gone(&self, name: &SlotName) {
-        if let Some(slot) = self
+    /// The remote publisher of a mirror went away (or its host was forgotten). Returns
+    /// whether the mirror read as written by a running publisher until now.
+    pub fn mirror_writer_gone(&self, name: &SlotName) -> bool {
+        let slot = self
             .slots
             .get(name)
             .filter(|e| e.origin.is_some())
-            .and_then(|e| e.slot.as_ref())
-        {
-            if slot.writer_state() == WriterState::Alive {
+            .and_then(|e| e.slot.as_ref());
+        match slot {
+            Some(slot) if slot.writer_state() == WriterState::Alive => {
                 slot.mark_writer_gone();
+                true
             }
+            _ => false,
         }
     }
 }

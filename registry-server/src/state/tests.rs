@@ -36,6 +36,7 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
             type_name: theirs.type_name().into(),
             schema_hash: theirs.hash().0,
             writer_alive: true,
+            kept: false,
         },
     )]));
     let out = reg.register(
