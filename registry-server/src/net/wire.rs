@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 4] = *b"BTNW";
 /// Version 5: a publication is announced without its schema (a mirror stores the schema of the
 /// subscribers it is made for, whose hash matched the announced one); a wanted name carries
-/// the series of the mirror that wants it (`Want`).
+/// the series of the mirror that wants it (`Want`). Version 6: a publication whose publisher is
+/// gone is announced while its host keeps the value (`PubInfo::kept`).
 pub const VERSION: u8 = 6;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
