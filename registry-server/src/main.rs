@@ -51,8 +51,9 @@ struct Args {
     group: Option<String>,
     /// Slots whose publisher is gone and that nobody uses any more are kept, with their last
     /// value, up to this many (and --keep-unused-mib); the ones unused longest are removed
-    /// first. (A private slot goes 5 s after it is last used, and so does a mirror of a
-    /// publisher that still runs on its host: its values are then no longer asked for.)
+    /// first. (A private slot goes 5 s after it is last used, and so does a mirror whose host
+    /// still has the value, its publisher running there or its value kept: its values are then
+    /// no longer asked for.) With --net the 1,000 written last are offered to other hosts.
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
     keep_unused: usize,
     /// The slots kept by --keep-unused take at most this many MiB of shared memory together

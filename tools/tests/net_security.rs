@@ -507,17 +507,23 @@ fn a_name_published_on_two_hosts_when_their_buses_meet_stops_one_controller() {
         err.contains("host 'hA' publishes /robot/controller/payload too"),
         "{err}"
     );
-    // The one on hA keeps its name, and B follows it.
-    eventually("B's registry mirrors hA's block", || {
-        lab.inspect(B, &["info", "/robot/controller/payload", "--json"])
-            .status
-            .success()
-            && String::from_utf8_lossy(
-                &lab.inspect(B, &["info", "/robot/controller/payload"])
-                    .stdout,
-            )
-            .contains("hA")
-    });
+    // The one on hA keeps its name, and B follows it: B's directory gives the name to hA's
+    // running controller, and B forgets the refused controller's last block (nothing there
+    // uses it, and hA's is newer).
+    eventually(
+        "B follows hA's controller and forgets its own's block",
+        || {
+            let follows_a = lab
+                .directory_entry(B, "/robot/controller/payload")
+                .is_some_and(|e| e["origin_host"] == "hA" && e["publisher_alive"] == true);
+            // Nothing listed: the slot is gone from B.
+            let held_on_b = !lab
+                .inspect(B, &["list", "/robot/controller/payload", "--json"])
+                .stdout
+                .is_empty();
+            follows_a && !held_on_b
+        },
+    );
     assert!(
         lab.is_running(on_a),
         "the controller on hA must keep running"

@@ -147,7 +147,13 @@ impl Net {
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
                         }
                     }
-                    if !c.info.writer_alive && reg.mirror_writer_gone(name) && c.info.kept {
+                    // Said when a followed publisher goes, not for a mirror made now for a kept
+                    // value (it reads as written by this registry only until the line below).
+                    if !c.info.writer_alive
+                        && reg.mirror_writer_gone(name)
+                        && c.info.kept
+                        && !created
+                    {
                         tracing::info!(
                             "{name}: its publisher on host '{}' is gone; that host keeps its last \
                              value",
@@ -164,10 +170,24 @@ impl Net {
             }
         }
         st.logged.retain(|k| current.contains(k));
-        // Mirrors no longer wanted (forgotten by `reclaim`, nobody here subscribing to them):
-        // their mapping goes, and values still on their way are dropped as unexpected.
-        st.mirrors
-            .retain(|name, _| SlotName::parse(name).is_ok_and(|n| wanted.contains(&n)));
+        // Mirrors no longer wanted (forgotten by `reclaim`, nobody here subscribing to them, or
+        // only another type's kept value left on the bus): their mapping goes, and values still
+        // on their way are dropped as unexpected. One still here reads as no longer fed.
+        st.mirrors.retain(|name, m| {
+            let Ok(n) = SlotName::parse(name) else {
+                return false;
+            };
+            if wanted.contains(&n) {
+                return true;
+            }
+            let fed = remote
+                .get(&n)
+                .is_some_and(|c| c.host == m.origin && c.writer_alive);
+            if !fed {
+                reg.mirror_writer_gone(&n);
+            }
+            false
+        });
         // Mirrors whose publisher went away keep their last value, writer gone.
         let stale: Vec<String> = st
             .mirrors
@@ -188,6 +208,10 @@ impl Net {
         // Reflected slots and their targets.
         let mut keep = BTreeSet::new();
         for p in &local {
+            if p.kept && claims.get(&p.name).is_some_and(|c| !c.claim.kept) {
+                // A publisher elsewhere has the name: the hosts that want it follow that one.
+                continue;
+            }
             let name = p.name.as_str().to_owned();
             let targets = st.peers.wanting(&name);
             if targets.is_empty() {

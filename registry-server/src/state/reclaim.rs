@@ -19,6 +19,11 @@
 //! and gets the current value from the origin, as the first one did. A mirror is kept under the
 //! limit only when it holds the last copy this host can get: its origin no longer has it.
 //!
+//! A gone publisher's value kept here is forgotten at once, unused, when a publisher on another
+//! host has written the name since: that value is newer, and every host follows it. Kept, the
+//! old value would be offered again once that publisher is gone too, and a host choosing between
+//! two kept values cannot tell which is newer.
+//!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
 //! `bus-inspect` reading it without the registry) keeps its mapping; a publication or
 //! subscription of the name registered later gets a new slot.
@@ -34,8 +39,9 @@ use super::{Registry, SlotEntry};
 /// How long a private slot stays after its writer and its last reader are gone.
 pub const PRIVATE_UNUSED_FOR: Duration = Duration::from_secs(5);
 
-/// How long a mirror of a running remote publisher stays after its last subscriber here left
-/// (a subscriber restarted within it finds the value still there and still followed).
+/// How long a mirror whose value its origin host still has (a running publisher there, or a
+/// kept value) stays after its last subscriber here left (a subscriber restarted within it finds
+/// the value still there and still followed).
 pub const MIRROR_UNUSED_FOR: Duration = Duration::from_secs(5);
 
 /// How many unused public slots are kept at most, and how much shared memory they may take
@@ -102,10 +108,23 @@ impl Registry {
             .filter(|(name, e)| self.unused_mirror_held_at_origin(name, e, now))
             .map(|(n, _)| n.clone())
             .collect();
+        let superseded: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(name, e)| {
+                e.keeps_gone_value()
+                    && e.no_endpoint_left(now)
+                    && self
+                        .remote
+                        .get(*name)
+                        .is_some_and(|c| !c.kept && c.writer_alive)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
         let unused: BTreeSet<SlotName> = self
             .slots
             .iter()
-            .filter(|(_, e)| e.unused(now))
+            .filter(|(name, e)| e.unused(now) && !superseded.contains(name))
             .map(|(n, _)| n.clone())
             .chain(mirrors_held_at_origin.iter().cloned())
             .collect();
@@ -142,6 +161,14 @@ impl Registry {
             over += 1;
         }
         forget.extend(public[..over].iter().map(|(_, _, n, _)| (*n).clone()));
+        if let Some(first) = superseded.first() {
+            tracing::info!(
+                "forgot {} kept value(s) of gone publishers that a publisher on another host has \
+                 replaced since, e.g. {first}",
+                superseded.len()
+            );
+        }
+        forget.extend(superseded.iter().cloned());
         for name in &forget {
             self.unused_since.remove(name);
             if let Some(entry) = self.slots.remove(name) {
@@ -155,6 +182,7 @@ impl Registry {
         }
         let (mirrors, gone): (Vec<&SlotName>, Vec<&SlotName>) = forget
             .iter()
+            .filter(|n| !superseded.contains(*n))
             .partition(|n| mirrors_held_at_origin.contains(*n));
         if let Some(first) = gone.first() {
             tracing::info!(

@@ -2,13 +2,19 @@
 //! the local publications to announce, the names this host needs from elsewhere, and the mirror
 //! slots that hold remote values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::slot::WriterState;
 use bus::SlotName;
 
 use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim};
+
+/// Most values of gone publishers kept here that are announced, the most recently written
+/// first. Each takes room in the announcement (a peer holds about ten thousand entries of one
+/// host, `net::announce::MAX_HELD_BYTES`) and about 200 bytes a second of the network, and
+/// `--keep-unused` may keep many more.
+pub const KEPT_ANNOUNCED_MAX: usize = 1000;
 
 /// The refusal that tells a local publisher its name is kept by another host's publisher.
 pub(super) fn published_elsewhere(endpoint: u64, name: &SlotName, host: &str) -> Reply {
@@ -68,15 +74,37 @@ impl Registry {
     }
 
     /// Public slots published on this host (by a process, or by the registry itself), and
-    /// those that keep the last value of a publisher gone from this host.
+    /// those that keep the last value of a publisher gone from this host (at most
+    /// `KEPT_ANNOUNCED_MAX`, the most recently written).
     pub fn local_publications(&self) -> Vec<LocalPublication> {
+        let mut kept: Vec<(u64, &SlotName)> = self
+            .slots
+            .iter()
+            .filter(|(name, e)| {
+                !name.is_private()
+                    && !bus::directory::is_host_local(name.as_str())
+                    && e.keeps_gone_value()
+            })
+            .map(|(name, e)| {
+                let written = e.slot.as_ref().and_then(|s| s.last_write());
+                (written.map_or(0, |w| w.write_time_ns), name)
+            })
+            .collect();
+        kept.sort_unstable_by(|a, b| b.cmp(a));
+        let unannounced: BTreeSet<&SlotName> = kept
+            .iter()
+            .skip(KEPT_ANNOUNCED_MAX)
+            .map(|(_, n)| *n)
+            .collect();
         self.slots
             .iter()
             .filter(|(name, e)| {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
                     && e.origin.is_none()
-                    && (e.published_here() || e.writer_reconnecting() || e.keeps_gone_value())
+                    && (e.published_here()
+                        || e.writer_reconnecting()
+                        || (e.keeps_gone_value() && !unannounced.contains(name)))
             })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
@@ -112,11 +140,11 @@ impl Registry {
                             .iter()
                             .any(|r| r.kind == EndpointKind::Subscription))
                     && !e.writer_reconnecting()
-                    && (e.origin.is_some()
-                        || self
-                            .remote
-                            .get(*name)
-                            .is_none_or(|c| c.schema_hash == e.schema.hash.0))
+                    // A mirror goes on asking for a publisher of another type (a conflict,
+                    // logged and counted), not for another type's kept value (none).
+                    && self.remote.get(*name).is_none_or(|c| {
+                        c.schema_hash == e.schema.hash.0 || (e.origin.is_some() && !c.kept)
+                    })
                     // A gone publisher's value held here is not swapped for one kept elsewhere
                     // (neither is newer); a running publisher's, on any host, is taken.
                     && !(e.keeps_gone_value()

@@ -147,3 +147,85 @@ fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
         "{out:?}"
     );
 }
+
+/// A gone publisher's value kept here is offered to other hosts (announced as kept), is not
+/// swapped for a value kept on another host, yields to a publisher on another host, and is
+/// forgotten, unused, once that publisher has written; a kept value elsewhere refuses nothing.
+#[test]
+fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
+    let domain = Domain::new(&format!("unit-kept-{}", std::process::id())).unwrap();
+    struct Cleanup(Domain);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = self.0.remove_all_segments();
+        }
+    }
+    let _cleanup = Cleanup(domain.clone());
+    let mut reg = Registry::new(domain, None);
+    let me = || Peer {
+        pid: std::process::id(),
+        start_time: bus::process::own_start_time(),
+        program: "t".into(),
+    };
+    let schema = Schema::of_serde::<u64>().unwrap();
+    let name = SlotName::public("/kept/x").unwrap();
+    reg.connect(7, me());
+    reg.register(
+        7,
+        1,
+        registration("/kept/x", EndpointKind::Publication, &schema),
+    );
+    let slot = reg.slots[&name].slot.as_ref().expect("slot");
+    slot.write_at(&5u64.to_le_bytes(), 1).expect("write");
+    assert!(!reg.local_publications()[0].kept, "published");
+    reg.disconnect(7);
+    let announced = reg.local_publications();
+    assert_eq!(announced.len(), 1);
+    assert!(announced[0].kept && !announced[0].writer_alive);
+
+    let claim = |kept: bool| RemoteClaim {
+        host: "hB".into(),
+        type_name: schema.type_name().into(),
+        schema_hash: schema.hash().0,
+        writer_alive: !kept,
+        kept,
+    };
+    reg.connect(8, me());
+    reg.register(
+        8,
+        2,
+        registration("/kept/x", EndpointKind::Subscription, &schema),
+    );
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(true))]));
+    assert!(
+        reg.wanted().is_empty(),
+        "not swapped for a value kept elsewhere"
+    );
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(false))]));
+    assert_eq!(
+        reg.wanted(),
+        vec![name.clone()],
+        "a publisher elsewhere is followed"
+    );
+
+    // Another type may be published where the name is only kept elsewhere.
+    let other = SlotName::public("/kept/y").unwrap();
+    reg.set_remote_claims(BTreeMap::from([
+        (name.clone(), claim(false)),
+        (other, claim(true)),
+    ]));
+    let text = Schema::of_serde::<String>().unwrap();
+    let out = reg.register(
+        8,
+        3,
+        registration("/kept/y", EndpointKind::Publication, &text),
+    );
+    assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
+    assert_eq!(reg.conflicts, 0);
+
+    // Unused, its value replaced by the publisher on hB: forgotten at the next sweep.
+    reg.disconnect(8);
+    let forgotten = reg.reclaim_unused(Instant::now());
+    assert_eq!(forgotten, vec![name.clone()]);
+    assert!(!reg.slots.contains_key(&name));
+}

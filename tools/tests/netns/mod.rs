@@ -280,6 +280,18 @@ impl Lab {
         serde_json::from_slice(&out.stdout).ok()
     }
 
+    /// Host `host`'s directory entry of `name` (`/baton/registry/directory`), as JSON: who
+    /// publishes it, as that host's registry sees it.
+    pub fn directory_entry(&self, host: usize, name: &str) -> Option<serde_json::Value> {
+        let out = self.inspect(host, &["get", "/baton/registry/directory", "--json"]);
+        let directory: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        directory["entries"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+    }
+
     /// A dropped-datagram counter of host `host` (0 while unknown).
     pub fn dropped(&self, host: usize, cause: &str) -> u64 {
         self.stats(host)
