@@ -15,6 +15,15 @@ pub(super) fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> R
     }
 }
 
+/// Removes a test domain's segments however the test ends.
+struct Cleanup(Domain);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = self.0.remove_all_segments();
+    }
+}
+
 #[test]
 fn names_published_on_another_host_are_refused_with_the_host_and_type() {
     let mut reg = Registry::new(Domain::new("unit-remote").unwrap(), None);
@@ -77,13 +86,6 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
 #[test]
 fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
     let domain = Domain::new(&format!("unit-elsewhere-{}", std::process::id())).unwrap();
-    /// Removes the test's segments however it ends.
-    struct Cleanup(Domain);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = self.0.remove_all_segments();
-        }
-    }
     let _cleanup = Cleanup(domain.clone());
     let mut reg = Registry::new(domain.clone(), None);
     reg.connect(
@@ -154,12 +156,6 @@ fn a_publisher_learns_of_a_conflict_found_after_binding_and_of_its_end() {
 #[test]
 fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
     let domain = Domain::new(&format!("unit-kept-{}", std::process::id())).unwrap();
-    struct Cleanup(Domain);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = self.0.remove_all_segments();
-        }
-    }
     let _cleanup = Cleanup(domain.clone());
     let mut reg = Registry::new(domain, None);
     let me = || Peer {
