@@ -146,7 +146,8 @@ impl Registry {
                         c.schema_hash == e.schema.hash.0 || (e.origin.is_some() && !c.kept)
                     })
                     // A gone publisher's value held here is not swapped for one kept elsewhere
-                    // (neither is newer); a running publisher's, on any host, is taken.
+                    // (which of the two is newer is not known); a running publisher's, on any
+                    // host, is taken.
                     && !(e.keeps_gone_value()
                         && self.remote.get(*name).is_some_and(|c| c.kept))
             })
