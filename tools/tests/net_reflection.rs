@@ -731,3 +731,33 @@ fn a_gone_publishers_kept_value_reaches_a_later_subscriber_on_another_host() {
     }
     lab.kill(on_b);
 }
+
+/// Two hosts that each kept a value of the name while apart (a partition, or a robot and a
+/// payload computer that ran the same application at different times): when they meet, the
+/// newer value is the one followed, also on the host that kept the older one, where a
+/// subscriber gets it.
+#[test]
+fn of_two_kept_values_the_newer_is_followed() {
+    let mut lab = Lab::new(2);
+    lab.set_connected(B, false);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    for (host, count) in [(A, "3"), (B, "5")] {
+        let writer = lab.write_from(host, "/twice", count, "0", "16");
+        let reader = lab.read_until(host, "/twice", count, "20");
+        check(
+            &mut lab,
+            reader,
+            count.parse().unwrap(),
+            "the publisher's own host",
+        );
+        lab.kill(writer);
+    }
+    lab.set_connected(B, true);
+    let on_a = lab.read_until(A, "/twice", "5", "20");
+    let s = check(&mut lab, on_a, 5, "subscriber on A after the hosts met");
+    assert_eq!(s["writer"], "Gone", "{s}");
+    let out = lab.inspect(A, &["list", "/twice", "--json"]);
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(row["origin"], "hB", "{row}");
+}

@@ -230,6 +230,7 @@ mod tests {
             writer_first: 0,
             series: 0,
             kept: false,
+            kept_written_ns: 0,
         }
     }
 

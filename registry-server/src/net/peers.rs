@@ -196,6 +196,7 @@ impl Peers {
                         schema_hash: info.schema_hash,
                         writer_alive: info.writer_alive,
                         kept: info.kept,
+                        kept_written_ns: info.kept_written_ns,
                     },
                     info: info.clone(),
                 };
@@ -238,13 +239,16 @@ impl Peers {
 }
 
 /// Which of two hosts publishing one name keeps it: a publisher before a gone one's kept value,
-/// a live publisher before one that has not written, then the host whose name sorts first.
+/// a live publisher before one that has not written, the newer of two kept values (as their
+/// hosts' clocks tell), then the host whose name sorts first.
 /// Every registry decides alike, so that two publishers accepted each on its own host before
 /// their buses met (a partition healed) do not both go on, and the hosts that follow the name
 /// follow the same one. (A name already published
 /// elsewhere is refused to a new publisher at once: this decides only the races.)
 pub fn keeps(a: &RemoteClaim, b: &RemoteClaim) -> bool {
-    (a.kept, !a.writer_alive, &a.host) < (b.kept, !b.writer_alive, &b.host)
+    use std::cmp::Reverse;
+    let rank = |c: &RemoteClaim| (c.kept, !c.writer_alive, Reverse(c.kept_written_ns));
+    (rank(a), &a.host) < (rank(b), &b.host)
 }
 
 #[cfg(test)]
@@ -270,6 +274,7 @@ mod tests {
                     writer_first: 0,
                     series: 0,
                     kept: false,
+                    kept_written_ns: 0,
                 })
                 .collect(),
             wants: wants
@@ -323,13 +328,20 @@ mod tests {
         let t0 = Instant::now();
         let mut p = Peers::default();
         // "a" sorts first and was heard first, but only keeps a gone publisher's value.
-        let mut kept = announce("a", &["/x", "/y"], &[]);
-        for info in &mut kept.publications {
-            info.kept = true;
-            info.writer_alive = false;
-        }
-        p.heard(kept, 1, addr, t0);
+        let keeping = |host: &str, names: &[&str], written: u64| {
+            let mut kept = announce(host, names, &[]);
+            for info in &mut kept.publications {
+                info.kept = true;
+                info.writer_alive = false;
+                info.kept_written_ns = written;
+            }
+            kept
+        };
+        p.heard(keeping("a", &["/x", "/y", "/z"], 20), 1, addr, t0);
         p.heard(announce("b", &["/x"], &[]), 1, addr, t0);
+        // "c" keeps an older value of /y than "a" does, "d" a newer one of /z.
+        p.heard(keeping("c", &["/y"], 10), 1, addr, t0);
+        p.heard(keeping("d", &["/z"], 30), 1, addr, t0);
         let mut conflicts = Vec::new();
         let claims =
             p.claims(&mut |n, a, b| conflicts.push((n.to_owned(), a.to_owned(), b.to_owned())));
@@ -339,8 +351,10 @@ mod tests {
         assert_eq!(
             (y.host.as_str(), y.kept),
             ("a", true),
-            "kept, and no one else has it"
+            "the newer kept value"
         );
+        let z = &claims[&SlotName::public("/z").unwrap()].claim;
+        assert_eq!(z.host, "d", "the newer kept value, whatever the host names");
         assert!(conflicts.is_empty(), "{conflicts:?}");
     }
 

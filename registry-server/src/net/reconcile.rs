@@ -52,6 +52,7 @@ impl Net {
                 host: self.host.clone(),
                 writer_alive: announced.get(name).copied().unwrap_or(true),
                 kept: false,
+                kept_written_ns: 0,
                 ..claim.claim.clone()
             };
             let lost = super::peers::keeps(&claim.claim, &here);
@@ -305,6 +306,7 @@ impl Net {
                     writer_first: p.writer_first,
                     series: p.series,
                     kept: p.kept,
+                    kept_written_ns: p.kept_written_ns,
                 })
                 .collect(),
             wants: reg

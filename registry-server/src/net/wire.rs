@@ -286,6 +286,9 @@ pub struct PubInfo {
     /// one that is gone, for subscribers that come later, here or on other hosts. Never a
     /// conflict: a publisher on any host takes the name.
     pub kept: bool,
+    /// When the kept value was written (its host's clock, ns since the epoch); 0 for a
+    /// publication. Of two hosts that each keep a value, the newer is followed.
+    pub kept_written_ns: u64,
 }
 
 /// What a registry tells the others, periodically and whenever it changes: one part of it, cut
@@ -488,6 +491,7 @@ mod tests {
                 writer_first: 7,
                 series: 9,
                 kept: false,
+                kept_written_ns: 0,
             }],
             wants: vec![Want {
                 name: "/y".into(),

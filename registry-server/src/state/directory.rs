@@ -197,6 +197,7 @@ mod tests {
                 schema_hash: 7,
                 writer_alive: true,
                 kept: false,
+                kept_written_ns: 0,
             },
         )]));
         reg.publish_directory();

@@ -151,6 +151,14 @@ impl SlotEntry {
                 .is_some_and(|s| s.writer_state() == WriterState::Alive)
     }
 
+    /// When the value the slot holds was written (0: none, or no slot).
+    fn last_written_ns(&self) -> u64 {
+        self.slot
+            .as_ref()
+            .and_then(|s| s.last_write())
+            .map_or(0, |w| w.write_time_ns)
+    }
+
     /// A slot of this host whose publisher is gone and that holds its last value: announced
     /// (as kept) so that a subscriber on another host that comes later gets that value too,
     /// as one on this host does.
@@ -174,6 +182,8 @@ pub struct RemoteClaim {
     pub writer_alive: bool,
     /// No publisher there, only the last value of a gone one (`wire::PubInfo::kept`).
     pub kept: bool,
+    /// When that kept value was written (its host's clock); 0 for a publisher.
+    pub kept_written_ns: u64,
 }
 
 /// A public slot published on this host, for announcing and reflecting.
@@ -191,6 +201,8 @@ pub struct LocalPublication {
     /// No process publishes it: the slot keeps a gone publisher's last value
     /// (`SlotEntry::keeps_gone_value`).
     pub kept: bool,
+    /// When the kept value was written; 0 for a publication.
+    pub kept_written_ns: u64,
 }
 
 /// Messages to send: (connection, request id or 0 for a push, reply).

@@ -21,8 +21,8 @@
 //!
 //! A gone publisher's value kept here is forgotten at once, unused, when a publisher on another
 //! host has written the name since: that value is newer, and every host follows it. Kept, the
-//! old value would be offered again once that publisher is gone too, and a host choosing between
-//! two kept values cannot tell which is newer.
+//! old value would be offered again once that publisher is gone too, to be told from the newer
+//! one only by the two hosts' clocks (`net::peers::keeps`).
 //!
 //! Forgetting unlinks the segment and unmaps it here. A process that still maps it (a
 //! `bus-inspect` reading it without the registry) keeps its mapping; a publication or

@@ -85,10 +85,7 @@ impl Registry {
                     && !bus::directory::is_host_local(name.as_str())
                     && e.keeps_gone_value()
             })
-            .map(|(name, e)| {
-                let written = e.slot.as_ref().and_then(|s| s.last_write());
-                (written.map_or(0, |w| w.write_time_ns), name)
-            })
+            .map(|(name, e)| (e.last_written_ns(), name))
             .collect();
         kept.sort_unstable_by(|a, b| b.cmp(a));
         let unannounced: BTreeSet<&SlotName> = kept
@@ -120,6 +117,11 @@ impl Registry {
                     series: slot.series(),
                     segment: slot.segment().to_owned(),
                     kept: !(e.published_here() || e.writer_reconnecting()),
+                    kept_written_ns: if e.published_here() || e.writer_reconnecting() {
+                        0
+                    } else {
+                        e.last_written_ns()
+                    },
                 })
             })
             .collect()
@@ -145,11 +147,14 @@ impl Registry {
                     && self.remote.get(*name).is_none_or(|c| {
                         c.schema_hash == e.schema.hash.0 || (e.origin.is_some() && !c.kept)
                     })
-                    // A gone publisher's value held here is not swapped for one kept elsewhere
-                    // (which of the two is newer is not known); a running publisher's, on any
+                    // A gone publisher's value held here is swapped only for a newer one kept
+                    // elsewhere (as the two hosts' clocks tell); a running publisher's, on any
                     // host, is taken.
                     && !(e.keeps_gone_value()
-                        && self.remote.get(*name).is_some_and(|c| c.kept))
+                        && self
+                            .remote
+                            .get(*name)
+                            .is_some_and(|c| c.kept && c.kept_written_ns <= e.last_written_ns()))
             })
             .map(|(name, _)| name.clone())
             .collect()

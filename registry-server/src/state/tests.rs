@@ -46,6 +46,7 @@ fn names_published_on_another_host_are_refused_with_the_host_and_type() {
             schema_hash: theirs.hash().0,
             writer_alive: true,
             kept: false,
+            kept_written_ns: 0,
         },
     )]));
     let out = reg.register(
@@ -179,12 +180,15 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
     assert_eq!(announced.len(), 1);
     assert!(announced[0].kept && !announced[0].writer_alive);
 
-    let claim = |kept: bool| RemoteClaim {
+    // A value kept on hB, written at `kept_written_ns` (this one was written at 1), or a
+    // publisher there (0).
+    let claim = |kept_written_ns: u64| RemoteClaim {
         host: "hB".into(),
         type_name: schema.type_name().into(),
         schema_hash: schema.hash().0,
-        writer_alive: !kept,
-        kept,
+        writer_alive: kept_written_ns == 0,
+        kept: kept_written_ns != 0,
+        kept_written_ns,
     };
     reg.connect(8, me());
     reg.register(
@@ -192,12 +196,18 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
         2,
         registration("/kept/x", EndpointKind::Subscription, &schema),
     );
-    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(true))]));
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(1))]));
     assert!(
         reg.wanted().is_empty(),
-        "not swapped for a value kept elsewhere"
+        "not swapped for a value kept elsewhere, as old"
     );
-    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(false))]));
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(2))]));
+    assert_eq!(
+        reg.wanted(),
+        vec![name.clone()],
+        "a newer kept value is taken"
+    );
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim(0))]));
     assert_eq!(
         reg.wanted(),
         vec![name.clone()],
@@ -207,8 +217,8 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
     // Another type may be published where the name is only kept elsewhere.
     let other = SlotName::public("/kept/y").unwrap();
     reg.set_remote_claims(BTreeMap::from([
-        (name.clone(), claim(false)),
-        (other, claim(true)),
+        (name.clone(), claim(0)),
+        (other, claim(2)),
     ]));
     let text = Schema::of_serde::<String>().unwrap();
     let out = reg.register(
