@@ -240,11 +240,11 @@ impl Peers {
 
 /// Which of two hosts publishing one name keeps it: a publisher before a gone one's kept value,
 /// a live publisher before one that has not written, the newer of two kept values (as their
-/// hosts' clocks tell), then the host whose name sorts first.
-/// Every registry decides alike, so that two publishers accepted each on its own host before
-/// their buses met (a partition healed) do not both go on, and the hosts that follow the name
-/// follow the same one. (A name already published
-/// elsewhere is refused to a new publisher at once: this decides only the races.)
+/// hosts' clocks tell), then the host whose name sorts first. Every registry decides alike, so
+/// that two publishers accepted each on its own host before their buses met (a partition
+/// healed) do not both go on, and the hosts that follow the name follow the same one. (A name
+/// already published elsewhere is refused to a new publisher at once: this decides only the
+/// races.)
 pub fn keeps(a: &RemoteClaim, b: &RemoteClaim) -> bool {
     use std::cmp::Reverse;
     let rank = |c: &RemoteClaim| (c.kept, !c.writer_alive, Reverse(c.kept_written_ns));

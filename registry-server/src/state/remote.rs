@@ -105,6 +105,7 @@ impl Registry {
             })
             .filter_map(|(name, e)| {
                 let slot = e.slot.as_ref()?;
+                let kept = !(e.published_here() || e.writer_reconnecting());
                 Some(LocalPublication {
                     name: name.clone(),
                     schema: e.schema.clone(),
@@ -116,12 +117,10 @@ impl Registry {
                     writer_first: slot.writer_first_sequence(),
                     series: slot.series(),
                     segment: slot.segment().to_owned(),
-                    kept: !(e.published_here() || e.writer_reconnecting()),
-                    kept_written_ns: if e.published_here() || e.writer_reconnecting() {
-                        0
-                    } else {
-                        e.last_written_ns()
-                    },
+                    kept,
+                    // Only a kept value's: a publication's would change the announcement at
+                    // every write.
+                    kept_written_ns: if kept { e.last_written_ns() } else { 0 },
                 })
             })
             .collect()
