@@ -97,6 +97,13 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = child.wait();
+    // `script` may exit before the registry it ran: the segments go once that is gone too (it
+    // could still make one), or they would outlive the test.
+    let serving = format!("--domain {domain}");
+    let gone_by = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < gone_by && runs_with_args(&serving) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = std::fs::remove_file(&log);
     let _ = bus::Domain::new(&domain).unwrap().remove_all_segments();
     assert!(
@@ -104,6 +111,22 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
         "no start-up line: {text:?}"
     );
     text
+}
+
+/// Whether a process runs whose command line (arguments joined by spaces) contains `args`.
+fn runs_with_args(args: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|raw| {
+            let line: Vec<&str> = raw
+                .split(|b| *b == 0)
+                .filter_map(|a| std::str::from_utf8(a).ok())
+                .collect();
+            line.join(" ").contains(args)
+        })
+    })
 }
 
 /// Colours only on a terminal without NO_COLOR: the journal and log files get plain text.
