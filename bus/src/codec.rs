@@ -112,11 +112,7 @@ pub enum LengthPrefixes {
 
 /// Decodes one `T` that must fill `bytes` exactly.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    decode_from(
-        SliceCursor { bytes, pos: 0 },
-        bytes.len(),
-        LengthPrefixes::Possible,
-    )
+    decode_with(bytes, LengthPrefixes::Possible)
 }
 
 /// Decodes one `T` whose schema says `prefixes` and that must fill `bytes` exactly.

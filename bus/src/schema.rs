@@ -200,12 +200,20 @@ impl Schema {
     /// bincode for; a type whose `Deserialize` asks for other things than while traced breaks
     /// the bus's schema contract anyway (its hash would not describe its bytes).
     pub fn length_prefixes(&self) -> crate::codec::LengthPrefixes {
-        let holds = self.root.holds_length_prefix()
-            || self
-                .containers
-                .values()
-                .any(ContainerFormat::holds_length_prefix);
-        if holds {
+        fn holds(format: &Format) -> bool {
+            let mut found = matches!(
+                format,
+                Format::Str | Format::Bytes | Format::Seq(_) | Format::Map { .. }
+            );
+            wire::for_children(format, &mut |child| found = found || holds(child));
+            found
+        }
+        // Named containers are checked once each, not followed from where they are used.
+        let mut found = holds(&self.root);
+        for container in self.containers.values() {
+            wire::container_children(container, &mut |child| found = found || holds(child));
+        }
+        if found {
             crate::codec::LengthPrefixes::Possible
         } else {
             crate::codec::LengthPrefixes::Absent

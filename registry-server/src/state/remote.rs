@@ -8,7 +8,7 @@ use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::slot::WriterState;
 use bus::SlotName;
 
-use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim};
+use super::{LocalPublication, NoSlot, Outbox, Registry, RemoteClaim, SlotEntry};
 
 /// Most values of gone publishers kept here that are announced, the most recently written
 /// first. Each takes room in the announcement (a peer holds about ten thousand entries of one
@@ -77,35 +77,39 @@ impl Registry {
     /// those that keep the last value of a publisher gone from this host (at most
     /// `KEPT_ANNOUNCED_MAX`, the most recently written).
     pub fn local_publications(&self) -> Vec<LocalPublication> {
-        let mut kept: Vec<(u64, &SlotName)> = self
+        // Each public slot of this host's own, with the write time of a kept value.
+        let mut announced: Vec<(&SlotName, &SlotEntry, Option<u64>)> = self
             .slots
             .iter()
             .filter(|(name, e)| {
                 !name.is_private()
                     && !bus::directory::is_host_local(name.as_str())
-                    && e.keeps_gone_value()
-            })
-            .map(|(name, e)| (e.last_written_ns(), name))
-            .collect();
-        kept.sort_unstable_by(|a, b| b.cmp(a));
-        let unannounced: BTreeSet<&SlotName> = kept
-            .iter()
-            .skip(KEPT_ANNOUNCED_MAX)
-            .map(|(_, n)| *n)
-            .collect();
-        self.slots
-            .iter()
-            .filter(|(name, e)| {
-                !name.is_private()
-                    && !bus::directory::is_host_local(name.as_str())
                     && e.origin.is_none()
-                    && (e.published_here()
-                        || e.writer_reconnecting()
-                        || (e.keeps_gone_value() && !unannounced.contains(name)))
             })
             .filter_map(|(name, e)| {
+                if e.published_here() || e.writer_reconnecting() {
+                    Some((name, e, None))
+                } else if e.keeps_gone_value() {
+                    Some((name, e, Some(e.last_written_ns())))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut kept: Vec<(u64, &SlotName)> = announced
+            .iter()
+            .filter_map(|(name, _, written)| Some(((*written)?, *name)))
+            .collect();
+        if kept.len() > KEPT_ANNOUNCED_MAX {
+            kept.sort_unstable_by(|a, b| b.cmp(a));
+            let unannounced: BTreeSet<&SlotName> =
+                kept[KEPT_ANNOUNCED_MAX..].iter().map(|(_, n)| *n).collect();
+            announced.retain(|(name, _, written)| written.is_none() || !unannounced.contains(name));
+        }
+        announced
+            .into_iter()
+            .filter_map(|(name, e, kept_written)| {
                 let slot = e.slot.as_ref()?;
-                let kept = !(e.published_here() || e.writer_reconnecting());
                 Some(LocalPublication {
                     name: name.clone(),
                     schema: e.schema.clone(),
@@ -117,10 +121,10 @@ impl Registry {
                     writer_first: slot.writer_first_sequence(),
                     series: slot.series(),
                     segment: slot.segment().to_owned(),
-                    kept,
+                    kept: kept_written.is_some(),
                     // Only a kept value's: a publication's would change the announcement at
                     // every write.
-                    kept_written_ns: if kept { e.last_written_ns() } else { 0 },
+                    kept_written_ns: kept_written.unwrap_or(0),
                 })
             })
             .collect()
@@ -141,19 +145,19 @@ impl Registry {
                             .iter()
                             .any(|r| r.kind == EndpointKind::Subscription))
                     && !e.writer_reconnecting()
-                    // A mirror goes on asking for a publisher of another type (a conflict,
-                    // logged and counted), not for another type's kept value (none).
                     && self.remote.get(*name).is_none_or(|c| {
-                        c.schema_hash == e.schema.hash.0 || (e.origin.is_some() && !c.kept)
+                        // A mirror goes on asking for a publisher of another type (a
+                        // conflict, logged and counted), not for another type's kept value.
+                        let typed =
+                            c.schema_hash == e.schema.hash.0 || (e.origin.is_some() && !c.kept);
+                        // A gone publisher's value held here is swapped only for a newer one
+                        // kept elsewhere (as the two hosts' clocks tell); a running
+                        // publisher's, on any host, is taken.
+                        let newer = !(c.kept
+                            && e.keeps_gone_value()
+                            && c.kept_written_ns <= e.last_written_ns());
+                        typed && newer
                     })
-                    // A gone publisher's value held here is swapped only for a newer one kept
-                    // elsewhere (as the two hosts' clocks tell); a running publisher's, on any
-                    // host, is taken.
-                    && !(e.keeps_gone_value()
-                        && self
-                            .remote
-                            .get(*name)
-                            .is_some_and(|c| c.kept && c.kept_written_ns <= e.last_written_ns()))
             })
             .map(|(name, _)| name.clone())
             .collect()
