@@ -49,6 +49,16 @@ pub enum Request {
     },
     /// Every slot with its endpoints.
     List,
+    /// A tool reads `name` whatever its type (`bus-inspect get` of a name published on another
+    /// computer): bound like a subscription to the slot here if there is one, else the
+    /// registry asks the host that publishes the name for its schema and mirrors it with
+    /// that. Answered like a subscription's registration (`Registered`, then `Bound`), or
+    /// refused when neither this host nor another has the name. Lasts while the connection
+    /// does (or until `Unregister`).
+    Follow {
+        endpoint: u64,
+        name: SlotName,
+    },
 }
 
 /// Why the registry refused a registration.

@@ -350,6 +350,12 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
                     shared.directory_changed();
                     vec![(conn, frame.id, Reply::Unregistered { endpoint })]
                 }
+                Request::Follow { endpoint, name } => {
+                    shared.changed();
+                    let out = state.follow(conn, frame.id, endpoint, name);
+                    shared.directory_changed();
+                    out
+                }
                 Request::List => vec![(
                     conn,
                     frame.id,

@@ -139,3 +139,59 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     let r = json(&lab.inspect(B, &["hz", "/lab/x", "--window", "1", "--json"]));
     assert!(r["writes"].as_u64().unwrap() > 0, "{r}");
 }
+
+/// `get` and `watch` of a name that only another host publishes, and nothing here subscribes
+/// to: the registry asks that host for the schema and mirrors the name while the tool reads,
+/// then forgets the mirror. Before, they said there was no such slot.
+#[test]
+fn get_and_watch_read_a_name_only_another_host_publishes() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let writer = lab.write_from(A, "/lab/far", "3", "0", "16");
+    eventually("hB's directory lists /lab/far of hA", || {
+        lab.directory_entry(B, "/lab/far")
+            .is_some_and(|e| e["origin_host"] == "hA")
+    });
+    let mirrored_on_b = |lab: &Lab| {
+        let out = lab.inspect(B, &["list", "/lab/far", "--json"]);
+        !serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_default()
+            .is_null()
+    };
+    assert!(!mirrored_on_b(&lab), "nothing on hB subscribes yet");
+
+    let value = json(&lab.inspect(B, &["get", "/lab/far", "--json"]));
+    assert_eq!(value["sequence"], 3, "{value}");
+    let out = lab.inspect(B, &["get", "/lab/far"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("writer alive on hA"), "{text}");
+    let out = lab.inspect(B, &["watch", "/lab/far", "--count", "1", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json(&out)["value"]["sequence"], 3);
+
+    // Once no tool reads it, the mirror goes, as after any last subscriber.
+    eventually("hB forgets the mirror no one reads", || {
+        !mirrored_on_b(&lab)
+    });
+
+    // A name no host publishes is still no slot, said at once.
+    let out = lab.inspect(B, &["get", "/lab/nowhere"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no slot /lab/nowhere"), "{err}");
+
+    // A gone publisher's value that hA keeps reads the same way, writer gone.
+    lab.kill(writer);
+    eventually(
+        "hB hears that hA keeps the value of a gone publisher",
+        || {
+            lab.directory_entry(B, "/lab/far")
+                .is_some_and(|e| e["publisher_alive"] == false)
+        },
+    );
+    let out = lab.inspect(B, &["get", "/lab/far"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("writer gone"), "{text}");
+    assert!(text.contains("hA"), "{text}");
+}

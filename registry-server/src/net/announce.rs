@@ -248,6 +248,7 @@ mod tests {
                 .map(|w| Want {
                     name: (*w).into(),
                     mirror: 0,
+                    schema: false,
                 })
                 .collect(),
         }

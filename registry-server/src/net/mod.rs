@@ -2,7 +2,9 @@
 //! UDP multicast (or a unicast peer list), announce their public publications (also those whose
 //! publisher is gone while the host keeps the last value: a later subscriber elsewhere gets it)
 //! and the names they need, and send each written value to the hosts that need it, where the
-//! registry writes it into a local mirror slot.
+//! registry writes it into a local mirror slot. A host where a tool reads a name nothing there
+//! subscribes to (`bus-inspect get`) asks for the publication's schema first: announcements
+//! carry only schema hashes.
 //!
 //! Pieces: `wire` (the datagram format; pure, never panics), `auth` (keyed MAC and replay
 //! window), `reassembly` (fragments to messages, bounded memory), `faults` (test-only loss,
@@ -207,6 +209,9 @@ impl Mirror {
     }
 }
 
+/// A publication's schema (`Schema::to_bytes`), shared by the hosts it is sent to.
+type SchemaBytes = Arc<Vec<u8>>;
+
 struct NetState {
     peers: Peers,
     replay: Replay,
@@ -215,6 +220,15 @@ struct NetState {
     reflected: BTreeMap<String, Reflected>,
     /// Values owed now to new targets (and to every target on a refresh): name -> hosts.
     owed: BTreeMap<String, BTreeSet<String>>,
+    /// The schemas of local publications other hosts ask for (`wire::Want::schema`):
+    /// (name, host) -> (where it goes, the schema). Sent when first asked for and on every
+    /// refresh while asked for, so that a lost one is sent again.
+    schema_offers: BTreeMap<(String, String), (SocketAddr, SchemaBytes)>,
+    /// Schemas to send now: name, destination, schema.
+    schemas_owed: Vec<(String, SocketAddr, SchemaBytes)>,
+    /// Schemas heard from other hosts for names this host asked for: name -> (host, schema),
+    /// handed to the registry at the next reconcile.
+    schemas_heard: BTreeMap<String, (String, Vec<u8>)>,
     /// What was announced last (whole, its part fields zero) and its generation.
     last_announce: Option<Announce>,
     generation: u64,
@@ -445,6 +459,9 @@ impl Net {
                 mirrors: HashMap::new(),
                 reflected: BTreeMap::new(),
                 owed: BTreeMap::new(),
+                schema_offers: BTreeMap::new(),
+                schemas_owed: Vec::new(),
+                schemas_heard: BTreeMap::new(),
                 last_announce: None,
                 generation: 0,
                 next_announce: now,

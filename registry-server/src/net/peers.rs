@@ -222,15 +222,37 @@ impl Peers {
         claims
     }
 
-    /// Hosts that want `name`: (host, data address, session, series of its mirror).
+    /// Hosts that want `name`'s values: (host, data address, session, series of its mirror).
     pub fn wanting(&self, name: &str) -> Vec<(String, SocketAddr, u64, u64)> {
         self.by_host
             .values()
             .filter_map(|p| {
-                let want = p.announce.wants.iter().find(|w| w.name == name)?;
+                let want = p
+                    .announce
+                    .wants
+                    .iter()
+                    .find(|w| w.name == name && !w.schema)?;
                 Some((p.announce.host.clone(), p.data_addr, p.session, want.mirror))
             })
             .collect()
+    }
+
+    /// The names whose schema a host asks for (`Want::schema`), with that host and where its
+    /// datagrams go.
+    pub fn schema_wanting(&self) -> impl Iterator<Item = (&str, &str, SocketAddr)> + '_ {
+        self.by_host.values().flat_map(|p| {
+            p.announce
+                .wants
+                .iter()
+                .filter(|w| w.schema)
+                .map(move |w| (w.name.as_str(), p.announce.host.as_str(), p.data_addr))
+        })
+    }
+
+    /// What `host` announces it publishes under `name`.
+    pub fn publication(&self, host: &str, name: &str) -> Option<&PubInfo> {
+        let p = self.by_host.get(host)?;
+        p.announce.publications.iter().find(|i| i.name == name)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PeerEntry> {
@@ -282,6 +304,7 @@ mod tests {
                 .map(|w| crate::net::wire::Want {
                     name: (*w).into(),
                     mirror: 0,
+                    schema: false,
                 })
                 .collect(),
         }
@@ -356,6 +379,24 @@ mod tests {
         let z = &claims[&SlotName::public("/z").unwrap()].claim;
         assert_eq!(z.host, "d", "the newer kept value, whatever the host names");
         assert!(conflicts.is_empty(), "{conflicts:?}");
+    }
+
+    /// A host that asks only for a name's schema is sent no values of it.
+    #[test]
+    fn a_schema_want_asks_for_the_schema_only() {
+        let addr: SocketAddr = "10.0.0.2:9".parse().unwrap();
+        let mut p = Peers::default();
+        let mut a = announce("b", &[], &["/v"]);
+        a.wants.push(crate::net::wire::Want {
+            name: "/s".into(),
+            mirror: 0,
+            schema: true,
+        });
+        p.heard(a, 1, addr, Instant::now());
+        assert_eq!(p.wanting("/v").len(), 1);
+        assert!(p.wanting("/s").is_empty());
+        let asks: Vec<_> = p.schema_wanting().collect();
+        assert_eq!(asks, [("/s", "b", addr)]);
     }
 
     #[test]

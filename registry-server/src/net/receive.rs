@@ -12,7 +12,7 @@ use super::auth::Stream;
 use super::reassembly::{Outcome, Reassembler};
 use super::stats::Counters;
 use super::warn::Cause;
-use super::wire::{self, Announce, Datagram, Drop, Message, Value};
+use super::wire::{self, Announce, Datagram, Drop, Message, SchemaOffer, Value};
 use super::{lock, Net, NetState};
 
 /// What became of a datagram that was not dropped.
@@ -209,6 +209,10 @@ impl Net {
             // A value comes on a value channel only: its session was checked above.
             Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,
             Message::Value(_) => return Err(Drop::Malformed),
+            Message::Schema(offer) if stream == Stream::Values => {
+                self.on_schema(&mut st, &d, &offer)?
+            }
+            Message::Schema(_) => return Err(Drop::Malformed),
         }
         st.replay.commit(h.sender, stream, h.session, h.packet);
         st.reassembly.delivered(&d);
@@ -252,6 +256,37 @@ impl Net {
             st.dirty = true;
             self.wake();
         }
+        Ok(())
+    }
+
+    /// A publication's schema, sent because this host asked for it (`wire::Want::schema`):
+    /// kept for the next reconcile if it is the one its host announces.
+    fn on_schema(
+        &self,
+        st: &mut NetState,
+        d: &Datagram<'_>,
+        offer: &SchemaOffer<'_>,
+    ) -> Result<(), Drop> {
+        if d.header.channel != wire::schema_channel_of(offer.name) {
+            return Err(Drop::Malformed);
+        }
+        let asked = st
+            .last_announce
+            .as_ref()
+            .is_some_and(|a| a.wants.iter().any(|w| w.schema && w.name == offer.name));
+        let host = st.peers.host_of(d.header.sender).ok_or(Drop::Unexpected)?;
+        let announced = st.peers.publication(host, offer.name);
+        let (Some(announced), true) = (announced, asked) else {
+            return Err(Drop::Unexpected);
+        };
+        let schema = bus::schema::Schema::from_bytes(offer.schema).map_err(|_| Drop::Malformed)?;
+        if schema.hash().0 != announced.schema_hash {
+            return Err(Drop::Malformed);
+        }
+        let heard = (host.to_owned(), offer.schema.to_vec());
+        st.schemas_heard.insert(offer.name.to_owned(), heard);
+        st.dirty = true;
+        self.wake();
         Ok(())
     }
 

@@ -85,6 +85,13 @@ impl Net {
             .map(|(n, c)| (n.clone(), c.claim.clone()))
             .collect();
         reg.set_remote_claims(remote.clone());
+        // Schemas asked for by readers here (`state::readers`): their names become subscribed
+        // slots of that type, mirrored below.
+        for (name, (host, schema)) in std::mem::take(&mut st.schemas_heard) {
+            if let Ok(name) = SlotName::parse(&name) {
+                out.extend(reg.schema_heard(&name, &host, &schema));
+            }
+        }
         // Subscriptions waiting here with another type than the one publisher's: refused now,
         // not left waiting in silence while its values are sent here and dropped.
         for (name, claim) in &remote {
@@ -277,6 +284,7 @@ impl Net {
             }
         }
         st.reflected.retain(|name, _| keep.contains(name));
+        self.offer_schemas(st, &local);
         reg.publish_directory();
         st.adoption_ends = reg.adoption_ends();
         if st.last_announce.as_ref() != Some(&self.our_announce(reg)) {
@@ -315,9 +323,47 @@ impl Net {
                 .map(|n| Want {
                     mirror: reg.slot_series(&n).unwrap_or(0),
                     name: n.as_str().to_owned(),
+                    schema: false,
                 })
+                .chain(reg.schema_wants().into_iter().map(|n| Want {
+                    mirror: 0,
+                    name: n.as_str().to_owned(),
+                    schema: true,
+                }))
                 .collect(),
         }
+    }
+
+    /// Follows which hosts ask for the schema of which local publication: a new ask is owed
+    /// its schema now (`Reflector::send_schemas`), the others on the next refresh.
+    fn offer_schemas(&self, st: &mut NetState, local: &[crate::state::LocalPublication]) {
+        let published: BTreeMap<&str, &crate::state::LocalPublication> =
+            local.iter().map(|p| (p.name.as_str(), p)).collect();
+        let NetState {
+            peers,
+            schema_offers,
+            schemas_owed,
+            ..
+        } = st;
+        let mut offers = BTreeMap::new();
+        for (name, host, addr) in peers.schema_wanting() {
+            let Some(p) = published.get(name) else {
+                continue;
+            };
+            let key = (name.to_owned(), host.to_owned());
+            let schema = match schema_offers.get(&key) {
+                Some((to, schema)) if *to == addr && **schema == p.schema.bytes => {
+                    Arc::clone(schema)
+                }
+                _ => {
+                    let schema = Arc::new(p.schema.bytes.clone());
+                    schemas_owed.push((name.to_owned(), addr, Arc::clone(&schema)));
+                    schema
+                }
+            };
+            offers.insert(key, (addr, schema));
+        }
+        *schema_offers = offers;
     }
 }
 

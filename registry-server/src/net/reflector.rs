@@ -39,6 +39,7 @@ impl Net {
                 }
             }
             self.send_new_values(&mut value, &mut message);
+            self.send_schemas(&mut message);
             let watched: Vec<Arc<Slot>> = {
                 let st = lock(&self.state);
                 st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
@@ -85,6 +86,7 @@ impl Net {
                 deadline = deadline.min(reconcile_at);
             }
             !st.owed.is_empty()
+                || !st.schemas_owed.is_empty()
                 || st
                     .reflected
                     .values()
@@ -136,6 +138,19 @@ impl Net {
         }
         if announce_alive {
             st.dirty = true;
+        }
+    }
+
+    /// Sends the schemas owed to the hosts that asked for them (`wire::Want::schema`).
+    fn send_schemas(&self, message: &mut Vec<u8>) {
+        let owed = std::mem::take(&mut lock(&self.state).schemas_owed);
+        for (name, to, schema) in owed {
+            let offer = wire::SchemaOffer {
+                name: &name,
+                schema: &schema,
+            };
+            wire::encode_schema(&offer, message);
+            self.send_message(wire::schema_channel_of(&name), message, &[to]);
         }
     }
 
@@ -246,12 +261,20 @@ impl Net {
             let mut st = lock(&self.state);
             st.next_refresh = now + self.refresh_every;
             let NetState {
-                reflected, owed, ..
+                reflected,
+                owed,
+                schema_offers,
+                schemas_owed,
+                ..
             } = &mut *st;
             for (name, r) in reflected.iter() {
                 owed.entry(name.clone())
                     .or_default()
                     .extend(r.targets.keys().cloned());
+            }
+            // A schema asked for is sent again while the ask lasts: one may have been lost.
+            for ((name, _), (to, schema)) in schema_offers.iter() {
+                schemas_owed.push((name.clone(), *to, Arc::clone(schema)));
             }
         }
         if stats {

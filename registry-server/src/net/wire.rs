@@ -17,7 +17,9 @@
 //!
 //! All integers little-endian. A message body starts with a kind byte: `1` announce (bincode
 //! of [`Announce`]), `2` value (fixed fields, then the name, then the raw value bytes, so that
-//! a large value is not encoded byte by byte).
+//! a large value is not encoded byte by byte), `3` schema (the name's length and the name, then
+//! `Schema::to_bytes` of the type a host publishes it with: sent to a host that asks for it,
+//! `Want::schema`).
 
 use serde::{Deserialize, Serialize};
 
@@ -25,8 +27,9 @@ pub const MAGIC: [u8; 4] = *b"BTNW";
 /// Version 5: a publication is announced without its schema (a mirror stores the schema of the
 /// subscribers it is made for, whose hash matched the announced one); a wanted name carries
 /// the series of the mirror that wants it (`Want`). Version 6: a publication whose publisher is
-/// gone is announced while its host keeps the value (`PubInfo::kept`).
-pub const VERSION: u8 = 6;
+/// gone is announced while its host keeps the value (`PubInfo::kept`). Version 7: a host asks
+/// for a publication's schema (`Want::schema`) and is sent it (`Message::Schema`).
+pub const VERSION: u8 = 7;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -42,6 +45,7 @@ pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 
 const KIND_ANNOUNCE: u8 = 1;
 const KIND_VALUE: u8 = 2;
+const KIND_SCHEMA: u8 = 3;
 /// A value message: kind, sequence, write time, schema hash, series, name length.
 const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 8 + 2;
 
@@ -317,10 +321,14 @@ pub struct Announce {
 /// or found it damaged) asks with another series, and the publisher's host then sends it the
 /// current value at once, as it does to a host that starts asking: the new mirror holds
 /// nothing, and the publisher may not write again for a long time.
+///
+/// With `schema`, the host asks only for the schema of the publication (a tool there reads the
+/// name, and nothing there knows its type yet): no values are sent for such a want.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Want {
     pub name: String,
     pub mirror: u64,
+    pub schema: bool,
 }
 
 /// One value of a slot, as reflected.
@@ -336,10 +344,19 @@ pub struct Value<'a> {
     pub bytes: &'a [u8],
 }
 
+/// The schema a host publishes a name with, for a host that asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchemaOffer<'a> {
+    pub name: &'a str,
+    /// `Schema::to_bytes`.
+    pub schema: &'a [u8],
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Message<'a> {
     Announce(Announce),
     Value(Value<'a>),
+    Schema(SchemaOffer<'a>),
 }
 
 pub fn encode_announce(a: &Announce, out: &mut Vec<u8>) -> Result<(), String> {
@@ -362,6 +379,14 @@ pub fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&(v.name.len() as u16).to_le_bytes());
     out.extend_from_slice(v.name.as_bytes());
     out.extend_from_slice(v.bytes);
+}
+
+pub fn encode_schema(offer: &SchemaOffer<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    out.push(KIND_SCHEMA);
+    out.extend_from_slice(&(offer.name.len() as u16).to_le_bytes());
+    out.extend_from_slice(offer.name.as_bytes());
+    out.extend_from_slice(offer.schema);
 }
 
 /// Decodes a reassembled message.
@@ -391,6 +416,21 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
                 bytes: &rest[name_len..],
             }))
         }
+        Some(&KIND_SCHEMA) => {
+            let Some(len) = bytes.get(1..3) else {
+                return Err(Drop::Truncated);
+            };
+            let name_len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+            let rest = &bytes[3..];
+            if rest.len() < name_len {
+                return Err(Drop::Truncated);
+            }
+            let name = std::str::from_utf8(&rest[..name_len]).map_err(|_| Drop::Malformed)?;
+            Ok(Message::Schema(SchemaOffer {
+                name,
+                schema: &rest[name_len..],
+            }))
+        }
         Some(_) => Err(Drop::Malformed),
         None => Err(Drop::Truncated),
     }
@@ -403,6 +443,13 @@ pub use bus::schema::fnv1a64 as fnv1a;
 /// The channel of a slot's values: never the announce channel.
 pub fn channel_of(name: &str) -> u64 {
     fnv1a(name.as_bytes()).max(1)
+}
+
+/// The channel of a slot's schema: apart from its values' (a schema sent between two
+/// fragments of a value would otherwise replace the incomplete value), never the announce
+/// channel.
+pub fn schema_channel_of(name: &str) -> u64 {
+    fnv1a(format!("schema {name}").as_bytes()).max(1)
 }
 
 #[cfg(test)]
@@ -496,10 +543,20 @@ mod tests {
             wants: vec![Want {
                 name: "/y".into(),
                 mirror: 4,
+                schema: true,
             }],
         };
         encode_announce(&a, &mut out).unwrap();
         assert_eq!(decode_message(&out).unwrap(), Message::Announce(a));
+        let offer = SchemaOffer {
+            name: "/z",
+            schema: b"schema bytes",
+        };
+        encode_schema(&offer, &mut out);
+        assert_eq!(decode_message(&out).unwrap(), Message::Schema(offer));
+        for cut in 0..5 {
+            assert_eq!(decode_message(&out[..cut]).unwrap_err(), Drop::Truncated);
+        }
     }
 
     proptest! {

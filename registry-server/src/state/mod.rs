@@ -1,7 +1,8 @@
 //! What the registry knows: slots, their endpoints, and the connected processes. Every method
 //! returns the messages to send; `server` sends them. `remote` holds what the network layer
 //! asks of it (remote claims, mirrors); `directory` publishes the list of known publications;
-//! `registration` takes endpoints in and out; `reclaim` forgets slots nobody uses any more.
+//! `registration` takes endpoints in and out; `readers` the tools that read a name whatever
+//! its type; `reclaim` forgets slots nobody uses any more.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -227,6 +228,9 @@ pub struct Registry {
     keep_unused: reclaim::KeepUnused,
     /// The last slot checked for damage (`damage`): the next check goes on after it.
     damage_cursor: Option<SlotName>,
+    /// Tools waiting to read a name only another host publishes, until its schema comes
+    /// (see `readers`).
+    readers: BTreeMap<SlotName, Vec<readers::Reader>>,
 }
 
 impl Registry {
@@ -243,6 +247,7 @@ impl Registry {
             unused_since: BTreeMap::new(),
             keep_unused: reclaim::KeepUnused::default(),
             damage_cursor: None,
+            readers: BTreeMap::new(),
         }
     }
 
@@ -460,6 +465,7 @@ fn create_slot(
 
 mod damage;
 mod directory;
+mod readers;
 pub mod reclaim;
 mod registration;
 mod remote;

@@ -15,6 +15,8 @@ impl Registry {
         let endpoint = reg.endpoint;
         match self.try_register(conn, &reg) {
             Ok(mut out) => {
+                // Readers waiting for the name's schema take this entry's type.
+                out.extend(self.adopt_readers(&reg.name));
                 let segment = self
                     .slots
                     .get(&reg.name)
@@ -234,6 +236,7 @@ impl Registry {
         for name in names {
             self.remove_endpoints(&name, |r| r.conn == conn && r.endpoint == endpoint);
         }
+        self.forget_reader(|r| r.conn == conn && r.endpoint == endpoint);
     }
 
     /// Removes everything of a connection that closed or whose process died.
@@ -247,6 +250,7 @@ impl Registry {
         for name in names {
             self.remove_endpoints(&name, |r| r.conn == conn);
         }
+        self.forget_reader(|r| r.conn == conn);
         self.peers.remove(&conn)
     }
 

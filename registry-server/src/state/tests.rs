@@ -235,3 +235,84 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
     assert_eq!(forgotten, vec![name.clone()]);
     assert!(!reg.slots.contains_key(&name));
 }
+
+/// A tool's `Follow` of a name only another host publishes waits for that host's schema: one
+/// of another hash or from another host is ignored, the announced one makes the name a
+/// subscribed slot of that type (wanted from the host), which a typed subscriber then joins;
+/// a name no host has is refused, and a reader whose connection closes is forgotten.
+#[test]
+fn a_reader_of_a_remote_name_waits_for_its_schema() {
+    let mut reg = Registry::new(Domain::new("unit-readers").unwrap(), None);
+    for conn in [7, 8, 9] {
+        reg.connect(
+            conn,
+            Peer {
+                pid: 1,
+                start_time: 0,
+                program: "t".into(),
+            },
+        );
+    }
+    let theirs = Schema::of_serde::<u64>().unwrap();
+    let other = Schema::of_serde::<String>().unwrap();
+    let name = SlotName::public("/remote/x").unwrap();
+    let out = reg.follow(7, 1, 1, SlotName::public("/remote/none").unwrap());
+    assert!(
+        matches!(&out[..], [(7, 1, Reply::Refused { refusal: Refusal::Failed { reason }, .. })]
+            if reason.contains("no other host announces it")),
+        "{out:?}"
+    );
+    // Only subscribed to here, published nowhere: nothing to read either.
+    reg.register(
+        9,
+        1,
+        registration("/remote/pending", EndpointKind::Subscription, &theirs),
+    );
+    let out = reg.follow(7, 1, 1, SlotName::public("/remote/pending").unwrap());
+    assert!(
+        matches!(&out[..], [(7, 1, Reply::Refused { .. })]),
+        "{out:?}"
+    );
+    reg.set_remote_claims(BTreeMap::from([(
+        name.clone(),
+        RemoteClaim {
+            host: "hA".into(),
+            type_name: theirs.type_name().into(),
+            schema_hash: theirs.hash().0,
+            writer_alive: true,
+            kept: false,
+            kept_written_ns: 0,
+        },
+    )]));
+    let out = reg.follow(7, 2, 1, name.clone());
+    assert!(
+        matches!(&out[..], [(7, 2, Reply::Registered { segment: None, .. })]),
+        "{out:?}"
+    );
+    let out = reg.follow(8, 2, 1, name.clone());
+    assert_eq!(out.len(), 1);
+    assert_eq!(reg.schema_wants(), vec![name.clone()]);
+    assert!(!reg.wanted().contains(&name), "no values before the schema");
+
+    assert!(reg.schema_heard(&name, "hA", &other.to_bytes()).is_empty());
+    assert!(reg.schema_heard(&name, "hB", &theirs.to_bytes()).is_empty());
+    assert_eq!(reg.schema_wants(), vec![name.clone()], "still asked for");
+
+    // Connection 8 closes: only 7's reader is left.
+    reg.disconnect(8);
+    reg.schema_heard(&name, "hA", &theirs.to_bytes());
+    assert!(reg.schema_wants().is_empty());
+    assert!(reg.wanted().contains(&name));
+    let entry = &reg.slots[&name];
+    assert_eq!(entry.schema.hash, theirs.hash());
+    let readers: Vec<u64> = entry.endpoints.iter().map(|e| e.conn).collect();
+    assert_eq!(readers, [7]);
+    // A typed subscriber of the publisher's type joins the same entry.
+    let out = reg.register(
+        9,
+        3,
+        registration("/remote/x", EndpointKind::Subscription, &theirs),
+    );
+    assert!(matches!(&out[0].2, Reply::Registered { .. }), "{out:?}");
+    assert_eq!(reg.slots[&name].endpoints.len(), 2);
+}

@@ -91,6 +91,9 @@ enum Command {
         json: Json,
     },
     /// The current value of one slot, decoded through the schema stored in the slot.
+    ///
+    /// A name that only another computer publishes (nothing here subscribes to it) is mirrored
+    /// here for the read: the registry fetches its schema from that computer; at most 5 s.
     Get {
         /// Slot name, e.g. /robot/manager.
         #[arg(value_parser = slot_name_arg)]
@@ -102,7 +105,8 @@ enum Command {
     /// Print the current value and then each new value of a slot.
     ///
     /// Polls the slot's sequence read-only: writes faster than --poll-ms are not all seen (the
-    /// text says how many were skipped; the JSON has each value's sequence).
+    /// text says how many were skipped; the JSON has each value's sequence). A name that only
+    /// another computer publishes is mirrored here while the watch lasts, as for `get`.
     Watch {
         /// Slot name.
         #[arg(value_parser = slot_name_arg)]

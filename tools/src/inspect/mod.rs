@@ -1,11 +1,13 @@
 //! Reading a Baton bus without disturbing it, for `bus-inspect`.
 //!
 //! Everything here maps slot segments read-only and asks the registry only its `List` request,
-//! so looking at a bus changes nothing on it: no slot byte, no waiter count, no endpoint. The two
-//! exceptions are explicit: `put` writes one value as the slot's writer would, and `clean`
-//! removes segments that `doctor` found stale.
+//! so looking at a bus changes nothing on it: no slot byte, no waiter count, no endpoint. The
+//! exceptions are explicit: `put` writes one value as the slot's writer would, `clean` removes
+//! segments that `doctor` found stale, and `get` and `watch` of a name only another computer
+//! publishes have the registry mirror it here for as long as they read (`remote`).
 //!
-//! Modules: `slots` (list, get, the header facts of one slot), `rate` (hz and bw from the
+//! Modules: `slots` (list, get, the header facts of one slot), `remote` (names published on
+//! another computer), `rate` (hz and bw from the
 //! buffers' sequence numbers and write times), `watch` (watch and wait by polling sequences),
 //! `registry` (the registry's listing: info, endpoints, graph), `stats` (the registries' network
 //! counters), `doctor` and `net` (health checks, clean), `put`, `graph` (Graphviz DOT), and
@@ -18,6 +20,7 @@ pub mod net;
 pub mod put;
 pub mod rate;
 pub mod registry;
+pub mod remote;
 pub mod render;
 pub mod slots;
 pub mod stats;
@@ -29,7 +32,8 @@ use std::fmt;
 use bus::slot::Slot;
 use bus::{BusError, Domain, SlotName};
 
-pub use slots::{get, list, summarize, Reading, SlotSummary};
+pub use remote::get;
+pub use slots::{list, summarize, Reading, SlotSummary};
 
 /// Why a `bus-inspect` command failed; printed as its one line.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use bus::slot::{Slot, WriterState};
-use bus::{BusError, Domain, SlotName};
+use bus::{BusError, Domain};
 use serde::Serialize;
 
 use super::{open, Error, Result};
@@ -146,12 +146,6 @@ pub struct Reading {
     pub writer_pid: u32,
     #[serde(skip)]
     pub writer_program: Option<String>,
-}
-
-/// Reads and decodes the newest value; `Ok(None)` when nothing was written yet.
-pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
-    let slot = open(domain, name)?;
-    read_newer(&slot, 0)
 }
 
 /// Reads and decodes the newest value if its sequence is not `last_seen`.

@@ -17,6 +17,7 @@ use bus::{futex, BusError, Domain, SlotName};
 use serde::Serialize;
 
 use super::followed::Followed;
+use super::remote::REMOTE_WAIT;
 use super::slots::{read_newer, Reading};
 use super::Error;
 use super::Result;
@@ -47,6 +48,13 @@ pub fn watch(
 ) -> Result<End> {
     let deadline = timeout.and_then(futex::deadline_after);
     let mut slot = Followed::new(domain, name)?;
+    // A name only another computer publishes is mirrored here while the watch lasts.
+    let _following = if slot.slot().is_none() {
+        let wait = timeout.map_or(REMOTE_WAIT, |t| t.min(REMOTE_WAIT));
+        super::remote::follow(domain, name, wait).ok()
+    } else {
+        None
+    };
     let mut last = 0u64;
     let mut shown = 0u64;
     let mut existed = false;
