@@ -140,9 +140,9 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     assert!(r["writes"].as_u64().unwrap() > 0, "{r}");
 }
 
-/// `get` and `watch` of a name that only another host publishes, and nothing here subscribes
-/// to: the registry asks that host for the schema and mirrors the name while the tool reads,
-/// then forgets the mirror. Before, they said there was no such slot.
+/// `get`, `watch` and `info` of a name that only another host publishes, and nothing here
+/// subscribes to: the registry asks that host for the schema and mirrors the name while the
+/// tool reads, then forgets the mirror. Before, they said there was no such slot.
 #[test]
 fn get_and_watch_read_a_name_only_another_host_publishes() {
     let mut lab = Lab::new(2);
@@ -169,6 +169,21 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
     let out = lab.inspect(B, &["watch", "/lab/far", "--count", "1", "--json"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json(&out)["value"]["sequence"], 3);
+    let info = json(&lab.inspect(B, &["info", "/lab/far", "--json"]));
+    assert_eq!(info["origin"], "hA", "{info}");
+    assert!(
+        info["slot"]["sequence"].as_u64() >= Some(1),
+        "a value: {info}"
+    );
+    assert!(
+        info["schema"].as_str().unwrap().contains("checksum"),
+        "{info}"
+    );
+    assert_eq!(
+        info["endpoints"]["subscribers"],
+        serde_json::json!([]),
+        "info leaves itself out: {info}"
+    );
 
     // Once no tool reads it, the mirror goes, as after any last subscriber.
     eventually("hB forgets the mirror no one reads", || {

@@ -83,6 +83,9 @@ enum Command {
         json: Json,
     },
     /// One slot in detail: type and schema, header, publishers, subscribers, connections, hosts.
+    ///
+    /// A name that only another computer publishes is mirrored here while `info` looks, as for
+    /// `get`.
     Info {
         /// Slot name, e.g. /robot/manager.
         #[arg(value_parser = slot_name_arg)]

@@ -160,17 +160,33 @@ pub struct Info {
     pub peer_hosts: Vec<String>,
 }
 
-/// Gathers `info` for `name` from its segment and from the registry.
+/// Gathers `info` for `name` from its segment and from the registry. A name only another
+/// computer publishes is mirrored here while `info` looks (`remote::follow`); this tool's own
+/// subscription to it is left out of the endpoints shown.
 pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
+    let mut following = None;
     let slot = match super::open(domain, name) {
         Ok(slot) => Some(slot),
-        Err(Error::NoSlot { .. }) => None,
+        Err(Error::NoSlot { .. }) => {
+            let start = std::time::Instant::now();
+            following = super::remote::follow(domain, name, super::remote::REMOTE_WAIT).ok();
+            let slot = following
+                .as_ref()
+                .and_then(|_| super::open(domain, name).ok());
+            if let Some(slot) = &slot {
+                super::remote::wait_for_first_value(slot, start);
+            }
+            slot
+        }
         Err(e) => return Err(e),
     };
-    let (listed, registry_error) = match listing(domain) {
+    let (mut listed, registry_error) = match listing(domain) {
         Ok(slots) => (slots.into_iter().find(|s| &s.name == name), None),
         Err(e) => (None, Some(e.to_string())),
     };
+    if let (Some(l), Some(_)) = (&mut listed, &following) {
+        l.endpoints.retain(|e| e.pid != std::process::id());
+    }
     let (type_name, hash, schema) = match (&slot, &listed) {
         (Some(slot), _) => {
             let stored = slot.schema();

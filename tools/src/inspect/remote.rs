@@ -1,7 +1,8 @@
 //! Reading a name that only another computer publishes. A computer mirrors only the names its
-//! processes subscribe to, so `get` or `watch` of such a name finds no slot here; the registry
-//! is then asked to mirror it for this tool (`Request::Follow`): it asks the publishing host
-//! for the schema, makes the mirror with it, and the publishing host sends the current value.
+//! processes subscribe to, so `get`, `watch` or `info` of such a name finds no slot here; the
+//! registry is then asked to mirror it for this tool (`Request::Follow`): it asks the
+//! publishing host for the schema, makes the mirror with it, and the publishing host sends the
+//! current value.
 //! This is the one way `bus-inspect` takes part in the bus when reading: the tool counts as a
 //! subscriber of the mirror while `Following` lives, and the registry forgets the mirror a few
 //! seconds after (as after any last subscriber).
@@ -10,12 +11,13 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use bus::protocol::{Frame, Reply, Request};
+use bus::slot::Slot;
 use bus::{Domain, SlotName};
 
 use super::slots::{read_newer, Reading};
 use super::{open, Error, Result};
 
-/// How long `get` and `watch` wait for another computer's value of a name: the schema's and
+/// How long `get`, `watch` and `info` wait for another computer's value of a name: the schema's and
 /// the value's way through both registries takes a few announcement ticks (50 ms each).
 pub const REMOTE_WAIT: Duration = Duration::from_secs(5);
 
@@ -113,15 +115,15 @@ pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
             })
         }
     };
-    // The mirror exists; its first value is on its way from the publishing host.
     let slot = open(domain, name)?;
-    loop {
-        if let Some(reading) = read_newer(&slot, 0)? {
-            return Ok(Some(reading));
-        }
-        if start.elapsed() >= REMOTE_WAIT {
-            return Ok(None);
-        }
+    wait_for_first_value(&slot, start);
+    read_newer(&slot, 0)
+}
+
+/// Waits until a mirror made for this tool holds a value (its first is on its way from the
+/// publishing host), at most until `REMOTE_WAIT` after `start`.
+pub fn wait_for_first_value(slot: &Slot, start: Instant) {
+    while slot.latest_sequence() == 0 && start.elapsed() < REMOTE_WAIT {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
