@@ -226,9 +226,10 @@ struct NetState {
     schema_offers: BTreeMap<(String, String), (SocketAddr, SchemaBytes)>,
     /// Schemas to send now: name, destination, schema.
     schemas_owed: Vec<(String, SocketAddr, SchemaBytes)>,
-    /// Schemas heard from other hosts for names this host asked for: name -> (host, schema),
-    /// handed to the registry at the next reconcile.
-    schemas_heard: BTreeMap<String, (String, Vec<u8>)>,
+    /// Schemas heard from other hosts for names this host asked for: (name, host) -> schema,
+    /// handed to the registry at the next reconcile (which takes the one of the host that
+    /// publishes the name: another that publishes it too may answer as well).
+    schemas_heard: BTreeMap<(String, String), Vec<u8>>,
     /// What was announced last (whole, its part fields zero) and its generation.
     last_announce: Option<Announce>,
     generation: u64,

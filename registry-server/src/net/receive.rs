@@ -283,8 +283,8 @@ impl Net {
         if schema.hash().0 != announced.schema_hash {
             return Err(Drop::Malformed);
         }
-        let heard = (host.to_owned(), offer.schema.to_vec());
-        st.schemas_heard.insert(offer.name.to_owned(), heard);
+        let key = (offer.name.to_owned(), host.to_owned());
+        st.schemas_heard.insert(key, offer.schema.to_vec());
         st.dirty = true;
         self.wake();
         Ok(())
@@ -347,15 +347,18 @@ fn describe_channel(st: &NetState, channel: u64) -> String {
         .peers
         .iter()
         .flat_map(|p| p.announce.publications.iter().map(|i| i.name.as_str()));
-    st.mirrors
-        .keys()
-        .map(String::as_str)
-        .chain(announced)
-        .find(|name| wire::channel_of(name) == channel)
-        .map_or_else(
-            || format!("a value on channel {channel:#x}, of no slot announced"),
-            |name| format!("a value of {name}"),
-        )
+    let mut names = st.mirrors.keys().map(String::as_str).chain(announced);
+    names
+        .find_map(|name| {
+            if wire::channel_of(name) == channel {
+                Some(format!("a value of {name}"))
+            } else if wire::schema_channel_of(name) == channel {
+                Some(format!("the schema of {name}"))
+            } else {
+                None
+            }
+        })
+        .unwrap_or_else(|| format!("a value on channel {channel:#x}, of no slot announced"))
 }
 
 /// What one read from a socket holds.

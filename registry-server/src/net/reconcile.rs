@@ -87,7 +87,7 @@ impl Net {
         reg.set_remote_claims(remote.clone());
         // Schemas asked for by readers here (`state::readers`): their names become subscribed
         // slots of that type, mirrored below.
-        for (name, (host, schema)) in std::mem::take(&mut st.schemas_heard) {
+        for ((name, host), schema) in std::mem::take(&mut st.schemas_heard) {
             if let Ok(name) = SlotName::parse(&name) {
                 out.extend(reg.schema_heard(&name, &host, &schema));
             }

@@ -11,7 +11,7 @@ use bus::schema::Schema;
 use bus::slot::StoredSchema;
 use bus::SlotName;
 
-use super::{EndpointRef, Outbox, Registry, SlotEntry};
+use super::{EndpointRef, Outbox, Registry, RemoteClaim, SlotEntry};
 
 /// One tool waiting for a remote name's schema: its connection and endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,28 +23,29 @@ pub(super) struct Reader {
 impl Registry {
     /// Handles a `Follow` of `name` from connection `conn`.
     pub fn follow(&mut self, conn: u64, id: u64, endpoint: u64, name: SlotName) -> Outbox {
-        let refused = |reason: String| {
-            let refusal = Refusal::Failed { reason };
-            vec![(conn, id, Reply::Refused { endpoint, refusal })]
-        };
+        let refused = |refusal: Refusal| vec![(conn, id, Reply::Refused { endpoint, refusal })];
         if !self.peers.contains_key(&conn) {
-            return refused("unknown connection".into());
+            return refused(Refusal::Failed {
+                reason: "unknown connection".into(),
+            });
         }
+        // The same endpoint followed again (a client that asks twice) is one reader.
+        self.unregister(conn, endpoint);
         let reader = Reader { conn, endpoint };
-        self.forget_reader(|r| *r == reader);
-        let has_slot = self.segment_of(&name).is_some();
-        let Some(claim) = self.remote.get(&name).filter(|_| !has_slot) else {
-            if !has_slot {
-                // Nothing to read anywhere (a name only subscribed to here waits for a
-                // publisher; one of the registry's own slots that could not be made is not
-                // there either).
-                return refused(format!(
-                    "no slot {name} on this host, and no other host announces it"
-                ));
-            }
+        if self.segment_of(&name).is_some() {
             return self.reader_joins(reader, id, name);
+        }
+        let Some(claim) = self.remote.get(&name) else {
+            // Nothing to read anywhere: a name only subscribed to here waits for a publisher;
+            // one of the registry's own slots that could not be made is not there either.
+            return refused(Refusal::Failed {
+                reason: format!("no slot {name} on this host, and no other host announces it"),
+            });
         };
-        if self.slots.contains_key(&name) {
+        if let Some(entry) = self.slots.get(&name) {
+            if entry.schema.hash.0 != claim.schema_hash {
+                return refused(mistyped(entry, claim));
+            }
             // Subscribers here wait for its mirror already: the reader waits with them.
             return self.reader_joins(reader, id, name);
         }
@@ -128,6 +129,9 @@ impl Registry {
 
     /// Makes the readers waiting for `name` subscriptions of its slot entry (if it has one
     /// now), bound at once if the slot exists.
+    /// A slotless entry of another type than the name's publisher elsewhere (subscribers here
+    /// wait for a publisher of their type, as a kept value allows) refuses them instead: its
+    /// mirror would never come.
     pub(super) fn adopt_readers(&mut self, name: &SlotName) -> Outbox {
         let segment = self.segment_of(name);
         let Some(entry) = self.slots.get_mut(name) else {
@@ -136,6 +140,20 @@ impl Registry {
         let Some(readers) = self.readers.remove(name) else {
             return Outbox::new();
         };
+        let claim = self.remote.get(name);
+        if let Some(claim) =
+            claim.filter(|c| segment.is_none() && entry.schema.hash.0 != c.schema_hash)
+        {
+            let refusal = mistyped(entry, claim);
+            return readers
+                .into_iter()
+                .map(|r| {
+                    let endpoint = r.endpoint;
+                    let refusal = refusal.clone();
+                    (r.conn, 0, Reply::Refused { endpoint, refusal })
+                })
+                .collect();
+        }
         for r in readers {
             entry.endpoints.push(EndpointRef {
                 conn: r.conn,
@@ -165,5 +183,17 @@ impl Registry {
             .get(name)
             .and_then(|e| e.slot.as_ref())
             .map(|s| s.segment().to_owned())
+    }
+}
+
+/// The refusal of a reader of a name that subscribers here wait for with another type than the
+/// one its host publishes.
+fn mistyped(entry: &SlotEntry, claim: &RemoteClaim) -> Refusal {
+    Refusal::TypeMismatch {
+        slot_type: format!(
+            "{} on host '{}', while subscribers here wait for it as {}",
+            claim.type_name, claim.host, entry.schema.type_name
+        ),
+        slot_hash: claim.schema_hash,
     }
 }

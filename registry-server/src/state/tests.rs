@@ -315,4 +315,47 @@ fn a_reader_of_a_remote_name_waits_for_its_schema() {
     );
     assert!(matches!(&out[0].2, Reply::Registered { .. }), "{out:?}");
     assert_eq!(reg.slots[&name].endpoints.len(), 2);
+    // Followed twice by the same endpoint: still one reader.
+    reg.follow(7, 4, 1, name.clone());
+    assert_eq!(reg.slots[&name].endpoints.len(), 2);
+
+    // A kept value of one type there, subscribers of another type waiting here (a publisher
+    // of theirs may come): a reader is refused, not left waiting for a mirror that never
+    // comes; so is one that waited for the schema when such a subscriber registered.
+    let kept = SlotName::public("/remote/kept").unwrap();
+    let kept_claim = RemoteClaim {
+        host: "hA".into(),
+        type_name: theirs.type_name().into(),
+        schema_hash: theirs.hash().0,
+        writer_alive: false,
+        kept: true,
+        kept_written_ns: 1,
+    };
+    let mut claims = reg.remote.clone();
+    claims.insert(kept.clone(), kept_claim);
+    reg.set_remote_claims(claims);
+    reg.follow(7, 5, 2, kept.clone());
+    assert_eq!(reg.schema_wants(), vec![kept.clone()]);
+    let out = reg.register(
+        9,
+        6,
+        registration("/remote/kept", EndpointKind::Subscription, &other),
+    );
+    assert!(
+        out.iter().any(|(conn, _, r)| *conn == 7
+            && matches!(
+                r,
+                Reply::Refused {
+                    endpoint: 2,
+                    refusal: Refusal::TypeMismatch { .. }
+                }
+            )),
+        "{out:?}"
+    );
+    let out = reg.follow(7, 7, 3, kept.clone());
+    assert!(
+        matches!(&out[..], [(7, 7, Reply::Refused { refusal: Refusal::TypeMismatch { slot_type, .. }, .. })]
+            if slot_type.contains("subscribers here wait for it as")),
+        "{out:?}"
+    );
 }

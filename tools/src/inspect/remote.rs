@@ -10,7 +10,7 @@
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use bus::protocol::{Frame, Reply, Request};
+use bus::protocol::{Frame, Refusal, Reply, Request};
 use bus::slot::Slot;
 use bus::{Domain, SlotName};
 
@@ -23,7 +23,30 @@ pub const REMOTE_WAIT: Duration = Duration::from_secs(5);
 
 /// A name mirrored here for this tool; the mirror stays while this lives.
 pub struct Following {
-    _connection: UnixStream,
+    connection: UnixStream,
+}
+
+impl Following {
+    /// Whether the registry still holds this tool's subscription: its connection is open (it
+    /// closes when the registry exits). What the registry sent since is read and dropped.
+    fn is_open(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let mut sink = [0u8; 256];
+        loop {
+            match recv(
+                self.connection.as_raw_fd(),
+                &mut sink,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EAGAIN) => return true,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
 }
 
 /// Why no mirror was made.
@@ -31,10 +54,80 @@ pub struct Following {
 pub enum NotFollowed {
     /// No registry answers (or it refuses this user, or is of a release without `Follow`).
     NoRegistry,
-    /// The registry knows no host that publishes the name (its reason).
-    Unknown(String),
+    /// Neither this host nor any other the registry hears has the name.
+    Nowhere,
+    /// The registry cannot mirror it (its reason: subscribers here wait for it with another
+    /// type than the one its host publishes).
+    Refused(String),
     /// A host publishes it, but no mirror came within the wait.
     NoAnswer(Duration),
+}
+
+impl std::fmt::Display for NotFollowed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotFollowed::NoRegistry => f.write_str("no registry answers"),
+            NotFollowed::Nowhere => f.write_str("no host announces it"),
+            NotFollowed::Refused(reason) => write!(f, "it cannot be mirrored here: {reason}"),
+            NotFollowed::NoAnswer(wait) => write!(
+                f,
+                "it is published on another computer, but the registry here could not mirror \
+                 it within {} s (`bus-inspect stats` shows the network counters)",
+                wait.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Keeps a name mirrored here while a command such as `watch` lasts: follows it while its slot
+/// here is missing or a mirror (one made for another subscriber goes when that subscriber
+/// does), and again after the registry restarted (which ends this tool's subscription).
+pub struct MirrorHold {
+    name: SlotName,
+    following: Option<Following>,
+    checked: Option<Instant>,
+    /// A failure to follow was said (once).
+    said: bool,
+}
+
+/// How often `MirrorHold::keep` looks again.
+const HOLD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+impl MirrorHold {
+    pub fn new(name: &SlotName) -> MirrorHold {
+        MirrorHold {
+            name: name.clone(),
+            following: None,
+            checked: None,
+            said: false,
+        }
+    }
+
+    /// Follows the name if it needs to (see the type), waiting at most until `deadline`; does
+    /// anything at most every `HOLD_CHECK_EVERY`.
+    pub fn keep(&mut self, domain: &Domain, slot: Option<&Slot>, deadline: Option<Instant>) {
+        if self.checked.is_some_and(|t| t.elapsed() < HOLD_CHECK_EVERY) {
+            return;
+        }
+        self.checked = Some(Instant::now());
+        if slot.is_some_and(|s| s.origin().is_empty()) {
+            // Published on this computer: nothing to hold.
+            self.following = None;
+            return;
+        }
+        if self.following.as_ref().is_some_and(Following::is_open) {
+            return;
+        }
+        let wait = REMOTE_WAIT.min(bus::futex::time_left(deadline));
+        match follow(domain, &self.name, wait) {
+            Ok(following) => self.following = Some(following),
+            Err(e @ (NotFollowed::Refused(_) | NotFollowed::NoAnswer(_))) if !self.said => {
+                self.said = true;
+                eprintln!("bus-inspect: {}: {e}; watching on", self.name);
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// Asks the registry of `domain` to mirror `name` for this tool, and waits at most `wait` for
@@ -72,17 +165,14 @@ pub fn follow(domain: &Domain, name: &SlotName, wait: Duration) -> Result<Follow
             Reply::Registered {
                 segment: Some(_), ..
             }
-            | Reply::Bound { .. } => {
-                return Ok(Following {
-                    _connection: connection,
-                })
-            }
+            | Reply::Bound { .. } => return Ok(Following { connection }),
             Reply::Refused { refusal, .. } => {
-                let reason = match refusal {
-                    bus::protocol::Refusal::Failed { reason } => reason,
-                    other => format!("{other:?}"),
-                };
-                return Err(NotFollowed::Unknown(reason));
+                return Err(match refusal {
+                    Refusal::TypeMismatch { slot_type, .. } => {
+                        NotFollowed::Refused(format!("{name} is published as {slot_type}"))
+                    }
+                    _ => NotFollowed::Nowhere,
+                })
             }
             Reply::Error { .. } => return Err(NotFollowed::NoRegistry),
             // `Welcome`, and `Registered` without a segment: the mirror is on its way.
@@ -99,24 +189,18 @@ pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
         Err(Error::NoSlot { .. }) => {}
         slot => return read_newer(&slot?, 0),
     }
-    let start = Instant::now();
     let _following = match follow(domain, name, REMOTE_WAIT) {
         Ok(following) => following,
-        Err(NotFollowed::NoAnswer(wait)) => {
-            return Err(Error::Refused(format!(
-                "{name} is published on another computer, but the registry here could not                  mirror it within {} s (`bus-inspect stats` shows the network counters)",
-                wait.as_secs()
-            )))
-        }
-        Err(NotFollowed::NoRegistry | NotFollowed::Unknown(_)) => {
+        Err(NotFollowed::NoRegistry | NotFollowed::Nowhere) => {
             return Err(Error::NoSlot {
                 name: name.to_string(),
                 domain: domain.to_string(),
             })
         }
+        Err(e) => return Err(Error::Refused(format!("{name}: {e}"))),
     };
     let slot = open(domain, name)?;
-    wait_for_first_value(&slot, start);
+    wait_for_first_value(&slot, Instant::now());
     read_newer(&slot, 0)
 }
 

@@ -17,7 +17,7 @@ use bus::{futex, BusError, Domain, SlotName};
 use serde::Serialize;
 
 use super::followed::Followed;
-use super::remote::REMOTE_WAIT;
+use super::remote::MirrorHold;
 use super::slots::{read_newer, Reading};
 use super::Error;
 use super::Result;
@@ -49,12 +49,7 @@ pub fn watch(
     let deadline = timeout.and_then(futex::deadline_after);
     let mut slot = Followed::new(domain, name)?;
     // A name only another computer publishes is mirrored here while the watch lasts.
-    let _following = if slot.slot().is_none() {
-        let wait = timeout.map_or(REMOTE_WAIT, |t| t.min(REMOTE_WAIT));
-        super::remote::follow(domain, name, wait).ok()
-    } else {
-        None
-    };
+    let mut hold = MirrorHold::new(name);
     let mut last = 0u64;
     let mut shown = 0u64;
     let mut existed = false;
@@ -81,6 +76,7 @@ pub fn watch(
             }
             last = 0;
         }
+        hold.keep(domain, slot.slot(), deadline);
         existed |= slot.slot().is_some();
         if let Some(s) = slot.slot() {
             let newer = match read_newer(s, last) {
