@@ -210,3 +210,62 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
     assert!(text.contains("writer gone"), "{text}");
     assert!(text.contains("hA"), "{text}");
 }
+
+/// `watch` started while a subscriber here has the name mirrored keeps the mirror after that
+/// subscriber leaves: it follows the name itself, so values keep coming (the mirror would be
+/// forgotten about 5 s after its last subscriber).
+#[test]
+fn watch_keeps_a_mirror_whose_other_subscriber_left() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/lab/steady",
+            "--interval-ms",
+            "20",
+            "--max-size",
+            "16",
+        ],
+    );
+    let reader = lab.read_for(B, "/lab/steady", "2");
+    eventually("hB mirrors /lab/steady for its subscriber", || {
+        let out = lab.inspect(B, &["list", "/lab/steady", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .is_ok_and(|r| r["mirrored"] == true && r["sequence"].as_u64() > Some(2))
+    });
+    let watch = lab.spawn(
+        B,
+        "bus-inspect",
+        // Polled slowly: its output waits in a pipe until it ends.
+        &[
+            "watch",
+            "/lab/steady",
+            "--json",
+            "--timeout",
+            "12",
+            "--poll-ms",
+            "500",
+        ],
+    );
+    lab.finish(reader);
+    let out = lab.finish(watch);
+    let ended_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last: serde_json::Value =
+        serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or_default();
+    let age_s = ended_ns.saturating_sub(last["time_ns"].as_u64().unwrap_or(0)) as f64 / 1e9;
+    assert!(
+        age_s < 2.0,
+        "the last value watched is {age_s:.1} s old: the mirror went with the other subscriber \
+         (stderr: {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
