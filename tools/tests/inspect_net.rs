@@ -211,9 +211,10 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
     assert!(text.contains("hA"), "{text}");
 }
 
-/// `watch` started while a subscriber here has the name mirrored keeps the mirror after that
-/// subscriber leaves: it follows the name itself, so values keep coming (the mirror would be
-/// forgotten about 5 s after its last subscriber).
+/// `hz` measures a name only another host publishes; `watch` started while a subscriber here
+/// has the name mirrored keeps the mirror after that subscriber leaves: it follows the name
+/// itself, so values keep coming (the mirror would be forgotten about 5 s after its last
+/// subscriber).
 #[test]
 fn watch_keeps_a_mirror_whose_other_subscriber_left() {
     let mut lab = Lab::new(2);
@@ -232,6 +233,13 @@ fn watch_keeps_a_mirror_whose_other_subscriber_left() {
             "16",
         ],
     );
+    // Rates too are measured on a name only hA publishes.
+    eventually("hB's directory lists /lab/steady of hA", || {
+        lab.directory_entry(B, "/lab/steady")
+            .is_some_and(|e| e["origin_host"] == "hA")
+    });
+    let r = json(&lab.inspect(B, &["hz", "/lab/steady", "--window", "1", "--json"]));
+    assert!(r["writes"].as_u64() > Some(10), "{r}");
     let reader = lab.read_for(B, "/lab/steady", "2");
     eventually("hB mirrors /lab/steady for its subscriber", || {
         let out = lab.inspect(B, &["list", "/lab/steady", "--json"]);

@@ -129,6 +129,7 @@ impl Registry {
 
     /// Makes the readers waiting for `name` subscriptions of its slot entry (if it has one
     /// now), bound at once if the slot exists.
+    ///
     /// A slotless entry of another type than the name's publisher elsewhere (subscribers here
     /// wait for a publisher of their type, as a kept value allows) refuses them instead: its
     /// mirror would never come.

@@ -132,11 +132,13 @@ enum Command {
     /// Measured from the sequence numbers and write times kept in each slot's four buffers,
     /// sampled every --sample-ms, without subscribing. A writer faster than about three writes
     /// per sample outruns the sampling: the rate then comes from sequence numbers and the
-    /// output says how many writes were seen.
+    /// output says how many writes were seen. A name that only another computer publishes is
+    /// mirrored here for the window (the mirror's write times are its origin's).
     Hz(Rates),
     /// Bandwidth of slots over a window: bytes per second, and value size min / p50 / p99 / max.
     ///
-    /// Measured like `hz`, from the slots' buffers, without subscribing.
+    /// Measured like `hz`, from the slots' buffers, without subscribing (a name only another
+    /// computer publishes is mirrored here for the window, as for `hz`).
     Bw(Rates),
     /// Encode a JSON value through the slot's stored schema and write it.
     ///

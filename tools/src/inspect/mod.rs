@@ -3,8 +3,9 @@
 //! Everything here maps slot segments read-only and asks the registry only its `List` request,
 //! so looking at a bus changes nothing on it: no slot byte, no waiter count, no endpoint. The
 //! exceptions are explicit: `put` writes one value as the slot's writer would, `clean` removes
-//! segments that `doctor` found stale, and `get`, `watch` and `info` of a name only another
-//! computer publishes have the registry mirror it here for as long as they read (`remote`).
+//! segments that `doctor` found stale, and `get`, `watch`, `info`, `hz` and `bw` of a name only
+//! another computer publishes have the registry mirror it here for as long as they read
+//! (`remote`).
 //!
 //! Modules: `slots` (list, get, the header facts of one slot), `remote` (names published on
 //! another computer), `rate` (hz and bw from the buffers' sequence numbers and write times),

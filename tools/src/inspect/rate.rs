@@ -8,7 +8,8 @@
 //! when we sampled. Faster writers outrun the sampling: then some values are never seen, the
 //! rate comes from sequence numbers (writes = difference of sequences, time = difference of the
 //! known write times) and the report says so. Nothing is written: the segments are mapped
-//! read-only and no waiter count is touched.
+//! read-only and no waiter count is touched. (A name only another computer publishes is
+//! mirrored here for the window: `remote`; the mirror's write times are its origin's.)
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use bus::{Domain, SlotName};
 use serde::Serialize;
 
 use super::followed::Followed;
+use super::remote::MirrorHold;
 use super::Result;
 
 /// How to measure.
@@ -191,8 +193,15 @@ impl Tracked {
 /// watched for its appearance.
 pub fn measure(domain: &Domain, names: &[SlotName], options: Options) -> Result<Vec<Report>> {
     let mut tracked = Vec::new();
+    // Names only another computer publishes are mirrored here for the window (before it
+    // starts: following one may take a moment).
+    let mut holds = Vec::new();
     for name in names {
-        let slot = Followed::new(domain, name)?;
+        let mut slot = Followed::new(domain, name)?;
+        let mut hold = MirrorHold::new(name);
+        hold.keep(domain, slot.slot(), None);
+        slot.refresh(domain)?;
+        holds.push(hold);
         let start = slot.slot().map_or(0, Slot::latest_sequence);
         tracked.push(Tracked {
             slot,

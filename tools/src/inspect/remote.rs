@@ -1,9 +1,8 @@
 //! Reading a name that only another computer publishes. A computer mirrors only the names its
-//! processes subscribe to, so `get`, `watch` or `info` of such a name finds no slot here; the
-//! registry is then asked to mirror it for this tool (`Request::Follow`): it asks the
-//! publishing host for the schema, makes the mirror with it, and the publishing host sends the
-//! current value.
-//! This is the one way `bus-inspect` takes part in the bus when reading: the tool counts as a
+//! processes subscribe to, so `get`, `watch`, `info`, `hz` or `bw` of such a name finds no
+//! slot here; the registry is then asked to mirror it for this tool (`Request::Follow`): it
+//! asks the publishing host for the schema, makes the mirror with it, and the publishing host
+//! sends the current value. This is the one way `bus-inspect` takes part in the bus when reading: the tool counts as a
 //! subscriber of the mirror while `Following` lives, and the registry forgets the mirror a few
 //! seconds after (as after any last subscriber).
 
