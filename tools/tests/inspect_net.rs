@@ -19,19 +19,7 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &["--ttl", "2"], &[]);
     lab.start_registry(B, &[], &[]);
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/lab/x",
-            "--interval-ms",
-            "20",
-            "--max-size",
-            "32",
-        ],
-    );
+    lab.write_every(A, "/lab/x", "20", "32");
     lab.read_for(B, "/lab/x", "60");
     eventually("the value is mirrored on hB", || {
         let out = lab.inspect(B, &["list", "/lab/x", "--json"]);
@@ -220,19 +208,7 @@ fn watch_keeps_a_mirror_whose_other_subscriber_left() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/lab/steady",
-            "--interval-ms",
-            "20",
-            "--max-size",
-            "16",
-        ],
-    );
+    lab.write_every(A, "/lab/steady", "20", "16");
     // Rates too are measured on a name only hA publishes.
     eventually("hB's directory lists /lab/steady of hA", || {
         lab.directory_entry(B, "/lab/steady")

@@ -58,6 +58,18 @@ enum NoSlot {
 }
 
 impl SlotEntry {
+    /// An entry of type `schema` without a slot yet: its subscriptions wait for one.
+    fn pending(schema: &Schema) -> SlotEntry {
+        SlotEntry {
+            slot: None,
+            schema: StoredSchema::new(schema),
+            endpoints: Vec::new(),
+            origin: None,
+            own: None,
+            adopted_until: None,
+        }
+    }
+
     /// The entry's slot, with room for `capacity` bytes: created if missing, re-created larger
     /// if it is too small and nobody maps it (its old value is lost; nobody saw it), or, with
     /// `replace_in_use`, also while mapped (the old one marked writer gone; its users are the
@@ -383,12 +395,8 @@ impl Registry {
             }
         }
         let entry = self.slots.entry(name.clone()).or_insert_with(|| SlotEntry {
-            slot: None,
-            schema: StoredSchema::new(schema),
-            endpoints: Vec::new(),
-            origin: None,
             own: Some(capacity),
-            adopted_until: None,
+            ..SlotEntry::pending(schema)
         });
         // The registry writes it itself: no grace for reconnecting writers to wait for.
         entry.adopted_until = None;

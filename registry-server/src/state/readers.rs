@@ -8,7 +8,6 @@
 
 use bus::protocol::{EndpointKind, Refusal, Reply};
 use bus::schema::Schema;
-use bus::slot::StoredSchema;
 use bus::SlotName;
 
 use super::{EndpointRef, Outbox, Registry, RemoteClaim, SlotEntry};
@@ -112,17 +111,7 @@ impl Registry {
                 "host '{host}' sent the schema of {name} ({}): mirroring it for a reader here",
                 parsed.type_name()
             );
-            self.slots.insert(
-                name.clone(),
-                SlotEntry {
-                    slot: None,
-                    schema: StoredSchema::new(&parsed),
-                    endpoints: Vec::new(),
-                    origin: None,
-                    own: None,
-                    adopted_until: None,
-                },
-            );
+            self.slots.insert(name.clone(), SlotEntry::pending(&parsed));
         }
         self.adopt_readers(name)
     }

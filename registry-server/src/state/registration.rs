@@ -4,7 +4,6 @@
 
 use bus::protocol::{EndpointKind, Refusal, Registration, Reply};
 use bus::schema::{Schema, SchemaHash};
-use bus::slot::StoredSchema;
 use bus::SlotName;
 
 use super::{remote, EndpointRef, NoSlot, Outbox, Peer, Registry, SlotEntry};
@@ -112,14 +111,7 @@ impl Registry {
         let entry = self
             .slots
             .entry(reg.name.clone())
-            .or_insert_with(|| SlotEntry {
-                slot: None,
-                schema: StoredSchema::new(&parsed),
-                endpoints: Vec::new(),
-                origin: None,
-                own: None,
-                adopted_until: None,
-            });
+            .or_insert_with(|| SlotEntry::pending(&parsed));
         if entry.schema.hash.0 != reg.schema_hash {
             return Err(Refusal::TypeMismatch {
                 slot_type: entry.schema.type_name.clone(),

@@ -15,6 +15,28 @@ pub(super) fn registration(name: &str, kind: EndpointKind, schema: &Schema) -> R
     }
 }
 
+/// A client of the tests that is no running process (the registry here checks no pid).
+fn client() -> Peer {
+    Peer {
+        pid: 1,
+        start_time: 0,
+        program: "t".into(),
+    }
+}
+
+/// `host`'s claim of a name of type `schema`: published there (`kept_written_ns` 0), or a
+/// gone publisher's value kept there, written at `kept_written_ns`.
+fn claim(host: &str, schema: &Schema, kept_written_ns: u64) -> RemoteClaim {
+    RemoteClaim {
+        host: host.into(),
+        type_name: schema.type_name().into(),
+        schema_hash: schema.hash().0,
+        writer_alive: kept_written_ns == 0,
+        kept: kept_written_ns != 0,
+        kept_written_ns,
+    }
+}
+
 /// Removes a test domain's segments however the test ends.
 struct Cleanup(Domain);
 
@@ -27,28 +49,11 @@ impl Drop for Cleanup {
 #[test]
 fn names_published_on_another_host_are_refused_with_the_host_and_type() {
     let mut reg = Registry::new(Domain::new("unit-remote").unwrap(), None);
-    reg.connect(
-        7,
-        Peer {
-            pid: 1,
-            start_time: 0,
-            program: "t".into(),
-        },
-    );
+    reg.connect(7, client());
     let theirs = Schema::of_serde::<u64>().unwrap();
     let ours = Schema::of_serde::<String>().unwrap();
     let name = SlotName::public("/remote/x").unwrap();
-    reg.set_remote_claims(BTreeMap::from([(
-        name,
-        RemoteClaim {
-            host: "hA".into(),
-            type_name: theirs.type_name().into(),
-            schema_hash: theirs.hash().0,
-            writer_alive: true,
-            kept: false,
-            kept_written_ns: 0,
-        },
-    )]));
+    reg.set_remote_claims(BTreeMap::from([(name, claim("hA", &theirs, 0))]));
     let out = reg.register(
         7,
         1,
@@ -182,14 +187,7 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
 
     // A value kept on hB, written at `kept_written_ns` (this one was written at 1), or a
     // publisher there (0).
-    let claim = |kept_written_ns: u64| RemoteClaim {
-        host: "hB".into(),
-        type_name: schema.type_name().into(),
-        schema_hash: schema.hash().0,
-        writer_alive: kept_written_ns == 0,
-        kept: kept_written_ns != 0,
-        kept_written_ns,
-    };
+    let claim = |kept_written_ns: u64| claim("hB", &schema, kept_written_ns);
     reg.connect(8, me());
     reg.register(
         8,
@@ -244,14 +242,7 @@ fn a_kept_value_is_announced_and_yields_to_a_publisher_elsewhere() {
 fn a_reader_of_a_remote_name_waits_for_its_schema() {
     let mut reg = Registry::new(Domain::new("unit-readers").unwrap(), None);
     for conn in [7, 8, 9] {
-        reg.connect(
-            conn,
-            Peer {
-                pid: 1,
-                start_time: 0,
-                program: "t".into(),
-            },
-        );
+        reg.connect(conn, client());
     }
     let theirs = Schema::of_serde::<u64>().unwrap();
     let other = Schema::of_serde::<String>().unwrap();
@@ -273,17 +264,7 @@ fn a_reader_of_a_remote_name_waits_for_its_schema() {
         matches!(&out[..], [(7, 1, Reply::Refused { .. })]),
         "{out:?}"
     );
-    reg.set_remote_claims(BTreeMap::from([(
-        name.clone(),
-        RemoteClaim {
-            host: "hA".into(),
-            type_name: theirs.type_name().into(),
-            schema_hash: theirs.hash().0,
-            writer_alive: true,
-            kept: false,
-            kept_written_ns: 0,
-        },
-    )]));
+    reg.set_remote_claims(BTreeMap::from([(name.clone(), claim("hA", &theirs, 0))]));
     let out = reg.follow(7, 2, 1, name.clone());
     assert!(
         matches!(&out[..], [(7, 2, Reply::Registered { segment: None, .. })]),
@@ -323,16 +304,8 @@ fn a_reader_of_a_remote_name_waits_for_its_schema() {
     // of theirs may come): a reader is refused, not left waiting for a mirror that never
     // comes; so is one that waited for the schema when such a subscriber registered.
     let kept = SlotName::public("/remote/kept").unwrap();
-    let kept_claim = RemoteClaim {
-        host: "hA".into(),
-        type_name: theirs.type_name().into(),
-        schema_hash: theirs.hash().0,
-        writer_alive: false,
-        kept: true,
-        kept_written_ns: 1,
-    };
     let mut claims = reg.remote.clone();
-    claims.insert(kept.clone(), kept_claim);
+    claims.insert(kept.clone(), claim("hA", &theirs, 1));
     reg.set_remote_claims(claims);
     reg.follow(7, 5, 2, kept.clone());
     assert_eq!(reg.schema_wants(), vec![kept.clone()]);

@@ -186,6 +186,30 @@ impl Lab {
         )
     }
 
+    /// `bus-stress write` to `name` in host `host`, one value of up to `max_size` bytes every
+    /// `interval_ms`, until killed.
+    pub fn write_every(
+        &mut self,
+        host: usize,
+        name: &str,
+        interval_ms: &str,
+        max_size: &str,
+    ) -> usize {
+        self.spawn(
+            host,
+            "bus-stress",
+            &[
+                "write",
+                "--name",
+                name,
+                "--interval-ms",
+                interval_ms,
+                "--max-size",
+                max_size,
+            ],
+        )
+    }
+
     /// `bus-stress read` of `name` in host `host`, waiting for each value, until value
     /// `until` arrives or `seconds` pass (its summary on stdout).
     pub fn read_until(&mut self, host: usize, name: &str, until: &str, seconds: &str) -> usize {
