@@ -253,3 +253,36 @@ fn watch_keeps_a_mirror_whose_other_subscriber_left() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A `get` that finds the mirror another `get` had made, still empty, waits for its first
+/// value as the first does (it used to say "has no value yet" at once). The publisher on hA
+/// registers first and writes only once both `get`s are waiting.
+#[test]
+fn a_get_that_finds_a_new_empty_mirror_waits_for_its_value() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/lab/late", "0", "0", "16");
+    eventually("hB's directory lists /lab/late of hA", || {
+        lab.directory_entry(B, "/lab/late")
+            .is_some_and(|e| e["origin_host"] == "hA")
+    });
+    let outs: Vec<_> = std::thread::scope(|s| {
+        let lab = &lab;
+        let first = s.spawn(move || lab.inspect(B, &["get", "/lab/late", "--json"]));
+        eventually("the first get has hB mirror /lab/late", || {
+            let out = lab.inspect(B, &["list", "/lab/late", "--json"]);
+            serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|r| r["mirrored"] == true && r["sequence"] == 0)
+        });
+        let second = s.spawn(move || lab.inspect(B, &["get", "/lab/late", "--json"]));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let value = r#"{"sequence":1,"payload":[],"piece":[],"checksum":0}"#;
+        let put = lab.inspect(A, &["put", "/lab/late", value, "--force"]);
+        assert!(put.status.success(), "{put:?}");
+        vec![first.join().unwrap(), second.join().unwrap()]
+    });
+    for out in outs {
+        assert_eq!(json(&out)["sequence"], 1, "{out:?}");
+    }
+}

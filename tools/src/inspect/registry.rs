@@ -164,19 +164,21 @@ pub struct Info {
 /// computer publishes is mirrored here while `info` looks (`remote::follow`); this tool's own
 /// subscription to it is left out of the endpoints shown.
 pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
-    let mut following = None;
-    let slot = match super::open(domain, name) {
-        Ok(slot) => Some(slot),
+    let (slot, following) = match super::open(domain, name) {
+        Ok(slot) => {
+            let following = super::remote::await_new_mirror(domain, name, &slot);
+            (Some(slot), following)
+        }
         Err(Error::NoSlot { .. }) => {
             let start = std::time::Instant::now();
-            following = super::remote::follow(domain, name, super::remote::REMOTE_WAIT).ok();
+            let following = super::remote::follow(domain, name, super::remote::REMOTE_WAIT).ok();
             let slot = following
                 .as_ref()
                 .and_then(|_| super::open(domain, name).ok());
             if let Some(slot) = &slot {
                 super::remote::wait_for_first_value(slot, start);
             }
-            slot
+            (slot, following)
         }
         Err(e) => return Err(e),
     };

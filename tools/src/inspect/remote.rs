@@ -186,7 +186,11 @@ pub fn follow(domain: &Domain, name: &SlotName, wait: Duration) -> Result<Follow
 pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
     match open(domain, name) {
         Err(Error::NoSlot { .. }) => {}
-        slot => return read_newer(&slot?, 0),
+        Ok(slot) => {
+            let _following = await_new_mirror(domain, name, &slot);
+            return read_newer(&slot, 0);
+        }
+        Err(e) => return Err(e),
     }
     let _following = match follow(domain, name, REMOTE_WAIT) {
         Ok(following) => following,
@@ -201,6 +205,19 @@ pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
     let slot = open(domain, name)?;
     wait_for_first_value(&slot, Instant::now());
     read_newer(&slot, 0)
+}
+
+/// A mirror made a moment ago (for another reader here, say) whose first value is still on its
+/// way: followed, so that it stays, and waited for (at most `REMOTE_WAIT`), so that a read
+/// right after its creation does not find it empty. Any other slot: nothing to do.
+pub fn await_new_mirror(domain: &Domain, name: &SlotName, slot: &Slot) -> Option<Following> {
+    if slot.origin().is_empty() || slot.latest_sequence() != 0 {
+        return None;
+    }
+    let start = Instant::now();
+    let following = follow(domain, name, REMOTE_WAIT).ok();
+    wait_for_first_value(slot, start);
+    following
 }
 
 /// Waits until a mirror made for this tool holds a value (its first is on its way from the
