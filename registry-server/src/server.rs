@@ -351,9 +351,12 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
                     vec![(conn, frame.id, Reply::Unregistered { endpoint })]
                 }
                 Request::Follow { endpoint, name } => {
-                    shared.changed();
                     let out = state.follow(conn, frame.id, endpoint, name);
-                    shared.directory_changed();
+                    // A refused one (no host has the name; a watch asks again now and then)
+                    // changed nothing.
+                    if !matches!(out.first(), Some((_, _, Reply::Refused { .. }))) {
+                        shared.changed();
+                    }
                     out
                 }
                 Request::List => vec![(

@@ -39,7 +39,6 @@ impl Net {
                 }
             }
             self.send_new_values(&mut value, &mut message);
-            self.send_schemas(&mut message);
             let watched: Vec<Arc<Slot>> = {
                 let st = lock(&self.state);
                 st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
@@ -102,9 +101,13 @@ impl Net {
 
     /// Sends every reflected slot's value that changed since last sent to all its targets, and
     /// the current value of the others to the hosts it is owed to: each value read and encoded
-    /// once, however many hosts it goes to.
+    /// once, however many hosts it goes to. Schemas owed go first (under the same lock).
     fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>) {
         let mut st = lock(&self.state);
+        let schemas = std::mem::take(&mut st.schemas_owed);
+        if !schemas.is_empty() {
+            self.send_schemas(schemas, message);
+        }
         let NetState {
             reflected, owed, ..
         } = &mut *st;
@@ -142,8 +145,11 @@ impl Net {
     }
 
     /// Sends the schemas owed to the hosts that asked for them (`wire::Want::schema`).
-    fn send_schemas(&self, message: &mut Vec<u8>) {
-        let owed = std::mem::take(&mut lock(&self.state).schemas_owed);
+    fn send_schemas(
+        &self,
+        owed: Vec<(String, SocketAddr, super::SchemaBytes)>,
+        message: &mut Vec<u8>,
+    ) {
         for (name, to, schema) in owed {
             let offer = wire::SchemaOffer {
                 name: &name,

@@ -317,8 +317,9 @@ pub struct Announce {
 }
 
 /// A public name a host asks for, and which slot of that name the host holds (`Slot::series`;
-/// 0 while it holds none; a mirror, or a slot kept there that becomes the mirror). A host that makes its mirror anew (it had forgotten it once unused,
-/// or found it damaged) asks with another series, and the publisher's host then sends it the
+/// 0 while it holds none; a mirror, or a slot kept there that becomes the mirror). A host that
+/// makes its mirror anew (it had forgotten it once unused, or found it damaged) asks with
+/// another series, and the publisher's host then sends it the
 /// current value at once, as it does to a host that starts asking: the new mirror holds
 /// nothing, and the publisher may not write again for a long time.
 ///

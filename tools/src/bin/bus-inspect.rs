@@ -96,7 +96,8 @@ enum Command {
     /// The current value of one slot, decoded through the schema stored in the slot.
     ///
     /// A name that only another computer publishes (nothing here subscribes to it) is mirrored
-    /// here for the read: the registry fetches its schema from that computer; at most 5 s.
+    /// here for the read: the registry fetches its schema from that computer. It waits at most
+    /// 5 s for the mirror and 5 s more for its first value.
     Get {
         /// Slot name, e.g. /robot/manager.
         #[arg(value_parser = slot_name_arg)]
@@ -133,12 +134,13 @@ enum Command {
     /// sampled every --sample-ms, without subscribing. A writer faster than about three writes
     /// per sample outruns the sampling: the rate then comes from sequence numbers and the
     /// output says how many writes were seen. A name that only another computer publishes is
-    /// mirrored here for the window (the mirror's write times are its origin's).
+    /// mirrored here for the window, this tool its subscriber (the mirror's write times are
+    /// its origin's).
     Hz(Rates),
     /// Bandwidth of slots over a window: bytes per second, and value size min / p50 / p99 / max.
     ///
-    /// Measured like `hz`, from the slots' buffers, without subscribing (a name only another
-    /// computer publishes is mirrored here for the window, as for `hz`).
+    /// Measured like `hz`, from the slots' buffers, without subscribing (but a name only
+    /// another computer publishes is mirrored here for the window, as for `hz`).
     Bw(Rates),
     /// Encode a JSON value through the slot's stored schema and write it.
     ///

@@ -4,8 +4,8 @@
 //! so looking at a bus changes nothing on it: no slot byte, no waiter count, no endpoint. The
 //! exceptions are explicit: `put` writes one value as the slot's writer would, `clean` removes
 //! segments that `doctor` found stale, and `get`, `watch`, `info`, `hz` and `bw` of a name only
-//! another computer publishes have the registry mirror it here for as long as they read
-//! (`remote`).
+//! another computer publishes have the registry mirror it here for as long as they read (the
+//! registry's one other request, `Follow`: `remote`).
 //!
 //! Modules: `slots` (list, get, the header facts of one slot), `remote` (names published on
 //! another computer), `rate` (hz and bw from the buffers' sequence numbers and write times),

@@ -169,17 +169,10 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
             let following = super::remote::await_new_mirror(domain, name, &slot);
             (Some(slot), following)
         }
-        Err(Error::NoSlot { .. }) => {
-            let start = std::time::Instant::now();
-            let following = super::remote::follow(domain, name, super::remote::REMOTE_WAIT).ok();
-            let slot = following
-                .as_ref()
-                .and_then(|_| super::open(domain, name).ok());
-            if let Some(slot) = &slot {
-                super::remote::wait_for_first_value(slot, start);
-            }
-            (slot, following)
-        }
+        Err(Error::NoSlot { .. }) => match super::remote::follow_to_read(domain, name)? {
+            Some((slot, following)) => (Some(slot), Some(following)),
+            None => (None, None),
+        },
         Err(e) => return Err(e),
     };
     let (mut listed, registry_error) = match listing(domain) {

@@ -1,10 +1,10 @@
 //! Reading a name that only another computer publishes. A computer mirrors only the names its
-//! processes subscribe to, so `get`, `watch`, `info`, `hz` or `bw` of such a name finds no
-//! slot here; the registry is then asked to mirror it for this tool (`Request::Follow`): it
-//! asks the publishing host for the schema, makes the mirror with it, and the publishing host
-//! sends the current value. This is the one way `bus-inspect` takes part in the bus when reading: the tool counts as a
-//! subscriber of the mirror while `Following` lives, and the registry forgets the mirror a few
-//! seconds after (as after any last subscriber).
+//! processes subscribe to, so `get`, `watch`, `info`, `hz` or `bw` of such a name finds no slot
+//! here; the registry is then asked to mirror it for this tool (`Request::Follow`): it asks the
+//! publishing host for the schema, makes the mirror with it, and the publishing host sends the
+//! current value. This is the one way `bus-inspect` takes part in the bus when reading: the tool
+//! counts as a subscriber of the mirror while `Following` lives, and the registry forgets the
+//! mirror a few seconds after (as after any last subscriber).
 
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -16,8 +16,9 @@ use bus::{Domain, SlotName};
 use super::slots::{read_newer, Reading};
 use super::{open, Error, Result};
 
-/// How long `get`, `watch` and `info` wait for another computer's value of a name: the schema's and
-/// the value's way through both registries takes a few announcement ticks (50 ms each).
+/// How long `get`, `watch`, `info`, `hz` and `bw` wait for the mirror of another computer's
+/// name, and then for its first value: the schema's and the value's way through both
+/// registries takes a few announcement ticks (50 ms each).
 pub const REMOTE_WAIT: Duration = Duration::from_secs(5);
 
 /// A name mirrored here for this tool; the mirror stays while this lives.
@@ -84,48 +85,68 @@ impl std::fmt::Display for NotFollowed {
 pub struct MirrorHold {
     name: SlotName,
     following: Option<Following>,
-    checked: Option<Instant>,
+    /// When to look again, and the pause after that (it grows while no host has the name, so
+    /// that a long watch of a name not published yet does not ask the registry every second).
+    next_check: Option<Instant>,
+    pause: Duration,
     /// A failure to follow was said (once).
     said: bool,
 }
 
-/// How often `MirrorHold::keep` looks again.
+/// How often `MirrorHold::keep` looks again, at first and at most.
 const HOLD_CHECK_EVERY: Duration = Duration::from_secs(1);
+const HOLD_CHECK_MAX: Duration = Duration::from_secs(16);
 
 impl MirrorHold {
     pub fn new(name: &SlotName) -> MirrorHold {
         MirrorHold {
             name: name.clone(),
             following: None,
-            checked: None,
+            next_check: None,
+            pause: HOLD_CHECK_EVERY,
             said: false,
         }
     }
 
-    /// Follows the name if it needs to (see the type), waiting at most until `deadline`; does
-    /// anything at most every `HOLD_CHECK_EVERY`.
-    pub fn keep(&mut self, domain: &Domain, slot: Option<&Slot>, deadline: Option<Instant>) {
-        if self.checked.is_some_and(|t| t.elapsed() < HOLD_CHECK_EVERY) {
-            return;
+    /// Follows the name if it needs to (see the type), waiting at most until `deadline`; looks
+    /// at most every `HOLD_CHECK_EVERY` (less often while no host has the name). `true` when it
+    /// followed the name now: the mirror may not hold its first value yet.
+    pub fn keep(
+        &mut self,
+        domain: &Domain,
+        slot: Option<&Slot>,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let now = Instant::now();
+        if self.next_check.is_some_and(|t| now < t) {
+            return false;
         }
-        self.checked = Some(Instant::now());
+        self.next_check = Some(now + self.pause);
         if slot.is_some_and(|s| s.origin().is_empty()) {
             // Published on this computer: nothing to hold.
             self.following = None;
-            return;
+            return false;
         }
         if self.following.as_ref().is_some_and(Following::is_open) {
-            return;
+            return false;
         }
         let wait = REMOTE_WAIT.min(bus::futex::time_left(deadline));
         match follow(domain, &self.name, wait) {
-            Ok(following) => self.following = Some(following),
-            Err(e @ (NotFollowed::Refused(_) | NotFollowed::NoAnswer(_))) if !self.said => {
+            Ok(following) => {
+                self.following = Some(following);
+                self.pause = HOLD_CHECK_EVERY;
+                return true;
+            }
+            Err(NotFollowed::Nowhere | NotFollowed::NoRegistry) => {
+                self.pause = (self.pause * 2).min(HOLD_CHECK_MAX);
+            }
+            Err(e) if !self.said => {
                 self.said = true;
-                eprintln!("bus-inspect: {}: {e}; watching on", self.name);
+                eprintln!("bus-inspect: {}: {e}", self.name);
             }
             Err(_) => {}
         }
+        false
     }
 }
 
@@ -192,19 +213,28 @@ pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
         }
         Err(e) => return Err(e),
     }
-    let _following = match follow(domain, name, REMOTE_WAIT) {
+    let Some((slot, _following)) = follow_to_read(domain, name)? else {
+        return Err(Error::NoSlot {
+            name: name.to_string(),
+            domain: domain.to_string(),
+        });
+    };
+    read_newer(&slot, 0)
+}
+
+/// Has the registry mirror `name` (which has no slot here) for a read and waits for the
+/// mirror's first value: the slot and the subscription to hold while reading, `Ok(None)` when
+/// no host has the name (or no registry answers), an error saying why a host's name could not
+/// be mirrored. Waits at most `REMOTE_WAIT` for the mirror and as long again for the value.
+pub fn follow_to_read(domain: &Domain, name: &SlotName) -> Result<Option<(Slot, Following)>> {
+    let following = match follow(domain, name, REMOTE_WAIT) {
         Ok(following) => following,
-        Err(NotFollowed::NoRegistry | NotFollowed::Nowhere) => {
-            return Err(Error::NoSlot {
-                name: name.to_string(),
-                domain: domain.to_string(),
-            })
-        }
+        Err(NotFollowed::NoRegistry | NotFollowed::Nowhere) => return Ok(None),
         Err(e) => return Err(Error::Refused(format!("{name}: {e}"))),
     };
     let slot = open(domain, name)?;
     wait_for_first_value(&slot, Instant::now());
-    read_newer(&slot, 0)
+    Ok(Some((slot, following)))
 }
 
 /// A mirror made a moment ago (for another reader here, say) whose first value is still on its
