@@ -148,6 +148,17 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
             .is_null()
     };
     assert!(!mirrored_on_b(&lab), "nothing on hB subscribes yet");
+    // `list --remote` names it all the same, as the directory has it.
+    let row = json(&lab.inspect(B, &["list", "/lab/far", "--remote", "--json"]));
+    assert_eq!(
+        (&row["origin"], &row["here"], &row["writer_alive"]),
+        (&"hA".into(), &false.into(), &true.into()),
+        "{row}"
+    );
+    assert!(row["type"].as_str().unwrap().contains("Checked"), "{row}");
+    let out = lab.inspect(B, &["list", "/lab/far", "--remote"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("hA (not mirrored here)"), "{text}");
 
     let value = json(&lab.inspect(B, &["get", "/lab/far", "--json"]));
     assert_eq!(value["sequence"], 3, "{value}");

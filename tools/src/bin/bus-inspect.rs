@@ -79,6 +79,11 @@ enum Command {
         /// Only names matching this: a glob with * and ? (`/robot/*`: everything under /robot/),
         /// or else a substring.
         pattern: Option<String>,
+        /// Also the names other computers publish that have no slot here (nothing here
+        /// subscribes to them), from the registry's directory: type, host and whether their
+        /// publisher runs. `get` reads them. In JSON such a row has `here: false`.
+        #[arg(long)]
+        remote: bool,
         #[command(flatten)]
         json: Json,
     },
@@ -327,7 +332,11 @@ fn sample_milliseconds(text: &str) -> Result<Duration, String> {
 fn run(domain: &Domain, command: Command) -> Result<i32, String> {
     let err = |e: inspect::Error| e.to_string();
     match command {
-        Command::List { pattern, json } => list(domain, pattern.as_deref(), json.json),
+        Command::List {
+            pattern,
+            remote,
+            json,
+        } => list(domain, pattern.as_deref(), remote, json.json),
         Command::Info { name, json } => {
             let info = registry::info(domain, &name).map_err(|e| not_found(domain, e))?;
             show(json.json, &info, |i| format!("{}\n", render::info(i)))?;
@@ -434,14 +443,22 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
     }
 }
 
-fn list(domain: &Domain, pattern: Option<&str>, json: bool) -> Result<i32, String> {
+fn list(domain: &Domain, pattern: Option<&str>, remote: bool, json: bool) -> Result<i32, String> {
     let (slots, errors) = inspect::list(domain, pattern).map_err(|e| e.to_string())?;
+    let remote = if remote {
+        inspect::remote::remote_names(domain, pattern).map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
     if json {
         for s in &slots {
             json_line(s)?;
         }
+        for r in &remote {
+            json_line(r)?;
+        }
     } else {
-        print!("{}", render::list(&slots));
+        print!("{}", render::list(&slots, &remote));
     }
     for e in &errors {
         eprintln!("bus-inspect: unreadable: {e}");

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bus::protocol::{Frame, Refusal, Reply, Request};
 use bus::slot::Slot;
 use bus::{Domain, SlotName};
+use serde::Serialize;
 
 use super::slots::{read_newer, Reading};
 use super::{open, Error, Result};
@@ -256,6 +257,60 @@ pub fn wait_for_first_value(slot: &Slot, start: Instant) {
     while slot.latest_sequence() == 0 && start.elapsed() < REMOTE_WAIT {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A name another computer publishes that has no slot here (nothing here subscribes to it), as
+/// this computer's registry directory lists it: `list --remote`.
+#[derive(Debug, Serialize)]
+pub struct RemoteName {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The computer that publishes it.
+    pub origin: String,
+    /// Whether its publisher runs (`false`: that computer keeps a gone publisher's value).
+    pub writer_alive: bool,
+    /// Always `false`: no slot of it on this computer (`get` mirrors it for the read).
+    pub here: bool,
+}
+
+/// The names other computers publish that have no slot here, matching `pattern` like `list`,
+/// from the registry's directory (`/baton/registry/directory`); empty while no registry
+/// publishes one.
+pub fn remote_names(domain: &Domain, pattern: Option<&str>) -> Result<Vec<RemoteName>> {
+    let name = SlotName::public(bus::directory::DIRECTORY_SLOT)?;
+    let slot = match open(domain, &name) {
+        Ok(slot) => slot,
+        Err(Error::NoSlot { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    if slot.read(0, &mut bytes)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let directory: bus::directory::Directory = bus::codec::decode(&bytes)
+        .map_err(|e| Error::Refused(format!("the registry's directory does not decode: {e}")))?;
+    let mut names = Vec::new();
+    for entry in directory.entries {
+        let Some(origin) = entry.origin_host else {
+            continue;
+        };
+        if pattern.is_some_and(|p| !super::matches(p, &entry.name)) {
+            continue;
+        }
+        let here =
+            SlotName::public(&entry.name).is_ok_and(|n| super::segment_file(domain, &n).exists());
+        if !here {
+            names.push(RemoteName {
+                name: entry.name,
+                type_name: entry.type_name,
+                origin,
+                writer_alive: entry.publisher_alive,
+                here: false,
+            });
+        }
+    }
+    Ok(names)
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {

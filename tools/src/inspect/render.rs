@@ -6,6 +6,7 @@ use super::doctor::Report as DoctorReport;
 use super::net::Status;
 use super::rate::Report as RateReport;
 use super::registry::{Endpoint, Endpoints, Info};
+use super::remote::RemoteName;
 use super::table::{self, Align, Table};
 use super::{Reading, SlotSummary};
 
@@ -55,8 +56,9 @@ fn origin(s: &SlotSummary) -> String {
     }
 }
 
-/// `list`: a header and one line per slot.
-pub fn list(slots: &[SlotSummary]) -> String {
+/// `list`: a header and one line per slot, then (`--remote`) one per name only another
+/// computer publishes.
+pub fn list(slots: &[SlotSummary], remote: &[RemoteName]) -> String {
     let mut t = Table::new(&[
         ("NAME", Align::Left),
         ("TYPE", Align::Left),
@@ -77,6 +79,23 @@ pub fn list(slots: &[SlotSummary]) -> String {
             table::age(s.age_s),
             writer(s),
             origin(s),
+        ]);
+    }
+    for r in remote {
+        let dash = || "-".to_owned();
+        t.row(vec![
+            r.name.clone(),
+            table::short_type(&r.type_name, 32),
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+            format!(
+                "{} on {}",
+                if r.writer_alive { "alive" } else { "gone" },
+                r.origin
+            ),
+            format!("{} (not mirrored here)", r.origin),
         ]);
     }
     t.render()
