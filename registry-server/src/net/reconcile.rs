@@ -335,7 +335,7 @@ impl Net {
     }
 
     /// Follows which hosts ask for the schema of which local publication: a new ask is owed
-    /// its schema now (`Reflector::send_schemas`), the others on the next refresh.
+    /// its schema now (`send_schemas`), all of them again at each refresh.
     fn offer_schemas(&self, st: &mut NetState, local: &[crate::state::LocalPublication]) {
         let published: BTreeMap<&str, &crate::state::LocalPublication> =
             local.iter().map(|p| (p.name.as_str(), p)).collect();
