@@ -137,16 +137,8 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
     let writer = lab.write_from(A, "/lab/far", "3", "0", "16");
-    eventually("hB's directory lists /lab/far of hA", || {
-        lab.directory_entry(B, "/lab/far")
-            .is_some_and(|e| e["origin_host"] == "hA")
-    });
-    let mirrored_on_b = |lab: &Lab| {
-        let out = lab.inspect(B, &["list", "/lab/far", "--json"]);
-        !serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .unwrap_or_default()
-            .is_null()
-    };
+    lab.wait_listed(B, "/lab/far", "hA");
+    let mirrored_on_b = |lab: &Lab| !lab.list_row(B, "/lab/far").is_null();
     assert!(!mirrored_on_b(&lab), "nothing on hB subscribes yet");
     // `list --remote` names it all the same, as the directory has it.
     let row = json(&lab.inspect(B, &["list", "/lab/far", "--remote", "--json"]));
@@ -232,19 +224,15 @@ fn watch_keeps_a_mirror_whose_other_subscriber_left() {
     lab.start_registry(B, &[], &[]);
     lab.write_every(A, "/lab/steady", "20", "16");
     // Rates too are measured on a name only hA publishes.
-    eventually("hB's directory lists /lab/steady of hA", || {
-        lab.directory_entry(B, "/lab/steady")
-            .is_some_and(|e| e["origin_host"] == "hA")
-    });
+    lab.wait_listed(B, "/lab/steady", "hA");
     // A value every 20 ms: about 50 in the 1 s window.
     let r = json(&lab.inspect(B, &["hz", "/lab/steady", "--window", "1", "--json"]));
     let writes = r["writes"].as_u64().unwrap_or(0);
     assert!((10..=80).contains(&writes), "{r}");
     let reader = lab.read_for(B, "/lab/steady", "2");
     eventually("hB mirrors /lab/steady for its subscriber", || {
-        let out = lab.inspect(B, &["list", "/lab/steady", "--json"]);
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .is_ok_and(|r| r["mirrored"] == true && r["sequence"].as_u64() > Some(2))
+        let r = lab.list_row(B, "/lab/steady");
+        r["mirrored"] == true && r["sequence"].as_u64() > Some(2)
     });
     let watch = lab.spawn(
         B,
@@ -287,17 +275,13 @@ fn a_get_that_finds_a_new_empty_mirror_waits_for_its_value() {
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
     lab.write_from(A, "/lab/late", "0", "0", "16");
-    eventually("hB's directory lists /lab/late of hA", || {
-        lab.directory_entry(B, "/lab/late")
-            .is_some_and(|e| e["origin_host"] == "hA")
-    });
+    lab.wait_listed(B, "/lab/late", "hA");
     let outs: Vec<_> = std::thread::scope(|s| {
         let lab = &lab;
         let first = s.spawn(move || lab.inspect(B, &["get", "/lab/late", "--json"]));
         eventually("the first get has hB mirror /lab/late", || {
-            let out = lab.inspect(B, &["list", "/lab/late", "--json"]);
-            serde_json::from_slice::<serde_json::Value>(&out.stdout)
-                .is_ok_and(|r| r["mirrored"] == true && r["sequence"] == 0)
+            let r = lab.list_row(B, "/lab/late");
+            r["mirrored"] == true && r["sequence"] == 0
         });
         let second = s.spawn(move || lab.inspect(B, &["get", "/lab/late", "--json"]));
         // The second waits as a subscriber of the mirror too (before the change it had given

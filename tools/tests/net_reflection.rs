@@ -682,10 +682,7 @@ fn a_gone_publishers_kept_value_reaches_a_later_subscriber_on_another_host() {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    let row_on = |lab: &Lab, host: usize| {
-        let out = lab.inspect(host, &["list", "/once", "--json"]);
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
-    };
+    let row_on = |lab: &Lab, host: usize| lab.list_row(host, "/once");
     let writer = lab.write_from(A, "/once", "3", "0", "16");
     let on_a = lab.read_until(A, "/once", "3", "20");
     check(
@@ -757,7 +754,6 @@ fn of_two_kept_values_the_newer_is_followed() {
     let on_a = lab.read_until(A, "/twice", "5", "20");
     let s = check(&mut lab, on_a, 5, "subscriber on A after the hosts met");
     assert_eq!(s["writer"], "Gone", "{s}");
-    let out = lab.inspect(A, &["list", "/twice", "--json"]);
-    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let row = lab.list_row(A, "/twice");
     assert_eq!(row["origin"], "hB", "{row}");
 }

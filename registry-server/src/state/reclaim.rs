@@ -108,7 +108,7 @@ impl Registry {
             .filter(|(name, e)| self.unused_mirror_held_at_origin(name, e, now))
             .map(|(n, _)| n.clone())
             .collect();
-        let superseded: Vec<SlotName> = self
+        let superseded: BTreeSet<SlotName> = self
             .slots
             .iter()
             .filter(|(name, e)| {

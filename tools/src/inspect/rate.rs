@@ -199,15 +199,13 @@ pub fn measure(domain: &Domain, names: &[SlotName], options: Options) -> Result<
     for name in names {
         let mut slot = Followed::new(domain, name)?;
         let mut hold = MirrorHold::new(name);
-        if hold.keep(domain, slot.slot(), None) {
-            // Mirrored now: its first value (the publisher's current one, written before the
-            // window) is waited for, so that the window counts only what comes after it.
-            slot.refresh(domain)?;
-            if let Some(s) = slot.slot() {
-                super::remote::wait_for_first_value(s, Instant::now());
-            }
-        }
+        let mirrored_now = hold.keep(domain, slot.slot(), None);
         slot.refresh(domain)?;
+        if let Some(s) = slot.slot().filter(|_| mirrored_now) {
+            // Its first value (the publisher's current one, written before the window) is
+            // waited for, so that the window counts only what comes after it.
+            super::remote::wait_for_first_value(s);
+        }
         holds.push(hold);
         let start = slot.slot().map_or(0, Slot::latest_sequence);
         tracked.push(Tracked {

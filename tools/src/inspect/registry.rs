@@ -161,20 +161,10 @@ pub struct Info {
 }
 
 /// Gathers `info` for `name` from its segment and from the registry. A name only another
-/// computer publishes is mirrored here while `info` looks (`remote::follow`); this tool's own
+/// computer publishes is mirrored here while `info` looks (`remote::open_to_read`); this tool's own
 /// subscription to it is left out of the endpoints shown.
 pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
-    let (slot, following) = match super::open(domain, name) {
-        Ok(slot) => {
-            let following = super::remote::await_new_mirror(domain, name, &slot);
-            (Some(slot), following)
-        }
-        Err(Error::NoSlot { .. }) => match super::remote::follow_to_read(domain, name)? {
-            Some((slot, following)) => (Some(slot), Some(following)),
-            None => (None, None),
-        },
-        Err(e) => return Err(e),
-    };
+    let (slot, following) = super::remote::open_to_read(domain, name)?;
     let (mut listed, registry_error) = match listing(domain) {
         Ok(slots) => (slots.into_iter().find(|s| &s.name == name), None),
         Err(e) => (None, Some(e.to_string())),

@@ -203,18 +203,10 @@ pub fn follow(domain: &Domain, name: &SlotName, wait: Duration) -> Result<Follow
 }
 
 /// The newest value of `name`, from its slot here or, when only another computer publishes it,
-/// through a mirror made for this read (`follow`); `Ok(None)` when nothing was written yet (or
-/// no value came from the other computer within `REMOTE_WAIT`).
+/// through a mirror made for this read (`open_to_read`); `Ok(None)` when nothing was written
+/// yet (or no value came from the other computer in time).
 pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
-    match open(domain, name) {
-        Err(Error::NoSlot { .. }) => {}
-        Ok(slot) => {
-            let _following = await_new_mirror(domain, name, &slot);
-            return read_newer(&slot, 0);
-        }
-        Err(e) => return Err(e),
-    }
-    let Some((slot, _following)) = follow_to_read(domain, name)? else {
+    let (Some(slot), _following) = open_to_read(domain, name)? else {
         return Err(Error::NoSlot {
             name: name.to_string(),
             domain: domain.to_string(),
@@ -223,37 +215,42 @@ pub fn get(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
     read_newer(&slot, 0)
 }
 
-/// Has the registry mirror `name` (which has no slot here) for a read and waits for the
-/// mirror's first value: the slot and the subscription to hold while reading, `Ok(None)` when
-/// no host has the name (or no registry answers), an error saying why a host's name could not
-/// be mirrored. Waits at most `REMOTE_WAIT` for the mirror and as long again for the value.
-pub fn follow_to_read(domain: &Domain, name: &SlotName) -> Result<Option<(Slot, Following)>> {
-    let following = match follow(domain, name, REMOTE_WAIT) {
-        Ok(following) => following,
-        Err(NotFollowed::NoRegistry | NotFollowed::Nowhere) => return Ok(None),
-        Err(e) => return Err(Error::Refused(format!("{name}: {e}"))),
-    };
-    let slot = open(domain, name)?;
-    wait_for_first_value(&slot, Instant::now());
-    Ok(Some((slot, following)))
-}
-
-/// A mirror made a moment ago (for another reader here, say) whose first value is still on its
-/// way: followed, so that it stays, and waited for (at most `REMOTE_WAIT`), so that a read
-/// right after its creation does not find it empty. Any other slot: nothing to do.
-pub fn await_new_mirror(domain: &Domain, name: &SlotName, slot: &Slot) -> Option<Following> {
-    if slot.origin().is_empty() || slot.latest_sequence() != 0 {
-        return None;
+/// `name`'s slot for a read (`get`, `info`), and the subscription to hold while reading when
+/// the slot is a mirror made for it:
+/// - a slot here is read as it is, but a mirror made a moment ago (for another reader here,
+///   say) and still empty is followed, so that it stays, and its first value waited for;
+/// - with no slot here, the registry is asked to mirror the name from the computer that
+///   publishes it, and the mirror's first value is waited for;
+/// - `None` when no computer has the name (or no registry answers); an error saying why a
+///   name another computer publishes cannot be mirrored here.
+///
+/// Waits at most `REMOTE_WAIT` for the mirror and as long again for its first value.
+pub fn open_to_read(domain: &Domain, name: &SlotName) -> Result<(Option<Slot>, Option<Following>)> {
+    match open(domain, name) {
+        Ok(slot) if !slot.origin().is_empty() && slot.latest_sequence() == 0 => {
+            let following = follow(domain, name, REMOTE_WAIT).ok();
+            wait_for_first_value(&slot);
+            Ok((Some(slot), following))
+        }
+        Ok(slot) => Ok((Some(slot), None)),
+        Err(Error::NoSlot { .. }) => {
+            let following = match follow(domain, name, REMOTE_WAIT) {
+                Ok(following) => following,
+                Err(NotFollowed::NoRegistry | NotFollowed::Nowhere) => return Ok((None, None)),
+                Err(e) => return Err(Error::Refused(format!("{name}: {e}"))),
+            };
+            let slot = open(domain, name)?;
+            wait_for_first_value(&slot);
+            Ok((Some(slot), Some(following)))
+        }
+        Err(e) => Err(e),
     }
-    let start = Instant::now();
-    let following = follow(domain, name, REMOTE_WAIT).ok();
-    wait_for_first_value(slot, start);
-    following
 }
 
 /// Waits until a mirror made for this tool holds a value (its first is on its way from the
-/// publishing host), at most until `REMOTE_WAIT` after `start`.
-pub fn wait_for_first_value(slot: &Slot, start: Instant) {
+/// publishing host), at most `REMOTE_WAIT`.
+pub fn wait_for_first_value(slot: &Slot) {
+    let start = Instant::now();
     while slot.latest_sequence() == 0 && start.elapsed() < REMOTE_WAIT {
         std::thread::sleep(Duration::from_millis(5));
     }

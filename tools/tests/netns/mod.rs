@@ -165,25 +165,19 @@ impl Lab {
         interval_ms: &str,
         size: &str,
     ) -> usize {
-        self.spawn(
-            host,
-            "bus-stress",
-            &[
-                "write",
-                "--name",
-                name,
-                "--count",
-                count,
-                "--interval-ms",
-                interval_ms,
-                "--min-size",
-                size,
-                "--max-size",
-                size,
-                "--linger",
-                "60",
-            ],
-        )
+        let args = [
+            "--count",
+            count,
+            "--interval-ms",
+            interval_ms,
+            "--min-size",
+            size,
+            "--max-size",
+            size,
+            "--linger",
+            "60",
+        ];
+        self.stress_write(host, name, &args)
     }
 
     /// `bus-stress write` to `name` in host `host`, one value of up to `max_size` bytes every
@@ -195,19 +189,32 @@ impl Lab {
         interval_ms: &str,
         max_size: &str,
     ) -> usize {
-        self.spawn(
-            host,
-            "bus-stress",
-            &[
-                "write",
-                "--name",
-                name,
-                "--interval-ms",
-                interval_ms,
-                "--max-size",
-                max_size,
-            ],
-        )
+        let args = ["--interval-ms", interval_ms, "--max-size", max_size];
+        self.stress_write(host, name, &args)
+    }
+
+    fn stress_write(&mut self, host: usize, name: &str, args: &[&str]) -> usize {
+        let mut all = vec!["write", "--name", name];
+        all.extend_from_slice(args);
+        self.spawn(host, "bus-stress", &all)
+    }
+
+    /// Host `host`'s `bus-inspect list NAME --json` row of `name` (JSON null while it has no
+    /// slot of that name).
+    pub fn list_row(&self, host: usize, name: &str) -> serde_json::Value {
+        let out = self.inspect(host, &["list", name, "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    }
+
+    /// Waits until host `host`'s registry directory gives `name` to host `origin`'s publisher.
+    pub fn wait_listed(&self, host: usize, name: &str, origin: &str) {
+        eventually(
+            &format!("{name} of {origin} in the directory of host {host}"),
+            || {
+                self.directory_entry(host, name)
+                    .is_some_and(|e| e["origin_host"] == origin)
+            },
+        );
     }
 
     /// `bus-stress read` of `name` in host `host`, waiting for each value, until value
