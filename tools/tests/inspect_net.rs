@@ -305,3 +305,31 @@ fn a_get_that_finds_a_new_empty_mirror_waits_for_its_value() {
         assert_eq!(json(&out)["sequence"], 1, "{out:?}");
     }
 }
+
+/// A `watch` of a name no host publishes yet keeps asking, and shows the value once another
+/// host publishes it. The publisher starts 8 s into the watch, past the watch's first asks,
+/// and the watch gives up at 14 s: it used to ask again only 15 s in (the pause doubled up to
+/// 16 s), now every 2 s.
+#[test]
+fn a_watch_shows_a_name_another_host_publishes_later() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let args = [
+        "watch",
+        "/lab/later",
+        "--count",
+        "1",
+        "--json",
+        "--timeout",
+        "14",
+    ];
+    let watch = lab.spawn(B, "bus-inspect", &args);
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    assert!(lab.is_running(watch), "the watch waits for the name");
+    lab.write_from(A, "/lab/later", "2", "0", "16");
+    let out = lab.finish(watch);
+    assert!(out.status.success(), "{out:?}");
+    let seen = json(&out);
+    assert_eq!(seen["value"]["sequence"], 2, "{seen}");
+}
