@@ -150,57 +150,105 @@ fn the_wheels_stop_while_the_drive_arbiter_hangs_and_the_clock_is_set_back() {
 
 fn wheels_stop_while_the_drive_arbiter_hangs(set_clock_back: bool) {
     let mut t = TestBus::new();
-    t.start_registry();
-    let dir = t.dir();
-    let manager = dir.join("manager.toml");
-    std::fs::write(&manager, "controllers = [\"x\"]\narbiters = [\"drive\"]\n").unwrap();
-    let drive = dir.join("drive.toml");
-    std::fs::write(
-        &drive,
-        "name = \"drive\"\n[[resources]]\nname = \"left\"\nkind = \"velocity\"\n\
-         [[resources]]\nname = \"right\"\nkind = \"velocity\"\n",
-    )
-    .unwrap();
-    t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
-    let arbiter = t.spawn_bin("arbiter", &["--config", drive.to_str().unwrap()]);
-    let offset = dir.join("clock-offset-s");
+    let offset = t.dir().join("clock-offset-s");
     std::fs::write(&offset, "0").unwrap();
-    t.spawn_with_env(
-        common::bin("robot-sim"),
-        &[],
-        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
-    );
-    let controller = t.spawn_bin(
-        "robot-controller",
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "drive/left=0.5",
-            "--set",
-            "drive/right=0.5",
-        ],
-    );
-    let mut state = t
-        .bus()
-        .subscribe::<ResourceState>("/robot/resource/drive/state")
-        .unwrap();
-    let at = |state: &mut bus::Subscription<ResourceState>, v: f64| {
-        ["left", "right"]
-            .iter()
-            .all(|w| wheel(state, w).is_some_and(|x| (x - v).abs() < 0.01))
-    };
-    eventually("the wheels turn at the command", || at(&mut state, 0.5));
-    t.signal(arbiter, Signal::SIGSTOP);
+    let drive = Drive::start(&mut t, "", "1000", &offset);
+    eventually("the wheels turn at the command", || drive.at(0.5));
+    t.signal(drive.arbiter, Signal::SIGSTOP);
     if set_clock_back {
         std::fs::write(&offset, "-3600").unwrap();
     }
-    eventually("the wheels stop while the arbiter hangs", || {
-        at(&mut state, 0.0)
-    });
-    assert!(t.is_running(controller));
-    t.signal(arbiter, Signal::SIGCONT);
-    eventually("the wheels turn again", || at(&mut state, 0.5));
+    eventually("the wheels stop while the arbiter hangs", || drive.at(0.0));
+    assert!(t.is_running(drive.controller));
+    t.signal(drive.arbiter, Signal::SIGCONT);
+    eventually("the wheels turn again", || drive.at(0.5));
+    let log = t.stderr_of(drive.sim);
+    assert!(
+        log.contains("drive: the command was not re-stamped for 500 ms")
+            && log.contains("drive: executing its command"),
+        "the simulator says why the wheels stopped and when they go again: {log}"
+    );
+}
+
+/// An arbiter without heartbeat (`heartbeat_ms = 0`) writes its command only when it changes:
+/// its age says nothing, and the simulator executes it as long as its arbiter runs (it used to
+/// stop the wheels 500 ms after each write, while the controller was told it owned them).
+#[test]
+fn the_command_of_an_arbiter_without_heartbeat_never_grows_old() {
+    let mut t = TestBus::new();
+    let offset = t.dir().join("clock-offset-s");
+    std::fs::write(&offset, "0").unwrap();
+    let drive = Drive::start(&mut t, "heartbeat_ms = 0\n", "60000", &offset);
+    eventually("the wheels turn at the command", || drive.at(0.5));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(drive.at(0.5), "the wheels still turn");
+    assert!(!t.stderr_of(drive.sim).contains("not executing"));
+}
+
+/// A drive arbiter (its config starting with `arbiter_head`), the robot manager, the simulator
+/// (its clock offset read from `offset`) and a controller `x` holding both wheels at 0.5 with
+/// a time to live of `ttl_ms`.
+struct Drive {
+    arbiter: usize,
+    sim: usize,
+    controller: usize,
+    state: std::cell::RefCell<bus::Subscription<ResourceState>>,
+}
+
+impl Drive {
+    fn start(t: &mut TestBus, arbiter_head: &str, ttl_ms: &str, offset: &std::path::Path) -> Drive {
+        t.start_registry();
+        let dir = t.dir();
+        let manager = dir.join("manager.toml");
+        std::fs::write(&manager, "controllers = [\"x\"]\narbiters = [\"drive\"]\n").unwrap();
+        let config = dir.join("drive.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "{arbiter_head}name = \"drive\"\n[[resources]]\nname = \"left\"\n\
+                 kind = \"velocity\"\n[[resources]]\nname = \"right\"\nkind = \"velocity\"\n"
+            ),
+        )
+        .unwrap();
+        t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
+        let arbiter = t.spawn_bin("arbiter", &["--config", config.to_str().unwrap()]);
+        let sim = t.spawn_with_env(
+            common::bin("robot-sim"),
+            &[],
+            &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+        );
+        let controller = t.spawn_bin(
+            "robot-controller",
+            &[
+                "--name",
+                "x",
+                "--status",
+                "compromising",
+                "--ttl-ms",
+                ttl_ms,
+                "--set",
+                "drive/left=0.5",
+                "--set",
+                "drive/right=0.5",
+            ],
+        );
+        let state = t
+            .bus()
+            .subscribe::<ResourceState>("/robot/resource/drive/state")
+            .unwrap();
+        Drive {
+            arbiter,
+            sim,
+            controller,
+            state: state.into(),
+        }
+    }
+
+    /// Both wheels turn at `v`.
+    fn at(&self, v: f64) -> bool {
+        let mut state = self.state.borrow_mut();
+        ["left", "right"]
+            .iter()
+            .all(|w| wheel(&mut state, w).is_some_and(|x| (x - v).abs() < 0.01))
+    }
 }

@@ -21,8 +21,9 @@ use tools::sim::Robot;
 first-order response within limits) and a differential drive base (left, right wheel velocity \
 setpoints; pose integrated).\n\nReads /robot/arbiter/<arm>/command and \
 /robot/arbiter/<drive>/command, publishes /robot/resource/<arm>/state and \
-/robot/resource/<drive>/state whenever the state moves. A command whose arbiter is gone is not \
-executed: the joints hold and the wheels stop until an arbiter writes again.\n\nExit status: 0 \
+/robot/resource/<drive>/state whenever the state moves. A command whose arbiter is gone, or \
+which its arbiter has not re-stamped within --command-timeout-ms, is not executed: the joints \
+hold and the wheels stop until a fresh command comes (the log says when it stops and starts).\n\nExit status: 0 \
 when stopped (SIGTERM, SIGINT), 1 on an error of the bus, 64 for a command line that does not \
 parse or is out of range (as bus-inspect)."
 )]
@@ -38,7 +39,8 @@ struct Args {
     rate_hz: f64,
     /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
     /// (the arbiters re-stamp their commands every heartbeat_ms, 100 ms by default), or its
-    /// computer's clock is off. 0: commands never grow old.
+    /// computer's clock is off. At least three of the command's own heartbeats; a command of an
+    /// arbiter without heartbeat (heartbeat_ms 0) never grows old. 0: commands never grow old.
     #[arg(long, default_value_t = 500)]
     command_timeout_ms: u64,
     /// Bus domain.
@@ -129,8 +131,7 @@ fn run(args: &Args) -> Result<(), String> {
     let period = Duration::from_secs_f64(1.0 / args.rate_hz);
     let mut last_arm = None;
     let mut last_drive = None;
-    // Each command's sequence when first read, and when (`live`).
-    let (mut arm_seen, mut drive_seen) = (None, None);
+    let (mut arm_seen, mut drive_seen) = (Followed::default(), Followed::default());
     let mut next = Instant::now();
     let mut first = true;
     let health = daemon::Health::new();
@@ -168,8 +169,12 @@ fn run(args: &Args) -> Result<(), String> {
         let empty = Default::default();
         let timeout =
             (args.command_timeout_ms > 0).then(|| Duration::from_millis(args.command_timeout_ms));
-        let arm = live(commands.get(arm_cmd), timeout, &mut arm_seen).unwrap_or(&empty);
-        let drive = live(commands.get(drive_cmd), timeout, &mut drive_seen).unwrap_or(&empty);
+        let arm = arm_seen
+            .live(commands.get(arm_cmd), timeout, &args.arm)
+            .unwrap_or(&empty);
+        let drive = drive_seen
+            .live(commands.get(drive_cmd), timeout, &args.drive)
+            .unwrap_or(&empty);
         robot.step(period.as_secs_f64(), arm, drive);
         let at_rest = robot.at_rest(arm, drive);
         // Publish only when the state moved (1e-5), so that a robot at rest is quiet.
@@ -223,29 +228,72 @@ fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-/// The setpoints of a command to execute: its arbiter runs, and (with a timeout) wrote it
-/// recently. `seen` keeps the command's sequence and when it was first read: its age is taken
-/// then from the wall clock and counted on from there on the monotonic clock
-/// (`arbiter::clock`), so that the wall clock set back cannot keep a hung arbiter's command
-/// driving the robot, nor setting it forward stop the robot.
-fn live<'a>(
-    command: &'a bus::Subscription<ResourceCommand>,
-    timeout: Option<Duration>,
-    seen: &mut Option<(u64, ReadAt)>,
-) -> Option<&'a BTreeMap<String, f64>> {
-    let meta = command.meta()?;
-    let now = read_now();
-    let read = first_read(seen, Some(meta.sequence), now);
-    let fresh = timeout.is_none_or(|t| {
-        let written = meta
-            .write_time
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let stale_at = lives_until(written, read.wall_ns, t.as_nanos() as u64);
-        now.clock_ns <= read.on_clock(stale_at)
-    });
-    command
-        .value()
-        .filter(|_| fresh && command.writer() == Some(bus::WriterState::Alive))
-        .map(|c| &c.setpoints)
+/// What the simulator knows of one arbiter's command between steps.
+#[derive(Default)]
+struct Followed {
+    /// The command's sequence when first read, and when (see `live`).
+    seen: Option<(u64, ReadAt)>,
+    /// Why the last command read was not executed (`None`: it was, or there was none).
+    refused: Option<NotExecuted>,
+}
+
+/// Why a command is not executed.
+#[derive(Clone, Copy, PartialEq)]
+enum NotExecuted {
+    ArbiterGone,
+    Stale,
+}
+
+impl Followed {
+    /// The setpoints of `command` to execute: its arbiter runs, and (with a timeout) wrote it
+    /// recently. Its age is taken from the wall clock when it is first read and counted on
+    /// from there on the monotonic clock (`arbiter::clock`), so that the wall clock set back
+    /// cannot keep a hung arbiter's command driving the robot, nor setting it forward stop the
+    /// robot. Says in the log when it stops and starts executing `arbiter`'s commands.
+    fn live<'a>(
+        &mut self,
+        command: &'a bus::Subscription<ResourceCommand>,
+        timeout: Option<Duration>,
+        arbiter: &str,
+    ) -> Option<&'a BTreeMap<String, f64>> {
+        let meta = command.meta()?;
+        let value = command.value()?;
+        let now = read_now();
+        let read = first_read(&mut self.seen, Some(meta.sequence), now);
+        // An arbiter without heartbeat re-stamps nothing: its command's age says nothing.
+        let timeout = timeout
+            .filter(|_| value.heartbeat_ms > 0)
+            .map(|t| t.max(Duration::from_millis(value.heartbeat_ms.saturating_mul(3))));
+        let fresh = timeout.is_none_or(|t| {
+            let written = meta
+                .write_time
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let stale_at = lives_until(written, read.wall_ns, t.as_nanos() as u64);
+            now.clock_ns <= read.on_clock(stale_at)
+        });
+        let refused = if command.writer() != Some(bus::WriterState::Alive) {
+            Some(NotExecuted::ArbiterGone)
+        } else if !fresh {
+            Some(NotExecuted::Stale)
+        } else {
+            None
+        };
+        if refused != self.refused {
+            match refused {
+                Some(NotExecuted::ArbiterGone) => tracing::warn!(
+                    "{arbiter}: its arbiter is gone: not executing its command (joints hold, \
+                     wheels stop)"
+                ),
+                Some(NotExecuted::Stale) => tracing::warn!(
+                    "{arbiter}: the command was not re-stamped for {} ms (its arbiter hangs, or \
+                     its clock is off): not executing it (joints hold, wheels stop)",
+                    timeout.unwrap_or_default().as_millis()
+                ),
+                None => tracing::info!("{arbiter}: executing its command"),
+            }
+            self.refused = refused;
+        }
+        refused.is_none().then_some(&value.setpoints)
+    }
 }
