@@ -26,9 +26,10 @@
 //! finite number (NaN, an infinity: only a faulty writer makes one, the library refuses them)
 //! still asks for its resource, so ownership follows the rules above exactly, but it never
 //! reaches the hardware: the resource gets its safe command instead. A hold (the position
-//! safe command) holds where the resource was measured when it was released; with no
-//! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
-//! resource gets no setpoint at all (the driver keeps it where it is).
+//! safe command) holds where the resource was measured when it was released, also outside its
+//! limits (clamped, the hold would move a resource nobody owns: the arbiter's log says so);
+//! with no measurement yet and no setpoint sent before, there is nowhere known to hold, and
+//! the resource gets no setpoint at all (the driver keeps it where it is).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -172,6 +173,16 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// Whether `other` decided the same: owners, setpoints, safe commands and outcomes. The
+    /// next expiry instant is left out: it moves each time a live controller refreshes its
+    /// block, and changes nothing a driver executes.
+    pub fn same_result(&self, other: &Allocation) -> bool {
+        self.owners == other.owners
+            && self.setpoints == other.setpoints
+            && self.holding == other.holding
+            && self.outcomes == other.outcomes
+    }
+
     /// The same result with names: `names[i]` is controller `i`'s name.
     pub fn to_decision(&self, resources: &[ResourceSpec], names: &[&str]) -> Decision {
         let mut decision = Decision {
@@ -363,7 +374,8 @@ fn safe_setpoint(
                 // Not measured: where it was sent last, else nowhere known.
                 (_, p, None) => p,
             };
-            target.map(|t| spec.limits.clamp(t))
+            // Not clamped: a hold must not move the resource, even into its limits.
+            target
         }
     }
 }

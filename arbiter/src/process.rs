@@ -220,17 +220,28 @@ pub fn run(
             now.clock_ns,
             &mut allocation,
         );
-        let decided_changed = renamed || previous.as_ref() != Some(&allocation);
+        // A refresh of a controller's block moves only the next expiry. The memory block is
+        // published all the same: it tells a controller that the arbiter read its block (one
+        // (re)started with the commands of the process before it learns its outcome only
+        // from a block written after its own first write). The command is not: a driver has
+        // nothing new to execute, and the heartbeat re-stamps it meanwhile.
+        let result_changed = renamed
+            || !previous
+                .as_ref()
+                .is_some_and(|p| p.same_result(&allocation));
+        let decided_changed = result_changed
+            || previous.as_ref().map(|p| p.next_expiry_ns) != Some(allocation.next_expiry_ns);
         if decided_changed || state_changed {
             cycle += 1;
             let stamp_ns = now.wall_ns;
-            if decided_changed {
+            if result_changed {
                 command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
                 command_written = Instant::now();
             }
             let decision = allocation.to_decision(&config.resources, &watched.controller_names());
-            if decided_changed {
+            if result_changed {
                 log_changes(name, previous_decision.as_ref(), &decision);
+                warn_held_outside_limits(name, config, previous_decision.as_ref(), &decision);
             }
             let block = memory_block(config, cycle, stamp_ns, &decision, &state);
             block_pub.write(&block)?;
@@ -396,6 +407,34 @@ fn memory_block(
         resources,
         owners: decision.owners.clone(),
         outcomes: decision.outcomes.clone(),
+    }
+}
+
+/// One log line when a resource starts holding outside its limits: the hold keeps it where it
+/// was measured rather than move it, unowned, into them (a misplaced limit, or a driver that
+/// reports another unit).
+fn warn_held_outside_limits(
+    arbiter: &str,
+    config: &ArbiterConfig,
+    previous: Option<&Decision>,
+    decision: &Decision,
+) {
+    for spec in &config.resources {
+        let outside = |d: &Decision| {
+            d.holding.contains(&spec.name)
+                && d.setpoints
+                    .get(&spec.name)
+                    .is_some_and(|v| spec.limits.clamp(*v) != *v)
+        };
+        if outside(decision) && !previous.is_some_and(outside) {
+            tracing::warn!(
+                "{arbiter}/{}: held at {}, where it was measured, outside its limits {}..{}",
+                spec.name,
+                decision.setpoints[&spec.name],
+                spec.limits.min,
+                spec.limits.max
+            );
+        }
     }
 }
 

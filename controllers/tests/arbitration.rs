@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use common::{eventually, TestBus};
 use nix::sys::signal::Signal;
-use robot::{manager_toml, manager_toml_unlisted_last, Robot};
+use robot::{manager_toml, manager_toml_unlisted_last, Robot, ARM};
 use serde_json::{json, Value};
 
 #[test]
@@ -570,4 +570,45 @@ fn an_arbiter_follows_the_longest_order_the_manager_publishes() {
     assert!(r.t.is_running(arbiter), "{}", r.t.stderr_of(arbiter));
     r.t.signal(c, nix::sys::signal::Signal::SIGTERM);
     assert!(r.t.finish(c).status.success());
+}
+
+/// A controller's refresh of its block (three times per time to live) is acknowledged in the
+/// arbiter's memory block, so that a (re)started controller learns its outcome, but it changes
+/// nothing a driver executes: with no heartbeat the command is not rewritten (it used to be,
+/// on every refresh).
+#[test]
+fn a_refresh_rewrites_the_memory_block_but_not_the_command() {
+    let mut r = Robot::new(&["x"]);
+    std::fs::write(&r.arm_file, format!("heartbeat_ms = 0\n{}", ARM)).unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let x = r.controller("x", "compromising", &["arm/turret=1"], 150);
+    eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    let bus = r.t.bus();
+    let mut command = bus
+        .subscribe::<arbiter::protocol::ResourceCommand>("/robot/arbiter/arm/command")
+        .unwrap();
+    let mut block = bus
+        .subscribe::<arbiter::protocol::ArbiterBlock>("/robot/arbiter/arm")
+        .unwrap();
+    let sequences = |c: &mut bus::Subscription<_>, b: &mut bus::Subscription<_>| {
+        c.update().unwrap();
+        b.update().unwrap();
+        (c.sequence(), b.sequence())
+    };
+    eventually("both read", || {
+        sequences(&mut command, &mut block) != (None, None)
+    });
+    let (command_before, block_before) = sequences(&mut command, &mut block);
+    // x refreshes every 50 ms: some 20 refreshes in a second.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (command_after, block_after) = sequences(&mut command, &mut block);
+    assert_eq!(command_after, command_before, "the command is as it was");
+    assert!(
+        block_after >= block_before.map(|s| s + 10),
+        "the memory block acknowledges the refreshes: {block_before:?} -> {block_after:?}"
+    );
 }

@@ -395,6 +395,27 @@ fn a_hold_never_measured_takes_the_first_measurement() {
     assert_eq!(second.setpoints["shoulder"], 0.7);
 }
 
+/// A hold keeps a resource where it is measured also outside its limits: clamped, it would
+/// move a resource that nobody owns (the arm's limits are -2..2).
+#[test]
+fn a_hold_outside_the_limits_does_not_move_the_resource() {
+    let measured: BTreeMap<String, f64> = [("shoulder".to_string(), 2.5)].into();
+    let first = arbitrate("arm", &arm(), &[], &measured, None, NOW);
+    assert_eq!(first.setpoints["shoulder"], 2.5);
+    assert!(first.holding.contains("shoulder"));
+    // An owner's command is clamped as ever; released, the resource holds where it is then.
+    let x = block("x", Compromising, &[("arm/shoulder", 3.0)]);
+    let candidate = Candidate {
+        name: "x",
+        block: Some(&x),
+        writer_alive: true,
+    };
+    let owned = arbitrate("arm", &arm(), &[candidate], &measured, Some(&first), NOW);
+    assert_eq!(owned.setpoints["shoulder"], 2.0);
+    let released = arbitrate("arm", &arm(), &[], &measured, Some(&owned), NOW);
+    assert_eq!(released.setpoints["shoulder"], 2.5);
+}
+
 #[test]
 fn a_name_listed_twice_keeps_its_higher_place_even_without_a_block_there() {
     let x = block("x", NonCompromising, &[("arm/shoulder", 1.0)]);
