@@ -52,11 +52,37 @@ struct RawResource {
     safe: Option<RawSafe>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `safe`: a number or a word. Not `#[serde(untagged)]`, whose error for anything else names
+/// this type ("did not match any variant of untagged enum RawSafe") instead of the choices.
+#[derive(Debug)]
 enum RawSafe {
     Value(f64),
     Word(String),
+}
+
+impl<'de> Deserialize<'de> for RawSafe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawSafe, D::Error> {
+        struct Choices;
+        impl serde::de::Visitor<'_> for Choices {
+            type Value = RawSafe;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#""hold", "zero", "off" or a number"#)
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RawSafe, E> {
+                Ok(RawSafe::Value(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawSafe, E> {
+                Ok(RawSafe::Value(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawSafe, E> {
+                Ok(RawSafe::Value(v as f64))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawSafe, E> {
+                Ok(RawSafe::Word(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Choices)
+    }
 }
 
 /// A validated arbiter configuration.
@@ -83,6 +109,45 @@ impl ArbiterConfig {
             path: path.display().to_string(),
             message,
         })
+    }
+
+    /// One line saying what the file sets (`arbiter --check`).
+    pub fn summary(&self) -> String {
+        let resources: Vec<String> = self
+            .resources
+            .iter()
+            .map(|r| {
+                let kind = match r.kind {
+                    Kind::Position => "position",
+                    Kind::Velocity => "velocity",
+                    Kind::Switch => "switch",
+                };
+                let bound = |v: f64| {
+                    if v.is_finite() {
+                        v.to_string()
+                    } else {
+                        "unbounded".to_owned()
+                    }
+                };
+                let safe = match r.safe {
+                    SafeCommand::Hold => "hold".to_owned(),
+                    SafeCommand::Value(v) => v.to_string(),
+                };
+                format!(
+                    "{} ({kind}, {}..{}, safe {safe})",
+                    r.name,
+                    bound(r.limits.min),
+                    bound(r.limits.max)
+                )
+            })
+            .collect();
+        format!(
+            "arbiter {:?}, heartbeat {}, resources: {}",
+            self.name,
+            self.heartbeat
+                .map_or("none".to_owned(), |h| format!("{} ms", h.as_millis())),
+            resources.join(", ")
+        )
     }
 
     pub fn parse(text: &str) -> Result<ArbiterConfig, String> {
@@ -257,6 +322,14 @@ mod tests {
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = inf",
                 "finite number",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = true",
+                "expected \"hold\", \"zero\", \"off\" or a number",
+            ),
+            (
+                "name = \"a\"\n[[resources]]\nname = \"x\"\nsafe = [1]",
+                "expected \"hold\", \"zero\", \"off\" or a number",
             ),
             (
                 "name = \"a\"\n[[resources]]\nname = \"x\"\nkind = \"velocity\"\nsafe = \"hold\"",

@@ -28,6 +28,10 @@ struct Args {
     /// Arbiter configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
+    /// Check the configuration file and exit (0: valid, with a summary; 1: what is wrong),
+    /// touching no bus: to test a file before deploying it.
+    #[arg(long)]
+    check: bool,
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
@@ -42,6 +46,15 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 fn main() {
     daemon::init_logging("info");
     let args = Args::parse();
+    if args.check {
+        match arbiter::config::ArbiterConfig::load(&args.config) {
+            Ok(config) => {
+                println!("{}: valid: {}", args.config.display(), config.summary());
+                return;
+            }
+            Err(e) => daemon::exit_on_error("arbiter", e),
+        }
+    }
     let stop = Arc::new(StopRequest::default());
     let stopping = Arc::clone(&stop);
     let on_stop = move |signal| {

@@ -47,3 +47,42 @@ fn help_shows_the_config_format() {
         "{help}"
     );
 }
+
+/// `--check` says whether a file is valid and exits, without a registry and without touching
+/// the bus (the domain's shared memory stays empty).
+#[test]
+fn check_validates_a_file_and_exits() {
+    let dir = std::env::temp_dir().join(format!("arbiter-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |text: &str| {
+        let file = dir.join("arm.toml");
+        std::fs::write(&file, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_arbiter"))
+            .args(["--domain", "arbiter-check-test", "--check", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = check("name = \"arm\"\n[[resources]]\nname = \"shoulder\"\nmin = -1.5\nmax = 1.5\n");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("valid: arbiter \"arm\", heartbeat 100 ms")
+            && said.contains("shoulder (position, -1.5..1.5, safe hold)"),
+        "{said}"
+    );
+    let out = check("name = \"arm\"\n[[resources]]\nname = \"shoulder\"\nsafe = true\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("expected \"hold\", \"zero\", \"off\" or a number"),
+        "{err}"
+    );
+    let touched = std::fs::read_dir("/dev/shm").unwrap().flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .contains("arbiter-check-test")
+    });
+    assert!(!touched, "a check creates no shared memory");
+    let _ = std::fs::remove_dir_all(&dir);
+}

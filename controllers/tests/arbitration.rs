@@ -74,7 +74,10 @@ fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
 
 #[test]
 fn changing_the_priority_file_changes_owners() {
-    let mut r = Robot::running(&["a", "b", "n"]);
+    let mut r = Robot::new(&["a", "b", "n"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    r.arbiter();
     r.abn(500);
     r.expect_patent_example("initial");
     std::fs::write(&r.manager_file, manager_toml(&["n", "b", "a"])).unwrap();
@@ -89,12 +92,21 @@ fn changing_the_priority_file_changes_owners() {
         "controllers = [\"a\", \"a\"]\narbiters = [\"arm\"]\n",
     )
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    eventually("the manager says it keeps the previous order", || {
+        let log = r.t.stderr_of(manager);
+        log.contains("keeping the previous config") && log.contains("\"a\" is listed twice")
+    });
     r.expect(
         "still n first",
         json!({"turret": "b", "shoulder": "n", "elbow1": "n", "elbow2": "n"}),
         json!({"a": "denied", "b": "partial", "n": "full"}),
     );
+    // The file mended to the order in force: the manager says it took it.
+    std::fs::write(&r.manager_file, manager_toml(&["n", "b", "a"])).unwrap();
+    eventually("the manager says the mended file is valid", || {
+        r.t.stderr_of(manager)
+            .contains("valid; the priority order in force is unchanged")
+    });
 }
 
 /// A new order while no registry runs takes effect at once: the arbiter keeps following the

@@ -63,6 +63,26 @@ impl ManagerFile {
         Ok(file)
     }
 
+    /// One line saying what the file sets (`robot-manager --check`).
+    pub fn summary(&self) -> String {
+        let list = |names: &[String]| {
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        };
+        format!(
+            "controllers, highest priority first: {}; arbiters: {}; unlisted controllers {}",
+            list(&self.controllers),
+            list(&self.arbiters),
+            match self.unlisted {
+                Unlisted::Ignore => "ignored",
+                Unlisted::Last => "placed last",
+            }
+        )
+    }
+
     pub fn load(path: &Path) -> Result<ManagerFile, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -31,6 +31,10 @@ struct Args {
     /// Manager configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
+    /// Check the configuration file and exit (0: valid, with a summary; 1: what is wrong),
+    /// touching no bus: to test a file before deploying it.
+    #[arg(long)]
+    check: bool,
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
           value_parser = bus::Domain::parse_arg)]
@@ -49,6 +53,15 @@ fn main() {
     }
     daemon::init_logging("info");
     let mut args = Args::parse();
+    if args.check {
+        match ManagerFile::load(&args.config) {
+            Ok(file) => {
+                println!("{}: valid: {}", args.config.display(), file.summary());
+                return;
+            }
+            Err(e) => daemon::exit_on_error("robot-manager", e),
+        }
+    }
     // Absolute from the start: a relative path would stay relative to the directory the
     // manager started in, even after that directory is replaced.
     match std::path::absolute(&args.config) {
@@ -239,7 +252,14 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             .map(|d| controllers_in(d, block_hash));
         if let Some(listed) = listed {
             for c in merge_discovered(&mut discovered, &listed) {
-                tracing::info!("controller {c} appeared on the bus");
+                if file.unlisted == arbiter::protocol::Unlisted::Ignore {
+                    tracing::info!(
+                        "controller {c} appeared on the bus; not listed, so ignored (unlisted = \
+                         \"ignore\")"
+                    );
+                } else {
+                    tracing::info!("controller {c} appeared on the bus");
+                }
             }
         }
         let now = Fingerprint::of(&args.config);
@@ -259,10 +279,17 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         }
         let proposed = candidate.as_ref().unwrap_or(&file);
         let next = proposed.effective(&discovered, revision + 1);
-        if next.controllers != published.controllers
+        let order_changes = next.controllers != published.controllers
             || next.arbiters != published.arbiters
-            || next.unlisted != published.unlisted
-        {
+            || next.unlisted != published.unlisted;
+        if candidate.is_some() && !order_changes {
+            // Said, so that whoever just fixed or re-read the file knows it was taken.
+            tracing::info!(
+                "{}: valid; the priority order in force is unchanged",
+                args.config.display()
+            );
+        }
+        if order_changes {
             match publication.write(&next) {
                 Ok(()) => {
                     revision += 1;

@@ -19,3 +19,31 @@ fn an_invalid_config_at_start_is_refused() {
     assert!(err.contains("\"a\" is listed twice"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--check` says whether a file is valid, and what it sets, and exits without a registry.
+#[test]
+fn check_validates_a_file_and_exits() {
+    let dir = std::env::temp_dir().join(format!("manager-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |text: &str| {
+        let file = dir.join("manager.toml");
+        std::fs::write(&file, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_robot-manager"))
+            .args(["--domain", "manager-check-test", "--check", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = check("controllers = [\"teleop\", \"auto\"]\narbiters = [\"arm\"]\n");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("controllers, highest priority first: teleop, auto; arbiters: arm; unlisted controllers ignored"),
+        "{said}"
+    );
+    let out = check("controllers = [\"a\", \"a\"]\narbiters = []\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"a\" is listed twice"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
