@@ -97,3 +97,19 @@ fn a_forged_session_far_ahead_shuts_the_real_host_out_only_until_forgotten() {
     );
     assert!(hears_a(&lab), "{:?}", lab.stats(B));
 }
+
+/// Empty datagrams are dropped and counted as truncated, as any other too short to be a
+/// message (they used to be neither: the receive loop found no datagram in an empty read).
+#[test]
+fn empty_datagrams_are_dropped_and_counted() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(B, &[], &[]);
+    eventually("B publishes its statistics", || lab.stats(B).is_some());
+    let before = lab.dropped(B, "truncated");
+    for _ in 0..3 {
+        send_from_c(&lab, B, Vec::new());
+    }
+    eventually("B counts the three empty datagrams", || {
+        lab.dropped(B, "truncated") >= before + 3
+    });
+}

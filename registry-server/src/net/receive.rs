@@ -45,18 +45,29 @@ impl Net {
                 self.counters.drop(Drop::Oversized);
                 continue;
             };
-            for datagram in buf[..n].chunks(each) {
-                let result = self.on_datagram(datagram, from);
-                if result == Ok(Received::LoopedBack) {
-                    Counters::add(&self.counters.looped_back, 1);
-                    continue;
-                }
-                Counters::add(&self.counters.received_datagrams, 1);
-                Counters::add(&self.counters.received_bytes, datagram.len() as u64);
-                if let Err(why) = result {
-                    self.counters.drop(why);
-                }
+            if n == 0 {
+                // An empty datagram, which `chunks` would yield nothing for: dropped as
+                // malformed and counted like any other.
+                self.count_datagram(&[], from);
             }
+            for datagram in buf[..n].chunks(each) {
+                self.count_datagram(datagram, from);
+            }
+        }
+    }
+
+    /// Handles one received datagram and counts it (received, or looped back, and why it was
+    /// dropped).
+    fn count_datagram(&self, datagram: &[u8], from: SocketAddr) {
+        let result = self.on_datagram(datagram, from);
+        if result == Ok(Received::LoopedBack) {
+            Counters::add(&self.counters.looped_back, 1);
+            return;
+        }
+        Counters::add(&self.counters.received_datagrams, 1);
+        Counters::add(&self.counters.received_bytes, datagram.len() as u64);
+        if let Err(why) = result {
+            self.counters.drop(why);
         }
     }
 

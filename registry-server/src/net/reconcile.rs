@@ -11,6 +11,7 @@ use bus::SlotName;
 use super::stats::Counters;
 use super::wire::{Announce, PubInfo, Want};
 use super::{Mirror, Net, NetState, Reflected};
+use crate::state::NotMirrored;
 
 impl Net {
     /// Applies what the peers announced to the registry: remote claims, mirrors, reflected
@@ -107,16 +108,12 @@ impl Net {
             if !wanted.contains(name) || !remote.contains_key(name) {
                 continue;
             }
-            // Before the mirror reads as written by the origin's running publisher: which of its
-            // values are that publisher's.
             if let Some(m) = st.mirrors.get_mut(name.as_str()) {
                 if m.origin == c.claim.host {
                     m.follow_series(c.info.series);
                 }
                 if !c.info.writer_alive {
                     m.publisher = None;
-                } else if m.origin == c.claim.host {
-                    m.date_held(c.info.series, c.info.writer_first);
                 }
             }
             match reg.ensure_mirror(name, &c.claim, c.info.capacity) {
@@ -154,6 +151,16 @@ impl Net {
                             }
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
                         }
+                    } else if let Some(m) = st.mirrors.get_mut(name.as_str()) {
+                        // Which of the values held are the origin's running publisher's, dated
+                        // after `ensure_mirror`: a registry that takes a mirror over as its
+                        // writer (one restarted here, adopting it) counts every value held as
+                        // an earlier writer's, which would undo a dating made before. Until
+                        // dated, the value held reads as its gone writer's, never the other
+                        // way round.
+                        if c.info.writer_alive {
+                            m.date_held(c.info.series, c.info.writer_first);
+                        }
                     }
                     // Said when a followed publisher goes, not for a mirror made now for a kept
                     // value (it reads as written by this registry only until the line below).
@@ -169,10 +176,19 @@ impl Net {
                         );
                     }
                 }
-                Err(reason) => {
+                Err(NotMirrored::Conflict(reason)) => {
                     if st_log(&mut st.logged, &mut current, name.as_str(), &c.claim.host) {
                         tracing::warn!("conflict: not mirroring {name}: {reason}");
                         Counters::add(&self.counters.conflicts, 1);
+                    }
+                }
+                Err(NotMirrored::Failed(reason)) => {
+                    if st_log(&mut st.logged, &mut current, name.as_str(), &c.claim.host) {
+                        tracing::warn!(
+                            "cannot mirror {name} of host '{}' (its subscribers here wait): \
+                             {reason}",
+                            c.claim.host
+                        );
                     }
                 }
             }

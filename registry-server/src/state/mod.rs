@@ -478,5 +478,6 @@ pub mod reclaim;
 mod registration;
 mod remote;
 pub use reclaim::{KeepUnused, DEFAULT_KEEP_UNUSED, DEFAULT_KEEP_UNUSED_MIB};
+pub use remote::NotMirrored;
 #[cfg(test)]
 mod tests;

@@ -231,27 +231,29 @@ impl Registry {
         name: &SlotName,
         claim: &RemoteClaim,
         capacity: u64,
-    ) -> Result<(String, Outbox, bool), String> {
+    ) -> Result<(String, Outbox, bool), NotMirrored> {
         let segment = self.domain.segment_name(name);
         let entry = self
             .slots
             .get_mut(name)
-            .ok_or_else(|| format!("{name} is not wanted here"))?;
+            .ok_or_else(|| NotMirrored::Conflict(format!("{name} is not wanted here")))?;
         if entry.published_here() {
-            return Err(format!("{name} is published on this host too"));
+            return Err(NotMirrored::Conflict(format!(
+                "{name} is published on this host too"
+            )));
         }
         if entry.schema.hash.0 != claim.schema_hash {
-            return Err(format!(
+            return Err(NotMirrored::Conflict(format!(
                 "local subscribers of {name} use type {}, host '{}' publishes {}",
                 entry.schema.type_name, claim.host, claim.type_name
-            ));
+            )));
         }
         // The subscribers' schema (checked when they registered), of the hash the origin
         // announced: announcements do not carry schemas.
         let schema = entry
             .schema
             .parse()
-            .map_err(|e| format!("{name}: unreadable schema: {e}"))?;
+            .map_err(|e| NotMirrored::Failed(format!("{name}: unreadable schema: {e}")))?;
         let outgrown_in_use = entry
             .slot
             .as_ref()
@@ -259,13 +261,15 @@ impl Registry {
             && entry.endpoints.iter().any(|e| e.bound);
         let created = entry
             .ensure_slot(&segment, name, &schema, capacity, self.group, true)
-            .map_err(|e| match e {
-                NoSlot::TooSmallInUse { .. } => format!(
-                    "mirror of {name} is smaller than the {capacity} bytes host '{}' publishes \
-                     and is in use",
-                    claim.host
-                ),
-                NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
+            .map_err(|e| {
+                NotMirrored::Failed(match e {
+                    NoSlot::TooSmallInUse { .. } => format!(
+                        "mirror of {name} is smaller than the {capacity} bytes host '{}' \
+                         publishes and is in use",
+                        claim.host
+                    ),
+                    NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
+                })
             })?;
         let mut out = Outbox::new();
         if outgrown_in_use {
@@ -280,7 +284,7 @@ impl Registry {
         let slot = entry
             .slot
             .as_ref()
-            .ok_or_else(|| format!("{name}: slot vanished"))?;
+            .ok_or_else(|| NotMirrored::Failed(format!("{name}: slot vanished")))?;
         if created {
             tracing::info!(
                 "created mirror {name} ({}, {} bytes) of host '{}'",
@@ -333,4 +337,14 @@ impl Registry {
             _ => false,
         }
     }
+}
+
+/// Why a remote publication is not mirrored here.
+#[derive(Debug)]
+pub enum NotMirrored {
+    /// It conflicts with what this host has: a publication of the name here, or subscribers
+    /// of another type (counted as a conflict).
+    Conflict(String),
+    /// It could not be made: no room in shared memory, a mirror too small that is in use.
+    Failed(String),
 }

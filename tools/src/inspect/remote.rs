@@ -73,7 +73,8 @@ impl std::fmt::Display for NotFollowed {
             NotFollowed::NoAnswer(wait) => write!(
                 f,
                 "it is published on another computer, but the registry here could not mirror \
-                 it within {} s (`bus-inspect stats` shows the network counters)",
+                 it within {} s (its log says why, such as no room in shared memory; \
+                 `bus-inspect stats` shows the network counters)",
                 wait.as_secs_f64()
             ),
         }

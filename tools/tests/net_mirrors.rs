@@ -1,0 +1,91 @@
+//! Mirrors on a subscriber's host: its registry restarted under one (the writer state its
+//! subscribers see follows the origin's publishers afterwards as before), and one that cannot
+//! be made there. Real `registry-server`, `bus-stress` and `bus-inspect` binaries in the
+//! network-namespace lab.
+
+mod common;
+mod netns;
+
+use netns::{eventually, Lab};
+
+const A: usize = 0;
+const B: usize = 1;
+
+/// B's registry restarts while its mirror holds the value of a publisher gone from A; a new
+/// publisher on A then writes once. B's subscribers must read that value as its running
+/// writer's. They read it as gone for good: the restarted registry took the mirror over (as
+/// its writer) after dating the value it held, which undid the dating.
+#[test]
+fn a_new_remote_publisher_reads_alive_after_the_subscriber_hosts_registry_restarts() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let first = lab.write_from(A, "/again", "1", "0", "16");
+    let reader = lab.read_for(B, "/again", "60");
+    eventually("B mirrors the first publisher's value", || {
+        lab.list_row(B, "/again")["writer_alive"] == true
+    });
+    lab.kill(first);
+    eventually("B reads the first publisher as gone", || {
+        lab.list_row(B, "/again")["writer_alive"] == false
+    });
+    lab.kill_registry(B);
+    lab.start_registry(B, &[], &[]);
+    eventually("B's registry serves again", || {
+        lab.inspect(B, &["endpoints", "--json"]).status.success()
+    });
+    let second = lab.write_from(A, "/again", "1", "0", "16");
+    eventually(
+        "B reads the new publisher's value as its running writer's",
+        || {
+            let row = lab.list_row(B, "/again");
+            row["writer_alive"] == true && row["origin"] == "hA"
+        },
+    );
+    lab.kill(second);
+    lab.kill(reader);
+}
+
+/// A mirror that cannot be made here (no room left in this host's /dev/shm) is said in the log
+/// as such, with the reason, and not counted as a conflict (it was both, as if the two hosts
+/// disagreed on the name).
+#[test]
+fn a_mirror_without_room_is_no_conflict() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("B's registry has made its own slots", || {
+        lab.stats(B).is_some()
+    });
+    // Room for what B holds (its directory and statistics) and 2 MiB more: not for a mirror
+    // of /big's 4 MB values.
+    let df = lab
+        .command(B, std::path::Path::new("/usr/bin/df"))
+        .args(["-k", "--output=used", "/dev/shm"])
+        .output()
+        .unwrap();
+    let used_kib: u64 = String::from_utf8_lossy(&df.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .expect("df's used KiB");
+    let shrink = lab
+        .command(B, std::path::Path::new("/usr/bin/mount"))
+        .args([
+            "-o",
+            &format!("remount,size={}k", used_kib + 2048),
+            "/dev/shm",
+        ])
+        .status()
+        .unwrap();
+    assert!(shrink.success());
+    lab.write_from(A, "/big", "3", "0", "4000000");
+    lab.read_for(B, "/big", "20");
+    eventually("B says it cannot mirror /big, and why", || {
+        let log = lab.log(B);
+        log.contains("cannot mirror /big of host 'hA'") && log.contains("is /dev/shm full?")
+    });
+    let stats = lab.stats(B).expect("statistics");
+    assert_eq!(stats["conflicts"], 0, "{stats}");
+    assert!(!lab.log(B).contains("conflict"), "{}", lab.log(B));
+}
