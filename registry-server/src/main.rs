@@ -91,7 +91,7 @@ struct NetArgs {
     ttl: u32,
     /// Registry reached by unicast, for networks without multicast: its IPv4 address and
     /// discovery port (10.0.0.5:7447), or the address alone for the port of --mcast-port.
-    /// Repeat for several.
+    /// Repeat for several. One side is enough: the registry named answers by unicast.
     #[arg(long = "peer", value_name = "IP[:PORT]", value_parser = parse_peer)]
     peers: Vec<PeerArg>,
     /// Path MTU in bytes, at most 65507: no datagram is larger; bigger values are fragmented.

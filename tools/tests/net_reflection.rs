@@ -344,6 +344,18 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
 
 #[test]
 fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
+    unicast_peers_connect(true);
+}
+
+/// Only A names the other host: B answers A by unicast, as the README's example needs (the
+/// payload computer names the robot with `--peer`, the robot names nobody). B used to announce
+/// only to its group, so A never learnt what B subscribes to, nor of B's publications.
+#[test]
+fn a_peer_named_on_one_side_only_is_answered_by_unicast() {
+    unicast_peers_connect(false);
+}
+
+fn unicast_peers_connect(both_sides: bool) {
     let mut lab = Lab::new(2);
     // Each host announces on its own multicast group, so no announcement crosses by multicast;
     // only the --peer lists connect them.
@@ -354,11 +366,12 @@ fn unicast_peers_connect_hosts_whose_multicast_does_not_meet() {
         &["--mcast-group", "239.255.66.1", "--peer", &peer_of_a],
         &[],
     );
-    lab.start_registry(
-        B,
-        &["--mcast-group", "239.255.66.2", "--peer", &peer_of_b],
-        &[],
-    );
+    let b_args: &[&str] = if both_sides {
+        &["--mcast-group", "239.255.66.2", "--peer", &peer_of_b]
+    } else {
+        &["--mcast-group", "239.255.66.2"]
+    };
+    lab.start_registry(B, b_args, &[]);
     lab.write_from(A, "/unicast", "5", "0", "3000");
     let r = lab.read_until(B, "/unicast", "5", "20");
     check(&mut lab, r, 5, "subscriber reached by unicast");

@@ -394,6 +394,17 @@ impl Net {
             {
                 tracing::debug!("UDP receive coalescing unavailable on the {what} socket");
             }
+            // Each datagram's destination, to tell an announcement sent to this host (a
+            // `--peer` elsewhere naming it) from one sent to the group: the first is answered
+            // by unicast (`Peers::heard_by_unicast`).
+            if nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::Ipv4PacketInfo, &true)
+                .is_err()
+            {
+                tracing::warn!(
+                    "IP_PKTINFO unavailable on the {what} socket: a host whose --peer names this \
+                     one is not answered by unicast (name it with --peer here too)"
+                );
+            }
         }
         let data: UdpSocket = data.into();
         let discovery: UdpSocket = disco.into();

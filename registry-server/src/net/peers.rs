@@ -24,6 +24,9 @@ pub struct PeerEntry {
     pub data_addr: SocketAddr,
     pub last_heard: Instant,
     first_heard: Instant,
+    /// It announced to this host by unicast (its `--peer` names this host): this host's
+    /// announcements go to it by unicast too, since multicast may not carry them there.
+    pub answer_by_unicast: bool,
 }
 
 /// What an announcement changed.
@@ -120,11 +123,33 @@ impl Peers {
                         data_addr: addr,
                         last_heard: now,
                         first_heard: now,
+                        answer_by_unicast: false,
                     },
                 );
                 Change::New
             }
         }
+    }
+
+    /// `host` announced to this host by unicast: answered by unicast from now on (said once).
+    pub fn heard_by_unicast(&mut self, host: &str) {
+        if let Some(p) = self.by_host.get_mut(host) {
+            if !std::mem::replace(&mut p.answer_by_unicast, true) {
+                tracing::info!(
+                    "host '{host}' announces to this host by unicast (its --peer): answering it \
+                     by unicast at {}",
+                    p.data_addr
+                );
+            }
+        }
+    }
+
+    /// The data addresses of the hosts to answer by unicast (`heard_by_unicast`).
+    pub fn unicast_answers(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.by_host
+            .values()
+            .filter(|p| p.answer_by_unicast)
+            .map(|p| p.data_addr)
     }
 
     pub fn host_of(&self, sender: u64) -> Option<&str> {

@@ -29,9 +29,9 @@ impl Net {
     pub(super) fn receive(&self, socket: &UdpSocket) {
         // The largest datagram, and the most the kernel coalesces into one read (UDP_GRO).
         let mut buf = vec![0u8; 65536];
-        let mut control = nix::cmsg_space!(i32);
+        let mut control = nix::cmsg_space!(i32, nix::libc::in_pktinfo);
         loop {
-            let (n, from, read) = match receive_batch(socket, &mut buf, &mut control) {
+            let (n, from, read, unicast) = match receive_batch(socket, &mut buf, &mut control) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!("receiving: {e}");
@@ -48,18 +48,18 @@ impl Net {
             if n == 0 {
                 // An empty datagram, which `chunks` would yield nothing for: dropped as
                 // malformed and counted like any other.
-                self.count_datagram(&[], from);
+                self.count_datagram(&[], from, unicast);
             }
             for datagram in buf[..n].chunks(each) {
-                self.count_datagram(datagram, from);
+                self.count_datagram(datagram, from, unicast);
             }
         }
     }
 
     /// Handles one received datagram and counts it (received, or looped back, and why it was
     /// dropped).
-    fn count_datagram(&self, datagram: &[u8], from: SocketAddr) {
-        let result = self.on_datagram(datagram, from);
+    fn count_datagram(&self, datagram: &[u8], from: SocketAddr, unicast: bool) {
+        let result = self.on_datagram(datagram, from, unicast);
         if result == Ok(Received::LoopedBack) {
             Counters::add(&self.counters.looped_back, 1);
             return;
@@ -71,8 +71,14 @@ impl Net {
         }
     }
 
-    /// Everything done with one received datagram; `Err` says why it was dropped.
-    pub(super) fn on_datagram(&self, bytes: &[u8], from: SocketAddr) -> Result<Received, Drop> {
+    /// Everything done with one received datagram (`unicast`: sent to this host's address,
+    /// not to the group); `Err` says why it was dropped.
+    pub(super) fn on_datagram(
+        &self,
+        bytes: &[u8],
+        from: SocketAddr,
+        unicast: bool,
+    ) -> Result<Received, Drop> {
         if let Some((version, domain)) = wire::other_version(bytes) {
             // A registry of this domain built from another release (a payload computer not
             // updated with the robot): nothing it sends can be read here, nor the other way.
@@ -216,7 +222,7 @@ impl Net {
             Outcome::Dropped(why) => return Err(why),
         };
         match wire::decode_message(&message)? {
-            Message::Announce(a) => self.on_announce(&mut st, &d, a, from)?,
+            Message::Announce(a) => self.on_announce(&mut st, &d, a, from, unicast)?,
             // A value comes on a value channel only: its session was checked above.
             Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,
             Message::Value(_) => return Err(Drop::Malformed),
@@ -249,6 +255,7 @@ impl Net {
         d: &Datagram<'_>,
         a: Announce,
         from: SocketAddr,
+        unicast: bool,
     ) -> Result<(), Drop> {
         if d.header.channel != wire::ANNOUNCE_CHANNEL
             || wire::fnv1a(a.host.as_bytes()) != d.header.sender
@@ -258,7 +265,11 @@ impl Net {
             return Err(Drop::Malformed);
         }
         let addr = SocketAddr::new(from.ip(), a.data_port);
+        let host = a.host.clone();
         let change = st.peers.heard(a, d.header.session, addr, Instant::now());
+        if unicast {
+            st.peers.heard_by_unicast(&host);
+        }
         if change.is_new() {
             // Answer a newcomer at once so that it learns our publications without waiting.
             st.announce_soon();
@@ -395,13 +406,14 @@ impl Read {
     }
 }
 
-/// Reads one datagram or one coalesced batch: its length, its source and what it holds. A
-/// source that is not IPv4 is an error.
+/// Reads one datagram or one coalesced batch: its length, its source, what it holds and
+/// whether it was sent to this host's own address (unicast; known from `IP_PKTINFO`, without
+/// which everything reads as sent to the group). A source that is not IPv4 is an error.
 fn receive_batch(
     socket: &UdpSocket,
     buf: &mut [u8],
     control: &mut [u8],
-) -> std::io::Result<(usize, SocketAddr, Read)> {
+) -> std::io::Result<(usize, SocketAddr, Read, bool)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrIn};
     let mut iov = [std::io::IoSliceMut::new(buf)];
     let msg = recvmsg::<SockaddrIn>(
@@ -414,16 +426,25 @@ fn receive_batch(
         .address
         .map(|a| SocketAddr::V4(a.into()))
         .ok_or_else(|| std::io::Error::other("a datagram from a non-IPv4 source"))?;
-    if msg.flags.contains(MsgFlags::MSG_TRUNC) {
-        return Ok((msg.bytes, from, Read::CutShort));
-    }
     let mut read = Read::One;
+    let mut unicast = false;
     for c in msg.cmsgs()? {
-        if let ControlMessageOwned::UdpGroSegments(size) = c {
-            read = usize::try_from(size).map_or(Read::One, Read::Batch);
+        match c {
+            ControlMessageOwned::UdpGroSegments(size) => {
+                read = usize::try_from(size).map_or(Read::One, Read::Batch);
+            }
+            ControlMessageOwned::Ipv4PacketInfo(info) => {
+                // The header's destination address (network byte order).
+                let to = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                unicast = !to.is_multicast() && !to.is_broadcast();
+            }
+            _ => {}
         }
     }
-    Ok((msg.bytes, from, read))
+    if msg.flags.contains(MsgFlags::MSG_TRUNC) {
+        read = Read::CutShort;
+    }
+    Ok((msg.bytes, from, read, unicast))
 }
 
 #[cfg(test)]
@@ -442,8 +463,8 @@ mod tests {
     /// One read from `rx`: the bytes, their source and what they hold.
     fn read_once(rx: &UdpSocket) -> (Vec<u8>, SocketAddr, Read) {
         let mut buf = vec![0u8; 65536];
-        let mut control = nix::cmsg_space!(i32);
-        let (n, from, read) = receive_batch(rx, &mut buf, &mut control).unwrap();
+        let mut control = nix::cmsg_space!(i32, nix::libc::in_pktinfo);
+        let (n, from, read, _) = receive_batch(rx, &mut buf, &mut control).unwrap();
         buf.truncate(n);
         (buf, from, read)
     }

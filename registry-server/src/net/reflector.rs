@@ -301,6 +301,14 @@ impl Net {
         };
         let mut to = vec![self.group];
         to.extend(self.unicast_peers.iter().copied());
+        // Hosts whose --peer names this one, unless ours names them too (they would get
+        // each announcement twice, the second a replay).
+        let answers: Vec<SocketAddr> = lock(&self.state)
+            .peers
+            .unicast_answers()
+            .filter(|a| !self.unicast_peers.iter().any(|p| p.ip() == a.ip()))
+            .collect();
+        to.extend(answers);
         for part in announce::split(&whole, generation, self.chunk) {
             if let Err(e) = wire::encode_announce(&part, message) {
                 tracing::warn!("cannot encode the announcement: {e}");
