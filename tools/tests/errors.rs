@@ -48,6 +48,53 @@ fn a_second_type_is_refused_naming_both_types() {
         err.to_string().contains("Pose") && err.to_string().contains("u32"),
         "{err}"
     );
+    assert!(
+        err.to_string()
+            .contains("not created yet: the type its waiting subscribers asked for"),
+        "{err}"
+    );
+}
+
+/// An application whose message type changed, started again: its publication takes the name
+/// from the value kept of the old type, which nothing uses (it was refused until the registry
+/// forgot that value, in practice never). While a subscriber of the old type runs, it is still
+/// refused.
+#[test]
+fn a_new_type_takes_a_name_whose_kept_value_nothing_uses() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut old = bus.publish::<Pose>("/robot/changed").unwrap();
+    old.wait_bound(WATCHDOG).unwrap();
+    old.write(&Pose { x: 1.0, y: 2.0 }).unwrap();
+    let reader = bus.subscribe::<Pose>("/robot/changed").unwrap();
+    drop(old);
+    let err = bus
+        .publish::<Twist>("/robot/changed")
+        .err()
+        .expect("refused while a subscriber of the old type runs");
+    assert!(err.to_string().contains("Pose"), "{err}");
+    drop(reader);
+    let deadline = Instant::now() + WATCHDOG;
+    let mut new = loop {
+        match bus.publish::<Twist>("/robot/changed") {
+            Ok(p) => break p,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, BusError::TypeMismatch { .. }), "{e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the old type's kept value still holds the name: {e}"),
+        }
+    };
+    new.wait_bound(WATCHDOG).unwrap();
+    let twist = Twist {
+        linear: 0.5,
+        angular: -0.1,
+    };
+    new.write(&twist).unwrap();
+    let mut sub = bus.subscribe::<Twist>("/robot/changed").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&twist));
 }
 
 /// One type name, two schemas (plain-old-data on one side, serde on the other): the error says
@@ -238,6 +285,18 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     expect("/bad/size", "recorded total size");
     expect("/bad/capacity", "capacity");
     assert!(open("/good").is_ok());
+    // A segment copied by hand under another slot's file name: its header names /good.
+    let copy = t.segment_path("/bad/copy");
+    std::fs::copy(t.segment_path("/good"), &copy).unwrap();
+    expect(
+        "/bad/copy",
+        "names slot /good, whose segment has another name",
+    );
+    let out = t.inspect(&["get", "/bad/copy"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("copied or renamed by hand"), "{err}");
+    std::fs::remove_file(&copy).unwrap();
 
     // A tool lists the good slot and reports the bad ones, with exit status 1.
     let out = t.inspect(&["list", "--json"]);
@@ -387,6 +446,15 @@ fn segments_belong_to_owner_and_group_never_to_others() {
             std::fs::metadata(format!("/dev/shm{seg}")).is_ok_and(|m| m.gid() == 23456)
         });
     }
+    // A segment open to everyone (made or changed by hand) is closed to others when a registry
+    // without --group adopts it.
+    t.kill_registry();
+    let path = format!("/dev/shm{seg}");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    t.start_registry();
+    common::eventually("the adopted segment is closed to others", || {
+        std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o660)
+    });
 }
 
 /// A copy of workspace binary `name` that any user may execute (the build tree may not be), in

@@ -19,9 +19,9 @@ fn binding_never_writes_beside_the_publication() {
     let domain = Domain::new(&format!("unit-bind-{}", std::process::id())).unwrap();
     let client = ClientShared::start(domain.clone()).unwrap();
     let schema = Schema::of_serde::<Vec<u8>>().unwrap();
-    let name = SlotName::public("/unit/bind").unwrap();
     let values: Vec<Vec<u8>> = (0..=255u8).map(|v| vec![v; SIZE]).collect();
     for trial in 0..150 {
+        let name = SlotName::public(&format!("/unit/bind{trial}")).unwrap();
         let registration = Registration {
             endpoint: 0,
             name: name.clone(),
@@ -32,7 +32,7 @@ fn binding_never_writes_beside_the_publication() {
             capacity: SIZE as u64,
         };
         let endpoint = client.register(registration).unwrap();
-        let segment = format!("/baton.unit-bind-{}~{trial}", std::process::id());
+        let segment = domain.segment_name(&name);
         let _ = crate::shm::unlink(&segment);
         let slot = Slot::create(&segment, &name, &schema, SIZE, None).unwrap();
         let start = Barrier::new(3);

@@ -147,6 +147,15 @@ impl Slot {
         raw.0.copy_out(OFF_NAME, &mut name);
         let name = String::from_utf8(name).map_err(|e| bad_field("name", e.to_string()))?;
         let name = SlotName::parse(&name).map_err(|e| bad_field("name", e.to_string()))?;
+        if !names_segment(segment, &name) {
+            return Err(bad_field(
+                "name",
+                format!(
+                    "the header names slot {name}, whose segment has another name (a segment \
+                     copied or renamed by hand?)"
+                ),
+            ));
+        }
         let mut schema = vec![0u8; schema_len as usize];
         raw.0.copy_out(HEADER_SIZE, &mut schema);
         let parsed = Schema::from_bytes(&schema).map_err(|e| bad_field("schema", e.to_string()))?;
@@ -181,6 +190,15 @@ impl Slot {
             short_wakes: AtomicU32::new(0),
         })
     }
+}
+
+/// Whether `segment` is the file of slot `name` (`Domain::segment_name`): after the domain's
+/// prefix (`/baton.<domain>`, whose domain holds neither `~` nor `%`) comes the name, its `/`
+/// written `~`.
+fn names_segment(segment: &str, name: &SlotName) -> bool {
+    segment
+        .find(['~', '%'])
+        .is_some_and(|at| segment[at..] == name.as_str().replace('/', "~"))
 }
 
 fn round_up(n: usize, to: usize) -> usize {

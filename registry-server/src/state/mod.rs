@@ -298,6 +298,15 @@ impl Registry {
                             Ok(changed) => regrouped += usize::from(changed),
                             Err(e) => tracing::warn!("{segment}: giving it to --group: {e}"),
                         }
+                    } else {
+                        match bus::shm::close_to_others(&segment) {
+                            Ok(true) => tracing::warn!(
+                                "{segment} was open to every user: closed to all but its owner \
+                                 and group"
+                            ),
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!("{segment}: closing it to others: {e}"),
+                        }
                     }
                     let writer = slot.writer();
                     if writer.state == WriterState::Alive && !writer.is_running() {

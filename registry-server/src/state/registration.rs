@@ -51,6 +51,42 @@ impl Registry {
         }
     }
 
+    /// A publication of `name` with another type than the slot kept for it, which nobody
+    /// uses (no endpoint, no running writer, no tool waiting to read it, no process of an
+    /// adopted slot still reconnecting): the application changed its message type and was
+    /// started again. The old type's kept value is forgotten, as `reclaim` would in time, and
+    /// the name takes the new type; otherwise the publisher would be refused until then.
+    fn retype_unused(&mut self, name: &SlotName, schema: &Schema) {
+        let Some(entry) = self.slots.get(name) else {
+            return;
+        };
+        let reconnecting = entry
+            .adopted_until
+            .is_some_and(|t| std::time::Instant::now() < t);
+        let unused = entry.endpoints.is_empty()
+            && entry.own.is_none()
+            && !reconnecting
+            && !entry.slot.as_ref().is_some_and(|s| s.writer().is_running())
+            && !self.readers.contains_key(name);
+        if entry.schema.hash.0 == schema.hash().0 || !unused {
+            return;
+        }
+        tracing::info!(
+            "{name}: published now as {}; the last value kept of type {}, which nothing uses, \
+             is forgotten",
+            schema.type_name(),
+            entry.schema.type_name
+        );
+        if let Some(entry) = self.slots.remove(name) {
+            if let Some(slot) = entry.slot {
+                // Whoever still maps it (a `bus-inspect watch`) sees that nothing writes it.
+                slot.mark_writer_gone();
+                let _ = bus::shm::unlink(slot.segment());
+            }
+        }
+        self.unused_since.remove(name);
+    }
+
     fn try_register(&mut self, conn: u64, reg: &Registration) -> Result<Outbox, Refusal> {
         let failed = |reason: String| Refusal::Failed { reason };
         let parsed = Schema::from_bytes(&reg.schema)
@@ -108,13 +144,25 @@ impl Registry {
                 pid: std::process::id(),
             });
         }
+        if reg.kind == EndpointKind::Publication {
+            self.retype_unused(&reg.name, &parsed);
+        }
         let entry = self
             .slots
             .entry(reg.name.clone())
             .or_insert_with(|| SlotEntry::pending(&parsed));
         if entry.schema.hash.0 != reg.schema_hash {
+            let slot_type = if entry.slot.is_some() {
+                entry.schema.type_name.clone()
+            } else {
+                // No slot yet: the type is the one subscribers here wait for.
+                format!(
+                    "{} (not created yet: the type its waiting subscribers asked for)",
+                    entry.schema.type_name
+                )
+            };
             return Err(Refusal::TypeMismatch {
-                slot_type: entry.schema.type_name.clone(),
+                slot_type,
                 slot_hash: entry.schema.hash.0,
             });
         }

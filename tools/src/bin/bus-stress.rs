@@ -25,6 +25,7 @@ struct Args {
 enum Command {
     /// Write values as fast as possible (or every --interval-ms), sizes cycling min..max.
     Write {
+        /// Public name of the slot to publish (e.g. /stress/a).
         #[arg(long)]
         name: String,
         #[arg(long, default_value_t = 8)]
@@ -46,8 +47,10 @@ enum Command {
     },
     /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read.
     Read {
+        /// Public name of the slot to subscribe to.
         #[arg(long)]
         name: String,
+        /// Read for this many seconds.
         #[arg(long, value_parser = seconds)]
         seconds: f64,
         /// Wait for updates (futex) instead of busy polling.
@@ -64,6 +67,9 @@ enum Command {
 }
 
 fn main() {
+    // Warnings of the bus library (a registration refused, a value never published) reach
+    // the user; RUST_LOG raises or lowers the level.
+    daemon::init_logging("warn");
     let args = Args::parse();
     let result = bus::Bus::open(args.domain)
         .map_err(|e| e.to_string())
