@@ -161,6 +161,48 @@ fn a_hung_controller_expires_on_time_when_the_clock_is_set_back() {
     r.t.signal(x, Signal::SIGCONT);
 }
 
+/// A controller whose clock is behind the arbiter's by more than its time to live (a payload
+/// computer not synchronised) has every block arrive expired: the arbiter says so once, with
+/// the likely cause, instead of the controller just never getting anything.
+#[test]
+fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
+    let mut r = Robot::new(&["x"]);
+    let offset = r.t.dir().join("clock-offset-s");
+    std::fs::write(&offset, "-2").unwrap();
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    r.t.spawn_with_env(
+        common::bin("robot-controller"),
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--ttl-ms",
+            "500",
+            "--set",
+            "arm/turret=1",
+        ],
+        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+    );
+    r.expect(
+        "x's blocks count as expired",
+        serde_json::json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        serde_json::json!({"x": "expired"}),
+    );
+    eventually("the arbiter says why", || {
+        let log = r.t.stderr_of(arbiter);
+        log.contains("controller x's block arrives already expired")
+            && log.contains("for a time to live of 500 ms")
+    });
+    let said =
+        r.t.stderr_of(arbiter)
+            .matches("arrives already expired")
+            .count();
+    assert_eq!(said, 1, "said once: {}", r.t.stderr_of(arbiter));
+}
+
 /// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a
 /// long time to live (nothing else would wake it for a minute), it sends the safe command.
 #[test]

@@ -28,6 +28,8 @@ pub(super) struct Watched {
     /// block read again (its member reported for another reason) keeps its first read time,
     /// from which its expiry counts (`Request::expires_at_ns`).
     pub(super) read_at: Vec<Option<(u64, ReadAt)>>,
+    /// Per controller: its last block arrived expired while its writer lives (said once).
+    arrived_expired: Vec<bool>,
 }
 
 impl Watched {
@@ -108,6 +110,7 @@ impl Watched {
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
             read_at,
+            arrived_expired: vec![false; members.len()],
             controllers: members,
         })
     }
@@ -154,8 +157,11 @@ impl Watched {
             .requests
             .iter_mut()
             .zip(&mut self.alive)
-            .zip(&mut self.read_at);
-        for ((name, member), ((request, alive), read_at)) in self.controllers.iter().zip(cached) {
+            .zip(&mut self.read_at)
+            .zip(&mut self.arrived_expired);
+        for ((name, member), (((request, alive), read_at), arrived_expired)) in
+            self.controllers.iter().zip(cached)
+        {
             let Some(member) = member else {
                 (*request, *alive, *read_at) = (None, false, None);
                 continue;
@@ -171,8 +177,9 @@ impl Watched {
                 }
                 let sub = self.group.get(*member);
                 let sequence = sub.sequence();
+                let new_block = read_at.map(|(s, _)| s) != sequence;
                 let read = crate::clock::first_read(read_at, sequence, read);
-                match (sub.value(), request) {
+                match (sub.value(), &mut *request) {
                     (Some(block), Some(request)) => {
                         request.reparse(arbiter, &config.resources, block, read)
                     }
@@ -182,6 +189,24 @@ impl Watched {
                     }
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);
+                if new_block && *alive {
+                    let expired = request
+                        .as_ref()
+                        .is_some_and(|r| r.expires_at_ns < read.clock_ns);
+                    if expired && !*arrived_expired {
+                        let block = sub.value();
+                        tracing::warn!(
+                            "{arbiter}: controller {name}'s block arrives already expired \
+                             (stamped {} ms before this computer's clock, for a time to live of \
+                             {} ms): its computer's clock is behind this one's? Keep the \
+                             computers' clocks synchronised; until then it counts as expired",
+                            block
+                                .map_or(0, |b| read.wall_ns.saturating_sub(b.stamp_ns) / 1_000_000),
+                            block.map_or(0, |b| b.ttl_ms)
+                        );
+                    }
+                    *arrived_expired = expired;
+                }
             }
         }
     }
