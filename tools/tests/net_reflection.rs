@@ -407,6 +407,11 @@ fn a_mirror_follows_an_origin_restarted_with_its_clock_set_back() {
     reflect_from_a(&mut lab, "/clock");
     lab.kill_registry(A);
     lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "clock_back_s=3600")]);
+    // B says why it refuses A's new run (it used to count replays in silence).
+    eventually("B says A's datagrams belong to an older run", || {
+        lab.log(B)
+            .contains("belong to an older run of its registry than the one heard before")
+    });
     lab.kill_registry(B);
     lab.start_registry(B, &[], &[]);
     let r = lab.read_for(B, "/clock", "4");

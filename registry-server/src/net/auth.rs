@@ -168,6 +168,11 @@ impl SenderWindow {
 }
 
 impl Replay {
+    /// The session of `sender`'s window on `stream`, if one is kept.
+    pub fn session(&self, sender: u64, stream: Stream) -> Option<u64> {
+        self.senders.get(&(sender, stream)).map(|w| w.session)
+    }
+
     /// Whether `(session, packet)` from `sender` may be new: refused if of an older session,
     /// seen before, or older than the window. Changes nothing: a datagram is entered with
     /// `commit` only once it proved valid, so that one forged or broken datagram (a session far

@@ -185,7 +185,27 @@ impl Net {
         // Nothing below changes what is kept about the sender (replay window, delivered
         // messages, when it was last heard) before the datagram proved valid: one forged or
         // broken datagram must not shut its real sender out.
-        st.replay.check(h.sender, stream, h.session, h.packet)?;
+        if let Err(why) = st.replay.check(h.sender, stream, h.session, h.packet) {
+            let heard = st.replay.session(h.sender, stream);
+            if heard.is_some_and(|s| h.session < s)
+                && self.warnings.due(Cause::OlderRun, &ip.to_string())
+            {
+                tracing::warn!(
+                    "datagrams from {ip} belong to an older run of its registry than the one \
+                     heard before: restarted with its clock set back (a computer without a \
+                     real-time clock), or replays. Refused as replays until this registry \
+                     restarts{}; start that registry with --state-dir (systemd's \
+                     StateDirectory=) so that its runs always count up (counted as replayed; \
+                     said once a minute)",
+                    if self.key.is_some() {
+                        ""
+                    } else {
+                        " or forgets that host"
+                    }
+                );
+            }
+            return Err(why);
+        }
         let now = Instant::now();
         let (outcome, displaced) = st.reassembly.add(&d, now);
         for _ in 0..displaced.evicted {

@@ -34,6 +34,9 @@ pub enum Cause {
     OverReassemblyLimit,
     /// Datagrams of this domain in another wire version.
     OtherVersion,
+    /// Valid datagrams of an older session than the one followed (a registry restarted with
+    /// its clock set back, or replays).
+    OlderRun,
     /// The statistics slot made anew that cannot be mapped (while /dev/shm is full, the
     /// registry has not made it yet).
     StatsSlot,
