@@ -1,7 +1,8 @@
-//! Mirrors on a subscriber's host: its registry restarted under one (the writer state its
-//! subscribers see follows the origin's publishers afterwards as before), and one that cannot
-//! be made there. Real `registry-server`, `bus-stress` and `bus-inspect` binaries in the
-//! network-namespace lab.
+//! Mirrors and the paths to them when the machines change under a running bus: a subscriber
+//! host's registry restarted under a mirror (the writer state its subscribers see follows the
+//! origin's publishers afterwards as before), a mirror that cannot be made for lack of room,
+//! a route's MTU lowered after start. Real `registry-server`, `bus-stress` and `bus-inspect`
+//! binaries in the network-namespace lab.
 
 mod common;
 mod netns;
@@ -88,4 +89,30 @@ fn a_mirror_without_room_is_no_conflict() {
     let stats = lab.stats(B).expect("statistics");
     assert_eq!(stats["conflicts"], 0, "{stats}");
     assert!(!lab.log(B).contains("conflict"), "{}", lab.log(B));
+}
+
+/// The path's MTU lowered under a running registry's datagram size (measured at start): every
+/// send of a value fails, and the log says why and what to do, once a minute; batching stays
+/// on (it was turned off for good, as if batching were to blame).
+#[test]
+fn a_route_mtu_lowered_after_start_is_said_with_the_way_out() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("A's registry has measured the route", || {
+        lab.stats(A).is_some()
+    });
+    let lowered = lab
+        .command(A, std::path::Path::new("/usr/sbin/ip"))
+        .args(["link", "set", "eth0", "mtu", "1200"])
+        .status()
+        .unwrap();
+    assert!(lowered.success());
+    lab.write_from(A, "/wide", "100000", "20", "5000");
+    lab.read_for(B, "/wide", "20");
+    eventually("A says why its sends fail", || {
+        lab.log(A)
+            .contains("the route's MTU is now below this registry's datagrams")
+    });
+    assert!(!lab.log(A).contains("sending one by one"), "{}", lab.log(A));
 }

@@ -112,12 +112,21 @@ impl Net {
                 Counters::add(&self.counters.sent_bytes, n as u64);
             }
             Err(e) if refuses_batching(&e) => {
+                // One alone first: if the path refuses even that (its MTU dropped under the
+                // datagram size since start), batching is not to blame and stays on.
+                let mut datagrams = batch.chunks(self.datagram_size);
+                if let Some(first) = datagrams.next() {
+                    if !self.send_to(first, to) && is_too_long(&e) {
+                        Counters::add(&self.counters.send_errors, count as u64 - 1);
+                        return;
+                    }
+                }
                 tracing::warn!(
                     "sending {count} datagrams in one call failed ({e}); sending one by one \
                      from now on"
                 );
                 s.gso = false;
-                for d in batch.chunks(self.datagram_size) {
+                for d in datagrams {
                     self.send_to(d, to);
                 }
             }
@@ -135,7 +144,9 @@ impl Net {
         };
         match action {
             Action::Drop => {}
-            Action::Send => self.send_to(d, to),
+            Action::Send => {
+                self.send_to(d, to);
+            }
             Action::Twice => {
                 self.send_to(d, to);
                 self.send_to(d, to);
@@ -152,15 +163,18 @@ impl Net {
         }
     }
 
-    fn send_to(&self, d: &[u8], to: SocketAddr) {
+    /// Sends one datagram, counted; `false` when it failed.
+    fn send_to(&self, d: &[u8], to: SocketAddr) -> bool {
         match self.data.send_to(d, to) {
             Ok(n) => {
                 Counters::add(&self.counters.sent_datagrams, 1);
                 Counters::add(&self.counters.sent_bytes, n as u64);
+                true
             }
             Err(e) => {
                 Counters::add(&self.counters.send_errors, 1);
                 self.warn_send_error(&e, to);
+                false
             }
         }
     }
@@ -169,12 +183,26 @@ impl Net {
     /// route gone or a firewall rule would otherwise show only as a growing counter.
     fn warn_send_error(&self, e: &std::io::Error, to: SocketAddr) {
         if self.warnings.due(Cause::SendError, &to.to_string()) {
+            let hint = if is_too_long(e) {
+                format!(
+                    ": the route's MTU is now below this registry's datagrams of {} bytes (it \
+                     measures the route at start); lower --mtu, or restart the registry",
+                    self.datagram_size
+                )
+            } else {
+                String::new()
+            };
             tracing::warn!(
-                "sending to {to} failed: {e} (counted in send_errors; said once a minute per \
-                 destination)"
+                "sending to {to} failed: {e}{hint} (counted in send_errors; said once a minute \
+                 per destination)"
             );
         }
     }
+}
+
+/// Whether a send failed because the datagram is larger than the path takes (EMSGSIZE).
+fn is_too_long(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(nix::errno::Errno::EMSGSIZE as i32)
 }
 
 /// Whether a failed `UDP_SEGMENT` send says that batching itself cannot work here (a kernel or
