@@ -364,6 +364,16 @@ fn an_inconsistent_slot_is_reported_once_and_read_again_after_the_next_write() {
         .wait_any(Duration::from_millis(50))
         .unwrap()
         .is_empty());
+    // `info` shows what is readable (type, schema, segment, endpoints) with the value's error,
+    // exit status 1 (it used to print the error alone).
+    let out = t.inspect(&["info", "/counter"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("type        u64") && text.contains("value       unreadable:"),
+        "{text}"
+    );
+    assert!(text.contains("publishers  "), "{text}");
 
     publication.write(&2).unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());

@@ -340,7 +340,8 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
         Command::Info { name, json } => {
             let info = registry::info(domain, &name).map_err(|e| not_found(domain, e))?;
             show(json.json, &info, |i| format!("{}\n", render::info(i)))?;
-            Ok(0)
+            // The slot's value unreadable (its memory corrupt): shown, and a failure.
+            Ok(i32::from(info.slot_error.is_some()))
         }
         Command::Get { name, json } => {
             let Some(r) = inspect::get(domain, &name).map_err(|e| not_found(domain, e))? else {

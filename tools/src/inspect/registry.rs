@@ -149,6 +149,9 @@ pub struct Info {
     /// The slot's header and newest value; `None` when no segment exists (only subscriptions
     /// waiting for a publication).
     pub slot: Option<super::SlotSummary>,
+    /// Why the slot's value could not be summarised (its memory is corrupt); the rest is shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_error: Option<String>,
     /// Local publishers, subscribers and connections from the registry; `None` when it does
     /// not answer (`registry_error` says why).
     pub endpoints: Option<Endpoints>,
@@ -192,10 +195,15 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
             })
         }
     };
-    let summary = slot
+    // A value that cannot be read (the slot's memory corrupt) leaves the rest worth showing.
+    let (summary, slot_error) = match slot
         .as_ref()
         .map(|s| super::summarize(s, &super::local_host(domain)))
-        .transpose()?;
+        .transpose()
+    {
+        Ok(summary) => (summary, None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let origin = summary
         .as_ref()
         .filter(|s| s.mirrored)
@@ -210,6 +218,7 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
         schema_hash: bus::schema::SchemaHash(hash).to_string(),
         schema,
         slot: summary,
+        slot_error,
         endpoints: listed.as_ref().map(Endpoints::from),
         registry_error,
         origin,

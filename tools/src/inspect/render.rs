@@ -156,8 +156,9 @@ pub fn info(i: &Info) -> String {
     for more in i.schema.lines().skip(1) {
         lines.push(format!("            {more}"));
     }
-    match &i.slot {
-        Some(s) => {
+    match (&i.slot, &i.slot_error) {
+        (_, Some(e)) => lines.push(format!("value       unreadable: {e}")),
+        (Some(s), None) => {
             lines.push(format!(
                 "segment     {} (capacity {} bytes)",
                 s.segment, s.capacity
@@ -172,7 +173,9 @@ pub fn info(i: &Info) -> String {
             lines.push(format!("writer      {}", writer(s)));
             lines.push(format!("origin      {}", origin(s)));
         }
-        None => lines.push("segment     none yet (subscriptions wait for a publication)".into()),
+        (None, None) => {
+            lines.push("segment     none yet (subscriptions wait for a publication)".into())
+        }
     }
     match (&i.endpoints, &i.registry_error) {
         (Some(e), _) => {
