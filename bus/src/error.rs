@@ -11,9 +11,19 @@ pub enum NameError {
     #[error(
         "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes, uses \
          only letters, digits and _ - . /, and has no empty, '.' or '..' part between slashes \
-         (no '//', no '/' at the end)"
+         (no '//', no '/' at the end){}",
+        length_note(name)
     )]
     Slot { name: String },
+}
+
+/// The length of a name too long, which the rule alone would leave the reader to count.
+fn length_note(name: &str) -> String {
+    if name.len() > crate::names::MAX_NAME_LEN {
+        format!("; this one is {} bytes", name.len())
+    } else {
+        String::new()
+    }
 }
 
 /// A shared-memory segment whose header does not describe a valid slot. Every size, length and

@@ -463,6 +463,7 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
     for args in [
         &["--set", "arm/elbow1=1", "--set", "arm/elbow1=-1"][..],
         &["--ttl-ms", "5"],
+        &["--ttl-ms", "-5"],
         &["--set", "arm/elbow1"],
         &["--set", "elbow1=1"],
         &["--set", "arm/../x=1"],
@@ -472,6 +473,10 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
         let c = r.t.spawn_bin("robot-controller", &all);
         let out = r.t.finish(c);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        if args[0] == "--ttl-ms" {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("from 10 to 3600000"), "{args:?}: {err}");
+        }
     }
     let c = r.t.spawn_bin(
         "robot-controller",

@@ -300,10 +300,17 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
     use std::time::Duration;
     let host = match &a.host {
         Some(h) => h.clone(),
-        None => nix::unistd::gethostname()
-            .map_err(|e| format!("cannot read the host name ({e}); give --host"))?
-            .to_string_lossy()
-            .into_owned(),
+        None => {
+            let name = nix::unistd::gethostname()
+                .map_err(|e| format!("cannot read the host name ({e}); give --host"))?
+                .to_string_lossy()
+                .into_owned();
+            // Said as this computer's host name, which the user did not type here.
+            registry::net::check_host_name(&name).map_err(|e| {
+                format!("this computer's host name cannot name it on the bus: {e}; give --host")
+            })?;
+            name
+        }
     };
     let key = a
         .key_file

@@ -204,7 +204,18 @@ fn invalid_names_state_the_rule() {
         assert!(bus.subscribe::<u8>(bad).is_err());
     }
     let long = format!("/{}", "x".repeat(200));
-    assert!(bus.publish::<u8>(&long).is_err());
+    let err = bus.publish::<u8>(&long).err().expect("refused");
+    assert!(err.to_string().contains("this one is 201 bytes"), "{err}");
+    // Command-line values out of range say the range, as a usage error (exit status 64).
+    for (args, said) in [
+        (&["watch", "/x", "--poll-ms", "0"][..], "from 1 to 3600000"),
+        (&["watch", "/x", "--count", "0"][..], "at least 1"),
+    ] {
+        let out = t.inspect(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
     assert!(bus::Domain::new("bad domain")
         .unwrap_err()
         .to_string()

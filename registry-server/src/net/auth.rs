@@ -47,9 +47,17 @@ impl Key {
         let trimmed = bytes.trim_ascii();
         if trimmed.len() < 16 {
             return Err(format!(
-                "key file {} holds {} bytes; expected at least 16",
+                "key file {} holds {} bytes{}; expected at least 16",
                 path.display(),
-                trimmed.len()
+                trimmed.len(),
+                if trimmed.len() == bytes.len() {
+                    String::new()
+                } else {
+                    format!(
+                        " once the whitespace around them is left out ({} in the file)",
+                        bytes.len()
+                    )
+                }
             ));
         }
         Ok(Key::derive(trimmed, domain))

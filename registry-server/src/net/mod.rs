@@ -323,8 +323,19 @@ impl Net {
             ));
         }
         let mtu = mtu_for_paths(cfg.mtu, cfg.group, cfg.port, iface, &cfg.peers);
-        let chunk = wire::chunk_for_mtu(mtu, cfg.key.is_some())
-            .ok_or_else(|| OpenError::Config(format!("MTU {mtu} leaves no room for a datagram")))?;
+        let chunk = wire::chunk_for_mtu(mtu, cfg.key.is_some()).ok_or_else(|| {
+            let least = (64..)
+                .find(|m| wire::chunk_for_mtu(*m, cfg.key.is_some()).is_some())
+                .unwrap_or(0);
+            OpenError::Config(format!(
+                "MTU {mtu} leaves no room for a datagram: at least {least} bytes{}",
+                if cfg.key.is_some() {
+                    " with a key file (its MAC takes room in every datagram)"
+                } else {
+                    ""
+                }
+            ))
+        })?;
         let io = |what: &str, e: std::io::Error| {
             let hint = match e.raw_os_error() {
                 Some(libc::ENODEV) | Some(libc::ENETUNREACH) | Some(libc::EADDRNOTAVAIL) => {
