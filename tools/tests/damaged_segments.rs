@@ -51,6 +51,15 @@ fn start_users(t: &mut TestBus) -> [usize; 4] {
     [writer, waiting, polling, watch]
 }
 
+/// A subscription of the test's own, held while the users end one by one on being told of the
+/// new slot: a slot made anew holds no value yet, and one that never held a value goes with its
+/// last endpoint (nothing to keep), which would race the test's look at the new file.
+fn hold(t: &TestBus) -> (bus::Bus, bus::Subscription<tools::stress::Checked>) {
+    let bus = t.bus();
+    let held = bus.subscribe(NAME).expect("subscribe");
+    (bus, held)
+}
+
 /// The writer of the damaged slot is told that it was made anew, and a new subscription and a
 /// new writer of the name meet on the new slot.
 fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
@@ -91,6 +100,7 @@ fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
     let mut t = TestBus::new();
     t.start_registry();
     let users = start_users(&mut t);
+    let _held = hold(&t);
     let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, 0);
@@ -131,6 +141,7 @@ fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     let mut t = TestBus::new();
     t.start_registry();
     let users = start_users(&mut t);
+    let _held = hold(&t);
     let path = t.segment_path(NAME);
     std::fs::remove_file(&path).expect("remove the segment");
     eventually("the registry makes the slot anew", || {

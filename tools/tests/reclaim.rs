@@ -123,3 +123,24 @@ fn a_private_slot_goes_soon_after_its_writer_and_readers() {
             .any(|(n, _)| *n == name)
     });
 }
+
+/// A public slot that never held a value goes with its last endpoint: a publisher that ended
+/// before writing leaves nothing to keep (it used to stay listed, empty, writer gone, until
+/// `--keep-unused` pushed it out). One that held a value stays, as above.
+#[test]
+fn a_slot_never_written_goes_with_its_last_endpoint() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let empty = bus.publish::<u8>("/never/written").unwrap();
+    empty.wait_bound(WATCHDOG).unwrap();
+    let mut written = bus.publish::<u8>("/never/kept").unwrap();
+    written.wait_bound(WATCHDOG).unwrap();
+    written.write(&1).unwrap();
+    assert_eq!(segments(&t, "/never/").len(), 2);
+    drop(empty);
+    drop(written);
+    eventually("the slot never written is gone", || {
+        segments(&t, "/never/") == ["/never/kept"]
+    });
+}

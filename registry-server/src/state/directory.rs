@@ -222,7 +222,11 @@ mod tests {
             ],
             "the directory does not list itself"
         );
-        // The local publisher goes away: still listed, not alive.
+        // The local publisher goes away after writing a value: still listed (its value is
+        // kept), not alive.
+        let segment = domain.segment_name(&SlotName::public("/robot/controller/x").unwrap());
+        let slot = bus::slot::Slot::open(&segment, true).unwrap();
+        slot.write(&7u64.to_le_bytes()).unwrap();
         reg.disconnect(1);
         reg.publish_directory();
         let d = read(&reg);

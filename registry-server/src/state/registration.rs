@@ -315,13 +315,33 @@ impl Registry {
     }
 
     /// A slot without memory and without endpoints was only a pending subscription: forget it.
+    /// So is a local slot that never held a value once its last endpoint is gone (a publisher
+    /// that ended before writing, or whose registration was taken after it had died): there is
+    /// no value to keep, and listed it would only show an empty slot of a gone writer. An
+    /// adopted slot whose processes may still be reconnecting is left alone.
     fn forget_if_unused(&mut self, name: &SlotName) {
-        if self
-            .slots
-            .get(name)
-            .is_some_and(|e| e.slot.is_none() && e.endpoints.is_empty())
-        {
-            self.slots.remove(name);
+        let Some(entry) = self.slots.get(name) else {
+            return;
+        };
+        if !entry.endpoints.is_empty() {
+            return;
+        }
+        let never_written = entry
+            .slot
+            .as_ref()
+            .is_some_and(|s| s.latest_sequence() == 0)
+            && entry.origin.is_none()
+            && entry.own.is_none()
+            && entry
+                .adopted_until
+                .is_none_or(|t| std::time::Instant::now() >= t)
+            && !self.readers.contains_key(name);
+        if entry.slot.is_none() || never_written {
+            if let Some(slot) = self.slots.remove(name).and_then(|e| e.slot) {
+                slot.mark_writer_gone();
+                let _ = bus::shm::unlink(slot.segment());
+            }
+            self.unused_since.remove(name);
         }
     }
 }
