@@ -94,6 +94,9 @@ pub struct ArbiterConfig {
     /// when it changes.
     pub heartbeat: Option<Duration>,
     pub resources: Vec<ResourceSpec>,
+    /// Valid settings that may not mean what they seem (`safe = "zero"` on a position
+    /// resource moves it when released): logged when the arbiter starts, shown by `--check`.
+    pub cautions: Vec<String>,
 }
 
 /// `heartbeat_ms` when the file does not say.
@@ -168,6 +171,7 @@ impl ArbiterConfig {
             }
         };
         let mut resources: Vec<ResourceSpec> = Vec::new();
+        let mut cautions = Vec::new();
         for r in raw.resources {
             if !is_valid_name(&r.name) {
                 return Err(format!("resource name {:?}: {NAME_RULE}", r.name));
@@ -233,7 +237,16 @@ impl ArbiterConfig {
                         }
                     ))
                 }
-                (Some(RawSafe::Word(w)), _) if w == "zero" || w == "off" => SafeCommand::Value(0.0),
+                (Some(RawSafe::Word(w)), kind) if w == "zero" || w == "off" => {
+                    if kind == Kind::Position {
+                        cautions.push(format!(
+                            "resource {:?}: safe = {w:?} drives this position to 0 whenever \
+                             nobody owns it (it moves); \"hold\" keeps it where it is",
+                            r.name
+                        ));
+                    }
+                    SafeCommand::Value(0.0)
+                }
                 (Some(RawSafe::Word(w)), _) => {
                     return Err(format!(
                     "resource {:?}: safe = {w:?}; expected \"hold\", \"zero\", \"off\" or a number",
@@ -265,6 +278,7 @@ impl ArbiterConfig {
             name: raw.name,
             heartbeat,
             resources,
+            cautions,
         })
     }
 }

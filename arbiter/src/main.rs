@@ -50,6 +50,9 @@ fn main() {
         match arbiter::config::ArbiterConfig::load(&args.config) {
             Ok(config) => {
                 println!("{}: valid: {}", args.config.display(), config.summary());
+                for caution in &config.cautions {
+                    println!("caution: {caution}");
+                }
                 return;
             }
             Err(e) => daemon::exit_on_error("arbiter", e),
@@ -77,6 +80,9 @@ fn main() {
 
 fn run(args: &Args, stop: &StopRequest) -> Result<(), String> {
     let config = arbiter::config::ArbiterConfig::load(&args.config).map_err(|e| e.to_string())?;
+    for caution in &config.cautions {
+        tracing::warn!("{}: {caution}", args.config.display());
+    }
     let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     tracing::info!(

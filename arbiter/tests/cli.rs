@@ -71,6 +71,14 @@ fn check_validates_a_file_and_exits() {
             && said.contains("shoulder (position, -1.5..1.5, safe hold)"),
         "{said}"
     );
+    // Valid, but "zero" on a position moves it when released: said as a caution.
+    let out = check("name = \"arm\"\n[[resources]]\nname = \"shoulder\"\nsafe = \"zero\"\n");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("caution: resource \"shoulder\": safe = \"zero\" drives this position to 0"),
+        "{said}"
+    );
     let out = check("name = \"arm\"\n[[resources]]\nname = \"shoulder\"\nsafe = true\n");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

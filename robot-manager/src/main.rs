@@ -181,9 +181,16 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                 // The order stays in its slot: arbiters follow it until a manager writes again.
                 let name =
                     Signal::try_from(signal.ssi_signo as i32).map_or("a signal", |s| s.as_str());
-                tracing::info!(
-                    "stopping on {name}; the priority order in force stays on /robot/manager"
-                );
+                if publication.is_bound() {
+                    tracing::info!(
+                        "stopping on {name}; the priority order in force stays on /robot/manager"
+                    );
+                } else {
+                    tracing::info!(
+                        "stopping on {name}; no registry took the priority order, so none is on \
+                         /robot/manager"
+                    );
+                }
                 return Ok(());
             }
         }
