@@ -1,7 +1,8 @@
 //! The arbiter process: follows the manager's controller list, pulls every listed controller's
 //! memory block, runs the algorithm (`algorithm::allocate`) whenever the manager config, a
 //! controller block or the resource state changes (or a block reaches its expiry), and publishes
-//! the coherent command and its own memory block when anything changed. It sleeps in one
+//! its own memory block when anything changed and the coherent command when the decision did
+//! (owners, setpoints, outcomes; re-stamped every heartbeat between). It sleeps in one
 //! `wait_any` over all of those slots: it never polls.
 
 use std::collections::BTreeMap;
