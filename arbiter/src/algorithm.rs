@@ -26,10 +26,11 @@
 //! finite number (NaN, an infinity: only a faulty writer makes one, the library refuses them)
 //! still asks for its resource, so ownership follows the rules above exactly, but it never
 //! reaches the hardware: the resource gets its safe command instead. A hold (the position
-//! safe command) holds where the resource was measured when it was released, also outside its
-//! limits (clamped, the hold would move a resource nobody owns: the arbiter's log says so);
-//! with no measurement yet and no setpoint sent before, there is nowhere known to hold, and
-//! the resource gets no setpoint at all (the driver keeps it where it is).
+//! safe command) holds where the resource was measured when it was released; with no
+//! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
+//! resource gets no setpoint at all (the driver keeps it where it is). So does one measured
+//! outside its limits: clamped, the hold would move a resource nobody owns, and sent as it is,
+//! it would be a setpoint out of range (the arbiter's log says so).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -374,8 +375,10 @@ fn safe_setpoint(
                 // Not measured: where it was sent last, else nowhere known.
                 (_, p, None) => p,
             };
-            // Not clamped: a hold must not move the resource, even into its limits.
-            target
+            // Outside the limits (a joint out of range, or a glitched reading when released):
+            // clamped, the hold would move a resource nobody owns; sent as it is, it would be
+            // a setpoint out of range. No setpoint: the driver keeps the resource where it is.
+            target.filter(|t| spec.limits.clamp(*t) == *t)
         }
     }
 }

@@ -242,12 +242,28 @@ pub fn run(
             let decision = allocation.to_decision(&config.resources, &watched.controller_names());
             if result_changed {
                 log_changes(name, previous_decision.as_ref(), &decision);
-                warn_held_outside_limits(name, config, previous_decision.as_ref(), &decision);
+                warn_held_outside_limits(
+                    name,
+                    config,
+                    previous_decision.as_ref(),
+                    &decision,
+                    &state,
+                );
             }
             let block = memory_block(config, cycle, stamp_ns, &decision, &state);
             block_pub.write(&block)?;
             on_cycle(&block);
             previous_decision = Some(decision);
+        }
+        // A cycle that wrote no command may find the heartbeat due (a refresh wakes the
+        // arbiter without changing the decision): re-stamped here rather than on the next
+        // wake-up, which the wait's timeout, already past, would make at once.
+        if config
+            .heartbeat
+            .is_some_and(|h| command_written.elapsed() >= h)
+        {
+            command.restamp(&mut command_pub, wall_ns())?;
+            command_written = Instant::now();
         }
         match &mut previous {
             Some(p) => std::mem::swap(p, &mut allocation),
@@ -411,27 +427,30 @@ fn memory_block(
     }
 }
 
-/// One log line when a resource starts holding outside its limits: the hold keeps it where it
-/// was measured rather than move it, unowned, into them (a misplaced limit, or a driver that
-/// reports another unit).
+/// One log line when a resource to hold gets no setpoint because it was measured outside its
+/// limits (a misplaced limit, a driver that reports another unit, a glitched reading): the
+/// driver keeps it where it is, unowned, neither moved into them nor sent out of range.
 fn warn_held_outside_limits(
     arbiter: &str,
     config: &ArbiterConfig,
     previous: Option<&Decision>,
     decision: &Decision,
+    state: &BTreeMap<String, f64>,
 ) {
     for spec in &config.resources {
+        let Some(measured) = state.get(&spec.name).copied().filter(|v| v.is_finite()) else {
+            continue;
+        };
         let outside = |d: &Decision| {
             d.holding.contains(&spec.name)
-                && d.setpoints
-                    .get(&spec.name)
-                    .is_some_and(|v| spec.limits.clamp(*v) != *v)
+                && !d.setpoints.contains_key(&spec.name)
+                && spec.limits.clamp(measured) != measured
         };
         if outside(decision) && !previous.is_some_and(outside) {
             tracing::warn!(
-                "{arbiter}/{}: held at {}, where it was measured, outside its limits {}..{}",
+                "{arbiter}/{}: measured at {measured}, outside its limits {}..{}, with nobody \
+                 owning it: no setpoint sent, the driver keeps it where it is",
                 spec.name,
-                decision.setpoints[&spec.name],
                 spec.limits.min,
                 spec.limits.max
             );

@@ -617,7 +617,8 @@ fn a_refresh_rewrites_the_memory_block_but_not_the_command() {
         (c.sequence(), b.sequence())
     };
     eventually("both read", || {
-        sequences(&mut command, &mut block) != (None, None)
+        let (c, b) = sequences(&mut command, &mut block);
+        c.is_some() && b.is_some()
     });
     let (command_before, block_before) = sequences(&mut command, &mut block);
     // x refreshes every 50 ms: some 20 refreshes in a second.

@@ -259,7 +259,9 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             .map(|d| controllers_in(d, block_hash));
         if let Some(listed) = listed {
             for c in merge_discovered(&mut discovered, &listed) {
-                if file.unlisted == arbiter::protocol::Unlisted::Ignore {
+                if file.unlisted == arbiter::protocol::Unlisted::Ignore
+                    && !file.controllers.contains(&c)
+                {
                     tracing::info!(
                         "controller {c} appeared on the bus; not listed, so ignored (unlisted = \
                          \"ignore\")"

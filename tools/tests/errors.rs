@@ -381,7 +381,9 @@ fn an_inconsistent_slot_is_reported_once_and_read_again_after_the_next_write() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("type        u64") && text.contains("value       unreadable:"),
+        text.contains("type        u64")
+            && text.contains("value       unreadable:")
+            && text.contains("(segment /baton."),
         "{text}"
     );
     assert!(text.contains("publishers  "), "{text}");

@@ -182,7 +182,13 @@ fn the_command_of_an_arbiter_without_heartbeat_never_grows_old() {
     eventually("the wheels turn at the command", || drive.at(0.5));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(drive.at(0.5), "the wheels still turn");
-    assert!(!t.stderr_of(drive.sim).contains("not executing"));
+    let log = t.stderr_of(drive.sim);
+    assert!(!log.contains("not executing"), "{log}");
+    assert_eq!(
+        log.matches("sends no heartbeat").count(),
+        1,
+        "said once: {log}"
+    );
 }
 
 /// A drive arbiter (its config starting with `arbiter_head`), the robot manager, the simulator

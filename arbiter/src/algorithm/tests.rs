@@ -395,13 +395,14 @@ fn a_hold_never_measured_takes_the_first_measurement() {
     assert_eq!(second.setpoints["shoulder"], 0.7);
 }
 
-/// A hold keeps a resource where it is measured also outside its limits: clamped, it would
-/// move a resource that nobody owns (the arm's limits are -2..2).
+/// A resource to hold measured outside its limits gets no setpoint (the driver keeps it where
+/// it is): clamped, the hold would move a resource nobody owns; sent as measured, it would be
+/// a setpoint out of range (the arm's limits are -2..2).
 #[test]
 fn a_hold_outside_the_limits_does_not_move_the_resource() {
     let measured: BTreeMap<String, f64> = [("shoulder".to_string(), 2.5)].into();
     let first = arbitrate("arm", &arm(), &[], &measured, None, NOW);
-    assert_eq!(first.setpoints["shoulder"], 2.5);
+    assert!(!first.setpoints.contains_key("shoulder"), "{first:?}");
     assert!(first.holding.contains("shoulder"));
     // An owner's command is clamped as ever; released, the resource holds where it is then.
     let x = block("x", Compromising, &[("arm/shoulder", 3.0)]);
@@ -413,7 +414,11 @@ fn a_hold_outside_the_limits_does_not_move_the_resource() {
     let owned = arbitrate("arm", &arm(), &[candidate], &measured, Some(&first), NOW);
     assert_eq!(owned.setpoints["shoulder"], 2.0);
     let released = arbitrate("arm", &arm(), &[], &measured, Some(&owned), NOW);
-    assert_eq!(released.setpoints["shoulder"], 2.5);
+    assert!(!released.setpoints.contains_key("shoulder"), "{released:?}");
+    // Measured within them again (the driver brought it back): held there.
+    let back: BTreeMap<String, f64> = [("shoulder".to_string(), 1.5)].into();
+    let held = arbitrate("arm", &arm(), &[], &back, Some(&released), NOW);
+    assert_eq!(held.setpoints["shoulder"], 1.5);
 }
 
 #[test]

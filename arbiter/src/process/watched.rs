@@ -198,8 +198,9 @@ impl Watched {
                         tracing::warn!(
                             "{arbiter}: controller {name}'s block arrives already expired \
                              (stamped {} ms before this computer's clock, for a time to live of \
-                             {} ms): its computer's clock is behind this one's? Keep the \
-                             computers' clocks synchronised; until then it counts as expired",
+                             {} ms): its computer's clock is behind this one's (keep the \
+                             computers' clocks synchronised), or it stopped refreshing its block \
+                             while it lives; it counts as expired",
                             block
                                 .map_or(0, |b| read.wall_ns.saturating_sub(b.stamp_ns) / 1_000_000),
                             block.map_or(0, |b| b.ttl_ms)

@@ -108,12 +108,17 @@ impl Net {
             if !wanted.contains(name) || !remote.contains_key(name) {
                 continue;
             }
+            // Before the mirror reads as written by the origin's running publisher: which of its
+            // values are that publisher's (also when `ensure_mirror` fails below: a publisher
+            // restarted at the origin must not have its predecessor's value read as its own).
             if let Some(m) = st.mirrors.get_mut(name.as_str()) {
                 if m.origin == c.claim.host {
                     m.follow_series(c.info.series);
                 }
                 if !c.info.writer_alive {
                     m.publisher = None;
+                } else if m.origin == c.claim.host {
+                    m.date_held(c.info.series, c.info.writer_first);
                 }
             }
             match reg.ensure_mirror(name, &c.claim, c.info.capacity) {
@@ -152,13 +157,13 @@ impl Net {
                             Err(e) => tracing::warn!("cannot map mirror {segment}: {e}"),
                         }
                     } else if let Some(m) = st.mirrors.get_mut(name.as_str()) {
-                        // Which of the values held are the origin's running publisher's, dated
-                        // after `ensure_mirror`: a registry that takes a mirror over as its
-                        // writer (one restarted here, adopting it) counts every value held as
-                        // an earlier writer's, which would undo a dating made before. Until
-                        // dated, the value held reads as its gone writer's, never the other
-                        // way round.
+                        // Dated again, afresh: a registry that took the mirror over as its
+                        // writer just now (one restarted here, adopting it) counts every value
+                        // held as an earlier writer's (`ensure_mirror`), which undoes the dating
+                        // above. Meanwhile the value held reads as its gone writer's, never the
+                        // other way round.
                         if c.info.writer_alive {
+                            m.publisher = None;
                             m.date_held(c.info.series, c.info.writer_first);
                         }
                     }

@@ -302,7 +302,7 @@ impl Net {
         let mut to = vec![self.group];
         to.extend(self.unicast_peers.iter().copied());
         // Hosts whose --peer names this one, unless ours names them too (they would get
-        // each announcement twice, the second a replay).
+        // each announcement twice).
         let answers: Vec<SocketAddr> = lock(&self.state)
             .peers
             .unicast_answers()

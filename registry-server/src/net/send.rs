@@ -114,9 +114,11 @@ impl Net {
             Err(e) if refuses_batching(&e) => {
                 // One alone first: if the path refuses even that (its MTU dropped under the
                 // datagram size since start), batching is not to blame and stays on.
+                // (Decided on the single send's error: older kernels answer a batch larger
+                // than the path with EINVAL.)
                 let mut datagrams = batch.chunks(self.datagram_size);
                 if let Some(first) = datagrams.next() {
-                    if !self.send_to(first, to) && is_too_long(&e) {
+                    if self.send_to(first, to).is_some_and(|e| is_too_long(&e)) {
                         Counters::add(&self.counters.send_errors, count as u64 - 1);
                         return;
                     }
@@ -163,18 +165,18 @@ impl Net {
         }
     }
 
-    /// Sends one datagram, counted; `false` when it failed.
-    fn send_to(&self, d: &[u8], to: SocketAddr) -> bool {
+    /// Sends one datagram, counted; the error when it failed (counted and said already).
+    fn send_to(&self, d: &[u8], to: SocketAddr) -> Option<std::io::Error> {
         match self.data.send_to(d, to) {
             Ok(n) => {
                 Counters::add(&self.counters.sent_datagrams, 1);
                 Counters::add(&self.counters.sent_bytes, n as u64);
-                true
+                None
             }
             Err(e) => {
                 Counters::add(&self.counters.send_errors, 1);
                 self.warn_send_error(&e, to);
-                false
+                Some(e)
             }
         }
     }

@@ -326,10 +326,12 @@ impl Registry {
         if !entry.endpoints.is_empty() {
             return;
         }
+        // Its writer still running (its connection closed under it, or not registered again
+        // yet), it may write still: kept.
         let never_written = entry
             .slot
             .as_ref()
-            .is_some_and(|s| s.latest_sequence() == 0)
+            .is_some_and(|s| s.latest_sequence() == 0 && !s.writer().is_running())
             && entry.origin.is_none()
             && entry.own.is_none()
             && entry

@@ -313,8 +313,11 @@ impl Registry {
         let writer = slot.writer();
         let registry_alive = writer.state == WriterState::Alive && writer.pid == std::process::id();
         if !registry_alive && (claim.writer_alive || writer.state == WriterState::None) {
-            // Taken over (made now, or adopted from an earlier registry): what it holds counts
-            // as its publisher's only once dated.
+            // Taken over (made now, adopted from an earlier registry, or followed again after
+            // its publisher went): what it holds counts as its publisher's only once dated.
+            // Undated first, so that no reader sees the value held as the live writer's in
+            // between (`set_writer` keeps the first sequence for the same process).
+            slot.set_writer_first_sequence(slot.latest_sequence().saturating_add(1));
             slot.set_writer(std::process::id(), bus::process::own_start_time());
         }
         out.extend(entry.bind_waiting(&segment));

@@ -235,6 +235,8 @@ struct Followed {
     seen: Option<(u64, ReadAt)>,
     /// Why the last command read was not executed (`None`: it was, or there was none).
     refused: Option<NotExecuted>,
+    /// A command without heartbeat was said (once).
+    said_no_heartbeat: bool,
 }
 
 /// Why a command is not executed.
@@ -261,6 +263,13 @@ impl Followed {
         let now = read_now();
         let read = first_read(&mut self.seen, Some(meta.sequence), now);
         // An arbiter without heartbeat re-stamps nothing: its command's age says nothing.
+        if value.heartbeat_ms == 0 && timeout.is_some() && !self.said_no_heartbeat {
+            self.said_no_heartbeat = true;
+            tracing::warn!(
+                "{arbiter}: its arbiter sends no heartbeat (heartbeat_ms 0): its command is \
+                 executed while the arbiter runs, and a hung one cannot be told"
+            );
+        }
         let timeout = timeout
             .filter(|_| value.heartbeat_ms > 0)
             .map(|t| t.max(Duration::from_millis(value.heartbeat_ms.saturating_mul(3))));

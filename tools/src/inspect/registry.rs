@@ -202,7 +202,17 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
         .transpose()
     {
         Ok(summary) => (summary, None),
-        Err(e) => (None, Some(e.to_string())),
+        Err(e) => {
+            // The segment and its room, from the header, which was read whole.
+            let at = slot.as_ref().map_or(String::new(), |s| {
+                format!(
+                    " (segment {}, capacity {} bytes)",
+                    s.segment(),
+                    s.capacity()
+                )
+            });
+            (None, Some(format!("{e}{at}")))
+        }
     };
     let origin = summary
         .as_ref()
