@@ -164,13 +164,14 @@ mod tests {
     use bus::{Domain, SlotName};
 
     use super::*;
-    use crate::state::tests::registration;
+    use crate::state::tests::{registration, Cleanup};
     use crate::state::{Peer, RemoteClaim};
 
     #[test]
     fn the_directory_lists_local_and_remote_publications_and_follows_them() {
         let domain = Domain::new(&format!("unit-dir-{}", std::process::id())).unwrap();
         let _ = domain.remove_all_segments();
+        let _cleanup = Cleanup(domain.clone());
         let mut reg = Registry::new(domain.clone(), None);
         reg.create_directory_slot("hA").unwrap();
         let me = std::process::id();
@@ -237,6 +238,5 @@ mod tests {
         reg.set_remote_claims(BTreeMap::new());
         reg.publish_directory();
         assert_eq!(read(&reg).entries.len(), 1);
-        let _ = domain.remove_all_segments();
     }
 }

@@ -38,7 +38,7 @@ fn claim(host: &str, schema: &Schema, kept_written_ns: u64) -> RemoteClaim {
 }
 
 /// Removes a test domain's segments however the test ends.
-struct Cleanup(Domain);
+pub(super) struct Cleanup(pub(super) Domain);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
