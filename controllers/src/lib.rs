@@ -78,6 +78,9 @@ pub struct Feedback {
     /// Resources of this arbiter the controller owns now, named as the arbiter names them
     /// (`shoulder`, not `arm/shoulder`).
     pub owned: Vec<String>,
+    /// Of `owned`, those whose setpoint sent is not the value this controller published: its
+    /// arbiter clamped it into the resource's limits.
+    pub clamped: Vec<String>,
     /// Whether the arbiter's process runs (its feedback block has a live writer).
     pub arbiter_running: bool,
     /// Whether it answers: its command is re-stamped as its heartbeat says (`false` for an
@@ -554,7 +557,10 @@ impl RobotController {
         // Until the registry has bound this controller's block, no arbiter has read it: an
         // outcome for its name is another process's (two of one name started before the
         // registry: the one refused used to report the other's resources as its own).
-        let bound = lock(&self.shared).publication.is_bound();
+        let (bound, commanded) = {
+            let shared = lock(&self.shared);
+            (shared.publication.is_bound(), shared.block.commands.clone())
+        };
         self.watched
             .arbiters
             .iter()
@@ -570,6 +576,24 @@ impl RobotController {
                     .current_block(a)
                     .filter(|_| bound && (listed || !order_known) && a.before_us.is_none());
                 let outcome = block.and_then(|b| b.outcomes.get(&self.name).copied());
+                let owned: Vec<String> = block
+                    .map(|b| {
+                        b.owners
+                            .iter()
+                            .filter(|(_, o)| o.as_deref() == Some(self.name.as_str()))
+                            .map(|(r, _)| r.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let clamped = owned
+                    .iter()
+                    .filter(|r| {
+                        let sent = block.and_then(|b| b.resources.get(*r)?.command);
+                        let asked = commanded.get(&format!("{}/{r}", a.name));
+                        matches!((sent, asked), (Some(s), Some(c)) if s != *c)
+                    })
+                    .cloned()
+                    .collect();
                 Feedback {
                     arbiter: a.name.clone(),
                     arbiter_running,
@@ -577,15 +601,8 @@ impl RobotController {
                     listed: listed || (!order_known && outcome.is_some()),
                     joining,
                     outcome,
-                    owned: block
-                        .map(|b| {
-                            b.owners
-                                .iter()
-                                .filter(|(_, o)| o.as_deref() == Some(self.name.as_str()))
-                                .map(|(r, _)| r.clone())
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    owned,
+                    clamped,
                 }
             })
             .collect()

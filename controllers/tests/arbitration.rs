@@ -630,3 +630,22 @@ fn a_refresh_rewrites_the_memory_block_but_not_the_command() {
         "the memory block acknowledges the refreshes: {block_before:?} -> {block_after:?}"
     );
 }
+
+/// A command outside its resource's limits is owned and sent clamped: the controller says so
+/// rather than `full` alone (it said `full`, and the joint went elsewhere than commanded).
+#[test]
+fn a_clamped_command_is_said_to_be_clamped() {
+    let mut r = Robot::running(&["x"]);
+    let x = r.controller(
+        "x",
+        "compromising",
+        &["arm/shoulder=2", "arm/turret=1"],
+        500,
+    );
+    eventually("x says its shoulder command was clamped", || {
+        r.t.stdout_of(x)
+            .contains("x arm: full (owns: shoulder, turret; clamped into its limits: shoulder)")
+    });
+    let block = r.arm_block().unwrap();
+    assert_eq!(block["resources"]["shoulder"]["command"], 1.57, "{block}");
+}

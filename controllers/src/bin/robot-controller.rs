@@ -272,7 +272,7 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
     if args.json {
         say(
             &serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
-            "outcome": outcome, "owned": f.owned, "listed": f.listed, "joining": f.joining,
+            "outcome": outcome, "owned": f.owned, "clamped": f.clamped, "listed": f.listed, "joining": f.joining,
             "arbiter_running": f.arbiter_running, "arbiter_responding": f.arbiter_responding})
             .to_string(),
         );
@@ -284,8 +284,14 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
             state,
             if f.owned.is_empty() {
                 "nothing".to_owned()
-            } else {
+            } else if f.clamped.is_empty() {
                 f.owned.join(", ")
+            } else {
+                format!(
+                    "{}; clamped into its limits: {}",
+                    f.owned.join(", "),
+                    f.clamped.join(", ")
+                )
             }
         ));
     }
