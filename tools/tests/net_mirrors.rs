@@ -115,4 +115,11 @@ fn a_route_mtu_lowered_after_start_is_said_with_the_way_out() {
             .contains("the route's MTU is now below this registry's datagrams")
     });
     assert!(!lab.log(A).contains("sending one by one"), "{}", lab.log(A));
+    // None of the values went out: none counts as reflected (they all did, before).
+    eventually("A's statistics show the failed sends", || {
+        lab.stats(A)
+            .is_some_and(|s| s["send_errors"].as_u64() > Some(10))
+    });
+    let stats = lab.stats(A).expect("statistics");
+    assert_eq!(stats["values_reflected"], 0, "{stats}");
 }

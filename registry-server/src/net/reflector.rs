@@ -201,9 +201,8 @@ impl Net {
             },
             message,
         );
-        if self.send_message(wire::channel_of(name), message, to) {
-            Counters::add(&self.counters.values_reflected, to.len() as u64);
-        }
+        let sent = self.send_message(wire::channel_of(name), message, to);
+        Counters::add(&self.counters.values_reflected, sent as u64);
     }
 
     /// Periodic work: expire hosts, reconcile with the registry, announce, refresh, statistics.

@@ -4,6 +4,7 @@
 //! socket's `UDP_SEGMENT` set to the full datagram size at start-up), never as IP fragments.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::faults::{Action, Faults};
@@ -13,12 +14,12 @@ use super::wire::{self, Header};
 use super::{lock, Net, SendState};
 
 impl Net {
-    /// Sends one message to each destination, fragmented at the chunk size. A message larger
-    /// than the peers accept is not sent (values are checked against `--max-value` before, by
-    /// name): `false`.
-    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) -> bool {
+    /// Sends one message to each destination, fragmented at the chunk size; returns to how
+    /// many every datagram went out (the kernel took them). A message larger than the peers
+    /// accept is not sent (values are checked against `--max-value` before, by name): 0.
+    pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) -> usize {
         if to.is_empty() {
-            return true;
+            return 0;
         }
         if body.len() > self.max_message as usize {
             tracing::warn!(
@@ -27,7 +28,7 @@ impl Net {
                 body.len(),
                 self.max_value
             );
-            return false;
+            return 0;
         }
         let mut s = lock(&self.send);
         s.message += 1;
@@ -37,7 +38,10 @@ impl Net {
         // Without fault injection, the datagrams of one message to one host leave in batches
         // of one system call each (UDP segmentation offload) when the kernel allows it.
         let batch = s.faults.is_none() && s.gso && padded.len() > self.chunk;
+        let mut sent = 0;
         for dest in to {
+            // Only this thread counts send errors, under the send lock: none new, all went.
+            let errors = self.counters.send_errors.load(Ordering::Relaxed);
             let mut gso = std::mem::take(&mut s.gso_buffer);
             gso.clear();
             let mut in_batch = 0;
@@ -82,8 +86,11 @@ impl Net {
                 self.send_batch(&mut s, &gso, in_batch, *dest);
             }
             s.gso_buffer = gso;
+            if self.counters.send_errors.load(Ordering::Relaxed) == errors {
+                sent += 1;
+            }
         }
-        true
+        sent
     }
 
     /// Appends one datagram to `out`: its header, `body`, and the MAC over both when keyed.

@@ -73,7 +73,8 @@ pub struct NetStats {
     /// Datagrams (or reassembled values) dropped, and local values not sent (`too_large_to_send`),
     /// by cause.
     pub dropped: std::collections::BTreeMap<String, u64>,
-    /// Values sent to remote subscribers (each value once per receiving host).
+    /// Values sent to remote subscribers (each value once per receiving host), counted when
+    /// the kernel took all of its datagrams (a failed send counts in `send_errors` only).
     pub values_reflected: u64,
     /// Remote values written into local mirror slots.
     pub values_mirrored: u64,
