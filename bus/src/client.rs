@@ -502,9 +502,12 @@ impl Drop for Endpoint {
                 slot.mark_writer_gone();
             } else if lock(&self.pending).is_some() {
                 // Written while unbound, and never bound: nobody will read it.
-                let why = match self.error() {
-                    Some(e) => e.to_string(),
-                    None => "no registry-server answered before the publication ended".into(),
+                let why = match (self.error(), self.client.refusal()) {
+                    (Some(e), _) => e.to_string(),
+                    (None, Some(_)) => "the registry refuses this process, as said above".into(),
+                    (None, None) => {
+                        "no registry-server answered before the publication ended".into()
+                    }
                 };
                 tracing::warn!(
                     "{}: the value written was never published ({why})",
