@@ -55,8 +55,8 @@ impl fmt::Display for Error {
             Error::Bus(e) => e.fmt(f),
             Error::NoSlot { name, domain } => write!(
                 f,
-                "no slot {name} in domain '{domain}' (`bus-inspect --domain {domain} list` shows \
-                 the slots)"
+                "no slot {name} in domain '{domain}', here or published by another computer \
+                 (`bus-inspect --domain {domain} list --remote` shows the names there are)"
             ),
             Error::Refused(reason) => f.write_str(reason),
         }
