@@ -52,6 +52,17 @@ pub enum Kind {
     Switch,
 }
 
+impl Kind {
+    /// The name a config file gives it (`kind = "..."`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Position => "position",
+            Kind::Velocity => "velocity",
+            Kind::Switch => "switch",
+        }
+    }
+}
+
 /// What an uncommitted resource is commanded.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SafeCommand {

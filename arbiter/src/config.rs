@@ -120,11 +120,7 @@ impl ArbiterConfig {
             .resources
             .iter()
             .map(|r| {
-                let kind = match r.kind {
-                    Kind::Position => "position",
-                    Kind::Velocity => "velocity",
-                    Kind::Switch => "switch",
-                };
+                let kind = r.kind.name();
                 let bound = |v: f64| {
                     if v.is_finite() {
                         v.to_string()
@@ -231,10 +227,7 @@ impl ArbiterConfig {
                         "resource {:?}: safe = \"hold\" holds a position; a {} resource would \
                          keep its last command once released (use \"zero\", \"off\" or a number)",
                         r.name,
-                        match kind {
-                            Kind::Velocity => "velocity",
-                            _ => "switch",
-                        }
+                        kind.name()
                     ))
                 }
                 (Some(RawSafe::Word(w)), kind) if w == "zero" || w == "off" => {

@@ -100,8 +100,6 @@ pub fn run(
     let mut renamed = true;
     // Whether the manager's order lists this arbiter, as last followed (for the log).
     let mut in_service_before: Option<bool> = None;
-    // When the command was last written: it is re-stamped every heartbeat.
-    let mut command_written = Instant::now();
     // Set once `stop` is seen: the cycle then follows no controller (every resource gets its
     // safe command), publishes, and returns.
     let mut stopping = false;
@@ -118,8 +116,8 @@ pub fn run(
             // Wake just after the expiry instant so that the block counts as expired.
             Duration::from_nanos(t.saturating_sub(steady_ns())) + Duration::from_millis(1)
         });
-        if let Some(heartbeat) = config.heartbeat {
-            timeout = timeout.min(heartbeat.saturating_sub(command_written.elapsed()));
+        if let Some(due) = command.heartbeat_due_in() {
+            timeout = timeout.min(due);
         }
         let mut changed = if renamed {
             watched.group.update_all()?
@@ -143,13 +141,7 @@ pub fn run(
         if !renamed && changed.is_empty() && next_expiry.is_none_or(|t| steady_ns() < t) {
             // Nothing to decide (no slot changed, no block expired): the heartbeat is due.
             // The same command, stamped now, tells a driver this arbiter still runs.
-            if config
-                .heartbeat
-                .is_some_and(|h| command_written.elapsed() >= h)
-            {
-                command.restamp(&mut command_pub, wall_ns())?;
-                command_written = Instant::now();
-            }
+            command.restamp_if_due(&mut command_pub)?;
             check_replaced(&mut replaced_checked, &command_pub, &block_pub)?;
             health.end();
             continue;
@@ -237,7 +229,6 @@ pub fn run(
             let stamp_ns = now.wall_ns;
             if result_changed {
                 command.write(&mut command_pub, &allocation, cycle, stamp_ns)?;
-                command_written = Instant::now();
             }
             let decision = allocation.to_decision(&config.resources, &watched.controller_names());
             if result_changed {
@@ -258,13 +249,7 @@ pub fn run(
         // A cycle that wrote no command may find the heartbeat due (a refresh wakes the
         // arbiter without changing the decision): re-stamped here rather than on the next
         // wake-up, which the wait's timeout, already past, would make at once.
-        if config
-            .heartbeat
-            .is_some_and(|h| command_written.elapsed() >= h)
-        {
-            command.restamp(&mut command_pub, wall_ns())?;
-            command_written = Instant::now();
-        }
+        command.restamp_if_due(&mut command_pub)?;
         match &mut previous {
             Some(p) => std::mem::swap(p, &mut allocation),
             None => previous = Some(std::mem::take(&mut allocation)),
@@ -331,6 +316,10 @@ struct CommandValue {
     /// For each entry of `value.setpoints` in its (sorted) order, the resource's position in
     /// the config, while `value.setpoints` has every resource.
     order: Vec<usize>,
+    /// The config's heartbeat: the command is re-stamped at least this often.
+    heartbeat: Option<Duration>,
+    /// When the command was last written.
+    written: Instant,
 }
 
 impl CommandValue {
@@ -348,7 +337,27 @@ impl CommandValue {
             },
             names,
             order: sorted,
+            heartbeat,
+            written: Instant::now(),
         }
+    }
+
+    /// How long until the heartbeat is due (`None`: the arbiter has none).
+    fn heartbeat_due_in(&self) -> Option<Duration> {
+        self.heartbeat
+            .map(|h| h.saturating_sub(self.written.elapsed()))
+    }
+
+    /// Re-stamps the command held if the heartbeat is due: it tells a driver that this arbiter
+    /// still runs.
+    fn restamp_if_due(
+        &mut self,
+        publication: &mut Publication<ResourceCommand>,
+    ) -> Result<(), BusError> {
+        if self.heartbeat_due_in().is_some_and(|due| due.is_zero()) {
+            self.restamp(publication, wall_ns())?;
+        }
+        Ok(())
     }
 
     fn write(
@@ -385,7 +394,9 @@ impl CommandValue {
         stamp_ns: u64,
     ) -> Result<(), BusError> {
         self.value.stamp_ns = stamp_ns;
-        publication.write(&self.value)
+        publication.write(&self.value)?;
+        self.written = Instant::now();
+        Ok(())
     }
 }
 

@@ -557,10 +557,11 @@ impl RobotController {
         // Until the registry has bound this controller's block, no arbiter has read it: an
         // outcome for its name is another process's (two of one name started before the
         // registry: the one refused used to report the other's resources as its own).
-        let (bound, commanded) = {
-            let shared = lock(&self.shared);
-            (shared.publication.is_bound(), shared.block.commands.clone())
-        };
+        // Held while the feedback is gathered (briefly: no bus call under it), for the commands
+        // as published, which `clamped` compares with what the arbiters send.
+        let shared = lock(&self.shared);
+        let bound = shared.publication.is_bound();
+        let commanded = &shared.block.commands;
         self.watched
             .arbiters
             .iter()

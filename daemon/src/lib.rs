@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
 
+mod args;
 mod stop;
+pub use args::whole_number;
 pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup};
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape

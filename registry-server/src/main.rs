@@ -13,22 +13,6 @@ const MAX_VALUE: u64 = u32::MAX as u64 - 1024;
 /// The longest interval taken, milliseconds (a day).
 const DAY_MS: u64 = 86_400_000;
 
-/// A clap parser of a whole number from `min` to `max` whose error says the range and unit (a
-/// zero interval or limit would be taken and misbehave, not be refused, otherwise).
-fn whole_number(
-    min: u64,
-    max: u64,
-    unit: &'static str,
-) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    move |text| {
-        text.trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| format!("expected {unit} from {min} to {max}"))
-    }
-}
-
 #[derive(Parser)]
 #[command(
     version,
@@ -98,18 +82,18 @@ struct NetArgs {
     /// Lowered at start to the MTU of the route to the multicast group and to each --peer, when
     /// that is smaller (said in the log). (Too small an MTU to hold a datagram's header and 64
     /// bytes is refused at start.)
-    #[arg(long, default_value_t = 1500, value_parser = whole_number(0, MAX_UDP, "bytes"))]
+    #[arg(long, default_value_t = 1500, value_parser = daemon::whole_number(0, MAX_UDP, "bytes"))]
     mtu: u64,
     /// Announcement interval, milliseconds (at least 10).
-    #[arg(long, default_value_t = 500, value_parser = whole_number(10, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"))]
     announce_ms: u64,
     /// A host not heard from for this long is forgotten, milliseconds (at least 50; or for
     /// three of its own announcement intervals, when that is longer).
-    #[arg(long, default_value_t = 3000, value_parser = whole_number(50, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 3000, value_parser = daemon::whole_number(50, DAY_MS, "milliseconds"))]
     forget_ms: u64,
     /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds
     /// (at least 10).
-    #[arg(long, default_value_t = 1000, value_parser = whole_number(10, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 1000, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"))]
     refresh_ms: u64,
     /// Shared key file (any bytes, at least 16; not readable or writable by others): datagrams
     /// carry a keyed MAC and unauthenticated ones are dropped. Without it the network is
@@ -117,13 +101,13 @@ struct NetArgs {
     #[arg(long)]
     key_file: Option<std::path::PathBuf>,
     /// Largest value accepted or sent over the network, bytes (at least 1).
-    #[arg(long, default_value_t = 64 << 20, value_parser = whole_number(1, MAX_VALUE, "bytes"))]
+    #[arg(long, default_value_t = 64 << 20, value_parser = daemon::whole_number(1, MAX_VALUE, "bytes"))]
     max_value: u64,
     /// Memory held at most for incomplete (fragmented) values, bytes (their buffers plus 256
     /// bytes each; at most 4,096 are held whatever their size); at least 65536, or no value of
     /// more than a few datagrams could ever be put together.
     #[arg(long, default_value_t = 256 << 20,
-          value_parser = whole_number(65_536, 1 << 40, "bytes"))]
+          value_parser = daemon::whole_number(65_536, 1 << 40, "bytes"))]
     reassembly_limit: u64,
     /// Directory for what must outlive a restart: with --net, the last network session number,
     /// so that peers take this registry's datagrams as a new run even if the clock went back

@@ -60,26 +60,14 @@ fn a_mirror_without_room_is_no_conflict() {
     });
     // Room for what B holds (its directory and statistics) and 2 MiB more: not for a mirror
     // of /big's 4 MB values.
-    let df = lab
-        .command(B, std::path::Path::new("/usr/bin/df"))
-        .args(["-k", "--output=used", "/dev/shm"])
-        .output()
-        .unwrap();
+    let df = lab.run(B, "/usr/bin/df", &["-k", "--output=used", "/dev/shm"]);
     let used_kib: u64 = String::from_utf8_lossy(&df.stdout)
         .lines()
         .nth(1)
         .and_then(|l| l.trim().parse().ok())
         .expect("df's used KiB");
-    let shrink = lab
-        .command(B, std::path::Path::new("/usr/bin/mount"))
-        .args([
-            "-o",
-            &format!("remount,size={}k", used_kib + 2048),
-            "/dev/shm",
-        ])
-        .status()
-        .unwrap();
-    assert!(shrink.success());
+    let size = format!("remount,size={}k", used_kib + 2048);
+    lab.run(B, "/usr/bin/mount", &["-o", &size, "/dev/shm"]);
     lab.write_from(A, "/big", "3", "0", "4000000");
     lab.read_for(B, "/big", "20");
     eventually("B says it cannot mirror /big, and why", || {
@@ -102,12 +90,7 @@ fn a_route_mtu_lowered_after_start_is_said_with_the_way_out() {
     eventually("A's registry has measured the route", || {
         lab.stats(A).is_some()
     });
-    let lowered = lab
-        .command(A, std::path::Path::new("/usr/sbin/ip"))
-        .args(["link", "set", "eth0", "mtu", "1200"])
-        .status()
-        .unwrap();
-    assert!(lowered.success());
+    lab.run(A, "/usr/sbin/ip", &["link", "set", "eth0", "mtu", "1200"]);
     lab.write_from(A, "/wide", "100000", "20", "5000");
     lab.read_for(B, "/wide", "20");
     eventually("A says why its sends fail", || {

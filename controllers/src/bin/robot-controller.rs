@@ -40,7 +40,7 @@ struct Args {
     set: Vec<(String, f64)>,
     /// Time to live of the published block, in milliseconds (10 to 3600000): how long the
     /// arbiters honour it if this process stops refreshing it.
-    #[arg(long, default_value_t = 200, value_parser = ttl_milliseconds, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 200, value_parser = daemon::whole_number(10, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
     ttl_ms: u64,
     /// Run this many seconds, then release and exit (default: until interrupted).
     #[arg(long, value_parser = seconds)]
@@ -324,13 +324,4 @@ fn ignored_at_start(signal: nix::sys::signal::Signal) -> bool {
             u64::from_str_radix(mask.trim(), 16).ok()
         })
         .is_some_and(|mask| mask & (1 << (signal as u32 - 1)) != 0)
-}
-
-/// `--ttl-ms`: whole milliseconds in range; a negative number or a fraction gets the range too
-/// (clap's own messages said "unexpected argument" or "invalid digit").
-fn ttl_milliseconds(text: &str) -> Result<u64, String> {
-    text.parse()
-        .ok()
-        .filter(|ms| (10..=3_600_000).contains(ms))
-        .ok_or_else(|| "give whole milliseconds from 10 to 3600000 (an hour)".to_owned())
 }

@@ -181,19 +181,20 @@ impl Net {
                         );
                     }
                 }
-                Err(NotMirrored::Conflict(reason)) => {
+                Err(why) => {
+                    // Said once while it lasts.
                     if st_log(&mut st.logged, &mut current, name.as_str(), &c.claim.host) {
-                        tracing::warn!("conflict: not mirroring {name}: {reason}");
-                        Counters::add(&self.counters.conflicts, 1);
-                    }
-                }
-                Err(NotMirrored::Failed(reason)) => {
-                    if st_log(&mut st.logged, &mut current, name.as_str(), &c.claim.host) {
-                        tracing::warn!(
-                            "cannot mirror {name} of host '{}' (its subscribers here wait): \
-                             {reason}",
-                            c.claim.host
-                        );
+                        match why {
+                            NotMirrored::Conflict(reason) => {
+                                tracing::warn!("conflict: not mirroring {name}: {reason}");
+                                Counters::add(&self.counters.conflicts, 1);
+                            }
+                            NotMirrored::Failed(reason) => tracing::warn!(
+                                "cannot mirror {name} of host '{}' (its subscribers here wait): \
+                                 {reason}",
+                                c.claim.host
+                            ),
+                        }
                     }
                 }
             }

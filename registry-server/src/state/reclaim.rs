@@ -85,6 +85,17 @@ impl SlotEntry {
 }
 
 impl Registry {
+    /// Forgets `name`: its entry goes and its segment is unlinked. Whoever still maps it (a
+    /// `bus-inspect watch`) sees that nothing writes it any more, a mirror's publisher running
+    /// elsewhere or not.
+    pub(super) fn forget_slot(&mut self, name: &SlotName) {
+        self.unused_since.remove(name);
+        if let Some(slot) = self.slots.remove(name).and_then(|e| e.slot) {
+            slot.mark_writer_gone();
+            let _ = bus::shm::unlink(slot.segment());
+        }
+    }
+
     /// A mirror with no endpoint whose value its origin host still has: its publisher runs
     /// there, or the host keeps the gone publisher's value (see the module comment).
     fn unused_mirror_held_at_origin(&self, name: &SlotName, e: &SlotEntry, now: Instant) -> bool {
@@ -170,15 +181,7 @@ impl Registry {
         }
         forget.extend(superseded.iter().cloned());
         for name in &forget {
-            self.unused_since.remove(name);
-            if let Some(entry) = self.slots.remove(name) {
-                if let Some(slot) = entry.slot {
-                    // Whoever still maps it (a `bus-inspect watch`) sees that nothing writes
-                    // it any more, a mirror's publisher running elsewhere or not.
-                    slot.mark_writer_gone();
-                    let _ = bus::shm::unlink(slot.segment());
-                }
-            }
+            self.forget_slot(name);
         }
         let (mirrors, gone): (Vec<&SlotName>, Vec<&SlotName>) = forget
             .iter()

@@ -60,15 +60,7 @@ impl Registry {
         let Some(entry) = self.slots.get(name) else {
             return;
         };
-        let reconnecting = entry
-            .adopted_until
-            .is_some_and(|t| std::time::Instant::now() < t);
-        let unused = entry.endpoints.is_empty()
-            && entry.own.is_none()
-            && !reconnecting
-            && !entry.slot.as_ref().is_some_and(|s| s.writer().is_running())
-            && !self.readers.contains_key(name);
-        if entry.schema.hash.0 == schema.hash().0 || !unused {
+        if entry.schema.hash.0 == schema.hash().0 || !self.nothing_uses(name, entry) {
             return;
         }
         tracing::info!(
@@ -77,14 +69,14 @@ impl Registry {
             schema.type_name(),
             entry.schema.type_name
         );
-        if let Some(entry) = self.slots.remove(name) {
-            if let Some(slot) = entry.slot {
-                // Whoever still maps it (a `bus-inspect watch`) sees that nothing writes it.
-                slot.mark_writer_gone();
-                let _ = bus::shm::unlink(slot.segment());
-            }
-        }
-        self.unused_since.remove(name);
+        self.forget_slot(name);
+    }
+
+    /// Whether nothing uses `entry`'s slot (`SlotEntry::unused`: no endpoint, no live writer,
+    /// not the registry's own, no adopted process still reconnecting) and no tool waits to
+    /// read `name`.
+    fn nothing_uses(&self, name: &SlotName, entry: &SlotEntry) -> bool {
+        entry.unused(std::time::Instant::now()) && !self.readers.contains_key(name)
     }
 
     fn try_register(&mut self, conn: u64, reg: &Registration) -> Result<Outbox, Refusal> {
@@ -323,27 +315,16 @@ impl Registry {
         let Some(entry) = self.slots.get(name) else {
             return;
         };
-        if !entry.endpoints.is_empty() {
-            return;
-        }
-        // Its writer still running (its connection closed under it, or not registered again
-        // yet), it may write still: kept.
-        let never_written = entry
-            .slot
-            .as_ref()
-            .is_some_and(|s| s.latest_sequence() == 0 && !s.writer().is_running())
-            && entry.origin.is_none()
-            && entry.own.is_none()
+        let pending_alone = entry.slot.is_none() && entry.endpoints.is_empty();
+        // A writer still alive (not registered again yet) may write still: kept.
+        let never_written = entry.origin.is_none()
             && entry
-                .adopted_until
-                .is_none_or(|t| std::time::Instant::now() >= t)
-            && !self.readers.contains_key(name);
-        if entry.slot.is_none() || never_written {
-            if let Some(slot) = self.slots.remove(name).and_then(|e| e.slot) {
-                slot.mark_writer_gone();
-                let _ = bus::shm::unlink(slot.segment());
-            }
-            self.unused_since.remove(name);
+                .slot
+                .as_ref()
+                .is_some_and(|s| s.latest_sequence() == 0)
+            && self.nothing_uses(name, entry);
+        if pending_alone || never_written {
+            self.forget_slot(name);
         }
     }
 }

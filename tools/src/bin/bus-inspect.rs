@@ -121,13 +121,13 @@ enum Command {
         #[arg(value_parser = slot_name_arg)]
         name: bus::SlotName,
         /// Stop after this many values (at least 1).
-        #[arg(long, value_parser = value_count)]
+        #[arg(long, value_parser = daemon::whole_number(1, u64::MAX, "a count of values"))]
         count: Option<u64>,
         /// Stop after this many seconds (exit status 2 if --count values were not seen).
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
         /// How often to look for a new value, milliseconds.
-        #[arg(long, default_value_t = 2, value_parser = poll_milliseconds)]
+        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"))]
         poll_ms: u64,
         /// One JSON object per value: name, type, sequence, time_ns, writer, origin, value.
         #[arg(long)]
@@ -182,7 +182,7 @@ enum Command {
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
         /// How often to look, milliseconds.
-        #[arg(long, default_value_t = 2, value_parser = poll_milliseconds)]
+        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"))]
         poll_ms: u64,
         #[command(flatten)]
         json: Json,
@@ -322,20 +322,6 @@ fn timeout_seconds(text: &str) -> Result<Duration, String> {
 fn window_seconds(text: &str) -> Result<Duration, String> {
     let ok = |v: f64| v > 0.0 && v <= 86400.0;
     duration_arg(text, ok, 1.0, "give seconds above 0, at most 86400 (a day)")
-}
-
-fn poll_milliseconds(text: &str) -> Result<u64, String> {
-    text.parse()
-        .ok()
-        .filter(|ms| (1..=3_600_000).contains(ms))
-        .ok_or_else(|| "give whole milliseconds from 1 to 3600000 (an hour)".to_owned())
-}
-
-fn value_count(text: &str) -> Result<u64, String> {
-    text.parse()
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| "give a whole number of values, at least 1".to_owned())
 }
 
 fn sample_milliseconds(text: &str) -> Result<Duration, String> {

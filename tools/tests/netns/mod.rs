@@ -86,6 +86,18 @@ impl Lab {
         self.hosts_lab.command(host, program)
     }
 
+    /// Runs `program args` (a system command such as `ip` or `mount`) in host `host` to its
+    /// end; its output, which must say success.
+    pub fn run(&self, host: usize, program: &str, args: &[&str]) -> Output {
+        let out = self
+            .command(host, Path::new(program))
+            .args(args)
+            .output()
+            .expect("run a command in a host");
+        assert!(out.status.success(), "{program} {args:?}: {out:?}");
+        out
+    }
+
     /// Starts host `host`'s registry with networking on (and extra arguments / environment;
     /// a timing option among them replaces the lab's short default).
     pub fn start_registry(&mut self, host: usize, extra: &[&str], env: &[(&str, &str)]) {
