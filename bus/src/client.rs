@@ -80,8 +80,9 @@ pub(crate) struct Endpoint {
     /// The registry made the slot anew under this endpoint (`BusError::Replaced`, also kept in
     /// `error`): set once, and one load on a subscription's update path.
     pub(crate) replaced: OnceLock<BusError>,
-    /// Latest value a publication wrote before it was bound.
-    pending: Mutex<Option<Vec<u8>>>,
+    /// Latest value a publication wrote before it was bound, and when (the write time it
+    /// carries once bound: the moment the application wrote it, not the registry's arrival).
+    pending: Mutex<Option<(Vec<u8>, u64)>>,
     pub(crate) client: Arc<ClientShared>,
 }
 
@@ -437,8 +438,8 @@ impl Endpoint {
         if self.slot.get().is_some() {
             return; // bound before: the registry answered a re-registration with its slot.
         }
-        if let Some(bytes) = pending.take() {
-            if let Err(e) = slot.write(&bytes) {
+        if let Some((bytes, written_ns)) = pending.take() {
+            if let Err(e) = slot.write_at(&bytes, written_ns) {
                 tracing::warn!("{}: value written before binding lost: {e}", slot.name());
             }
         }
@@ -461,7 +462,7 @@ impl Endpoint {
         match self.slot.get() {
             Some(slot) => slot.write(bytes).map(|_| ()),
             None => {
-                *pending = Some(bytes.to_vec());
+                *pending = Some((bytes.to_vec(), crate::slot::now_ns()));
                 Ok(())
             }
         }

@@ -83,17 +83,23 @@ fn value_written_before_the_registry_is_in_the_slot_once_bound() {
     let mut publication = bus.publish::<String>("/early").unwrap();
     let mut sub = bus.subscribe::<String>("/early").unwrap();
     publication.write(&"first".into()).unwrap();
+    let before_write = std::time::SystemTime::now();
     publication.write(&"before the registry".into()).unwrap();
+    let after_write = std::time::SystemTime::now();
     assert!(!sub.update().unwrap(), "a value without a registry");
     assert!(sub.value().is_none());
     assert!(!publication.is_bound());
+    std::thread::sleep(Duration::from_millis(300));
     t.start_registry();
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value().unwrap(), "before the registry");
-    assert_eq!(
-        sub.meta().unwrap().sequence,
-        1,
-        "only the last value is kept"
+    let meta = sub.meta().unwrap();
+    assert_eq!(meta.sequence, 1, "only the last value is kept");
+    // Its write time is when the application wrote it, not when the registry came.
+    assert!(
+        before_write <= meta.write_time && meta.write_time <= after_write,
+        "written between {before_write:?} and {after_write:?}, stamped {:?}",
+        meta.write_time
     );
 }
 
