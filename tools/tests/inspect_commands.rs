@@ -82,6 +82,16 @@ fn list_info_get_and_watch_show_the_live_bus() {
     let only = json_lines(&t.inspect(&["list", "status", "--json"]));
     assert_eq!(only.len(), 1);
     assert_eq!(only[0]["name"], "/robot/status");
+    // A filter that matches nothing says so on stderr, and is no failure.
+    let none = t.inspect(&["list", "/robot/nothing*"]);
+    assert!(none.status.success(), "{none:?}");
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains(
+            "no slot matches '/robot/nothing*' here (list --remote adds the names other \
+             computers publish)"
+        ),
+        "{none:?}"
+    );
     let table = ok(&t.inspect(&["list"]));
     let lines: Vec<&str> = table.lines().collect();
     // Header, the registry's own directory slot, and the two slots of the test.

@@ -77,7 +77,7 @@ enum Command {
     /// that none answers.
     List {
         /// Only names matching this: a glob with * and ? (`/robot/*`: everything under /robot/),
-        /// or else a substring.
+        /// or else a substring. When nothing matches, stderr says so (the exit status stays 0).
         pattern: Option<String>,
         /// Also the names other computers publish that have no slot here (nothing here
         /// subscribes to them), from the registry's directory: type, host and whether their
@@ -444,9 +444,14 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
     }
 }
 
-fn list(domain: &Domain, pattern: Option<&str>, remote: bool, json: bool) -> Result<i32, String> {
+fn list(
+    domain: &Domain,
+    pattern: Option<&str>,
+    want_remote: bool,
+    json: bool,
+) -> Result<i32, String> {
     let (slots, errors) = inspect::list(domain, pattern).map_err(|e| e.to_string())?;
-    let remote = if remote {
+    let remote = if want_remote {
         inspect::remote::remote_names(domain, pattern).map_err(|e| e.to_string())?
     } else {
         Vec::new()
@@ -463,6 +468,18 @@ fn list(domain: &Domain, pattern: Option<&str>, remote: bool, json: bool) -> Res
     }
     for e in &errors {
         eprintln!("bus-inspect: unreadable: {e}");
+    }
+    // A filter that keeps nothing is an answer, not a failure (exit 0, as for an empty bus),
+    // but an empty table alone reads like a broken command: say what matched nothing.
+    if let Some(pattern) =
+        pattern.filter(|_| slots.is_empty() && remote.is_empty() && errors.is_empty())
+    {
+        let elsewhere = if want_remote {
+            ""
+        } else {
+            " here (list --remote adds the names other computers publish)"
+        };
+        eprintln!("bus-inspect: no slot matches '{pattern}'{elsewhere}");
     }
     // The segments list without a registry (exit 0), but nothing new can be published through
     // the bus, and an empty list is more often the wrong domain: say so, in doctor's words.
