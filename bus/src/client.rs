@@ -14,7 +14,7 @@
 //! `MAX_REFUSED_RETRY`, and keeps every endpoint pending: once a registry admits the process (its
 //! group fixed, the registry restarted with another `--group`) they register and bind.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -67,7 +67,9 @@ struct RefusalState {
 #[derive(Default)]
 struct ClientState {
     conn: Option<UnixStream>,
-    endpoints: HashMap<u64, Weak<Endpoint>>,
+    /// By id, which grows with every endpoint created: the order in which they register again
+    /// (`on_connect`), hence which of two contenders for a name wins.
+    endpoints: BTreeMap<u64, Weak<Endpoint>>,
     waiting: HashMap<u64, Sender<Result<(), BusError>>>,
     next_endpoint: u64,
 }
@@ -211,7 +213,16 @@ impl ClientShared {
             program: crate::process::own_program(),
         };
         state.send(0, &hello);
-        let live: Vec<Arc<Endpoint>> = state.endpoints.values().filter_map(Weak::upgrade).collect();
+        // Bound endpoints first, then the others in the order the application created them:
+        // the registry settles a contest for a name (a second publisher, another type) by
+        // which registration comes first, and the outcome must not depend on whether a
+        // registry ran when the endpoints were made. An endpoint bound before keeps its slot
+        // (a second publication of this process, refused before, would otherwise take the
+        // name back from it after a registry restart while the first still writes its old
+        // mapping: two writers of one slot).
+        let mut live: Vec<Arc<Endpoint>> =
+            state.endpoints.values().filter_map(Weak::upgrade).collect();
+        live.sort_by_key(|e| e.slot.get().is_none());
         for endpoint in live {
             let id = endpoint.registration.endpoint;
             state.send(id, &Request::Register(endpoint.registration.clone()));
@@ -306,9 +317,20 @@ impl ClientShared {
                     return;
                 };
                 let err = refusal.into_error(&ep.registration);
-                tracing::warn!(endpoint = %ep.registration.name, "registry refused: {err}");
                 *lock(&ep.error) = Some(err.clone());
-                (endpoint, Err(err))
+                // The creation that waits for this answer returns the refusal to the
+                // application, which says it in its own words; logged here only when no one
+                // does (a registration sent again after reconnecting, or answered late).
+                let waiter = lock(&self.state).waiting.remove(&endpoint);
+                let unheard = match waiter {
+                    Some(tx) => tx.send(Err(err.clone())).is_err(),
+                    None => true,
+                };
+                if unheard {
+                    tracing::warn!(endpoint = %ep.registration.name, "registry refused: {err}");
+                }
+                self.announce();
+                return;
             }
             // The registry sends `Error` only to refuse a connection, before closing it.
             Reply::Error { message } => {
@@ -484,7 +506,12 @@ impl Endpoint {
                 name: self.registration.name.to_string(),
                 waited: timeout,
                 reason: match self.registration.kind {
-                    EndpointKind::Subscription => "no publication has created the slot yet".into(),
+                    // Also what a publisher of another type sees happen: refused, because
+                    // waiting subscriptions set the slot's type. Only the registry knows.
+                    EndpointKind::Subscription => "no publication has created the slot yet (a \
+                        publication of another type would be refused while this subscription \
+                        waits: the registry's log names such refusals)"
+                        .into(),
                     EndpointKind::Publication => "the registry has not answered".into(),
                 },
             })

@@ -369,3 +369,70 @@ fn a_value_that_never_reached_the_bus_is_said() {
         "{log}"
     );
 }
+
+/// Two endpoints contending for one name (a second publication, another type) in one process
+/// made before any registry ran: the first one created wins, as it would with a registry
+/// already running. (The endpoints used to register again in hash order: any could win.) Four
+/// rounds, each a fresh process-side client and registry, so that a lucky order cannot pass.
+#[test]
+fn contenders_made_before_the_registry_are_settled_in_creation_order() {
+    for _ in 0..4 {
+        let mut t = TestBus::new();
+        let bus = t.bus();
+        let mut first = bus.publish::<String>("/contested").unwrap();
+        first.write(&"first".into()).unwrap();
+        let other_type = bus.subscribe::<u64>("/contested").unwrap();
+        let second = bus.publish::<String>("/contested").unwrap();
+        t.start_registry();
+        first.wait_bound(WATCHDOG).unwrap();
+        let refused = |e: Result<(), bus::BusError>| e.expect_err("refused");
+        let err = refused(other_type.wait_bound(WATCHDOG));
+        assert!(matches!(err, bus::BusError::TypeMismatch { .. }), "{err}");
+        let err = refused(second.wait_bound(WATCHDOG));
+        assert!(
+            matches!(err, bus::BusError::AlreadyPublished { .. }),
+            "{err}"
+        );
+    }
+}
+
+/// A process whose second publication of a name was refused: across registry restarts the
+/// first keeps the name and the second stays refused, so the slot keeps one writer. (The
+/// second used to win half of the re-registrations, while the first went on writing its old
+/// mapping.)
+#[test]
+fn a_refused_second_publication_stays_refused_across_registry_restarts() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut first = bus.publish::<String>("/flip").unwrap();
+    first.write(&"first".into()).unwrap();
+    first.wait_bound(WATCHDOG).unwrap();
+    let second = bus.publish::<String>("/flip").err();
+    assert!(
+        matches!(second, Some(bus::BusError::AlreadyPublished { .. })),
+        "{second:?}"
+    );
+    // The refused endpoint is dropped by `publish`; keep one alive that was refused later.
+    let mut sub = bus.subscribe::<String>("/flip").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    for round in 0..5 {
+        t.kill_registry();
+        // Created while no registry runs: not refused yet, registers at reconnection.
+        let late = bus.publish::<String>("/flip").unwrap();
+        t.start_registry();
+        let err = late
+            .wait_bound(WATCHDOG)
+            .expect_err("the name stays the first's");
+        assert!(
+            matches!(err, bus::BusError::AlreadyPublished { .. }),
+            "round {round}: {err}"
+        );
+        assert!(first.is_bound());
+        first.write(&format!("round {round}")).unwrap();
+        common::eventually("the first publication's value arrives", || {
+            sub.update().unwrap();
+            sub.value() == Some(&format!("round {round}"))
+        });
+    }
+}
