@@ -168,9 +168,14 @@ impl BusError {
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
 
-/// Two schemas under one type name: say what usually causes that.
+/// Two schemas under one type name: say what usually causes that. The registry may follow the
+/// slot's type name with a note in parentheses (`T (not created yet: ...)`, `T (published on
+/// host 'a')`); type names themselves have no space before a parenthesis.
 fn same_name_hint(slot_type: &str, requested_type: &str) -> &'static str {
-    if slot_type == requested_type {
+    let same = slot_type
+        .strip_prefix(requested_type)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(" ("));
+    if same {
         "; the same name with another schema: the two programs were built from different \
          definitions of the type, or one uses it as plain-old-data and the other as serde"
     } else {

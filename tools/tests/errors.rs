@@ -123,6 +123,19 @@ fn one_type_as_plain_old_data_and_as_serde_is_explained() {
         msg.contains("plain-old-data and the other as serde"),
         "{msg}"
     );
+    // The same when the slot's type is only the one its waiting subscribers asked for (the
+    // registry names it with a note: the hint compared the names with the note).
+    let _serde = bus.subscribe::<Wheels>("/robot/waiting").unwrap();
+    let err = bus
+        .publish_pod::<Wheels>("/robot/waiting")
+        .err()
+        .expect("mismatch refused");
+    let msg = err.to_string();
+    assert!(msg.contains("not created yet"), "{msg}");
+    assert!(
+        msg.contains("plain-old-data and the other as serde"),
+        "{msg}"
+    );
 }
 
 #[test]
