@@ -37,10 +37,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         wave.publish()?;
         std::thread::sleep(Duration::from_millis(20));
         wave.refresh()?; // pull the arbiters' feedback
-        let owned = wave
-            .feedback()
-            .iter()
-            .any(|f| f.owned.iter().any(|r| r == "turret"));
+        let owned = wave.owns("arm/turret");
         if owned_before != Some(owned) {
             println!("turret {}", if owned { "is mine" } else { "is not mine" });
             owned_before = Some(owned);

@@ -57,6 +57,29 @@ pub enum ControllerError {
          fewer commands or shorter names"
     )]
     BlockTooLarge { size: usize, capacity: usize },
+    #[error(
+        "controller name {name:?} is taken: another robot controller (pid {pid}) runs under it; \
+         give each controller a name of its own"
+    )]
+    NameTaken { name: String, pid: u32 },
+}
+
+impl ControllerError {
+    /// An error of the controller's own block, said in the controller's terms: a second
+    /// publisher of the block is a second controller of the name, a value too large a block
+    /// with too many commands.
+    fn of_block(controller: &str, e: BusError) -> ControllerError {
+        match e {
+            BusError::AlreadyPublished { pid, .. } => ControllerError::NameTaken {
+                name: controller.to_owned(),
+                pid,
+            },
+            BusError::TooLarge { size, capacity, .. } => {
+                ControllerError::BlockTooLarge { size, capacity }
+            }
+            e => e.into(),
+        }
+    }
 }
 
 /// `resource` (`<arbiter>/<resource>`, each part a valid name) as its arbiter and resource
@@ -116,6 +139,15 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// One application's robot controller: its memory block on `/robot/controller/<name>`, and
+/// what the arbiters say back.
+///
+/// The application stages commands with `set` (resources named `<arbiter>/<resource>`) and
+/// its status with `set_status`, makes them visible with `publish`, pulls the arbiters'
+/// answers with `refresh` or `wait_feedback`, and reads them with `owns` and `feedback`. A
+/// background thread keeps the published block fresh (its time to live) while the process
+/// lives; dropping the controller, or `release`, lets every resource go at once.
+/// `controllers/examples/wave.rs` (shown in `docs/application.md`) is a whole application.
 pub struct RobotController {
     bus: Bus,
     name: String,
@@ -154,7 +186,8 @@ impl RobotController {
         let publication = bus
             .publication(&controller_slot(name))?
             .capacity(arbiter::process::BLOCK_CAPACITY)
-            .create()?;
+            .create()
+            .map_err(|e| ControllerError::of_block(name, e))?;
         let block = ControllerBlock {
             name: name.to_owned(),
             status,
@@ -334,12 +367,9 @@ impl RobotController {
         } = &mut *s;
         block.clone_from(&self.staged);
         block.stamp_ns = now_ns();
-        publication.write(block).map_err(|e| match e {
-            BusError::TooLarge { size, capacity, .. } => {
-                ControllerError::BlockTooLarge { size, capacity }
-            }
-            e => e.into(),
-        })?;
+        publication
+            .write(block)
+            .map_err(|e| ControllerError::of_block(&self.name, e))?;
         s.last_publish = Instant::now();
         if !std::mem::replace(&mut s.published, true) {
             daemon::ready(&format!("robot controller {} publishing", self.name));
@@ -450,7 +480,7 @@ impl RobotController {
     /// must not go on as if it were arbitrated (the feedback it reads is the other's).
     fn check_publication(&self) -> Result<(), ControllerError> {
         match lock(&self.shared).publication.bind_error() {
-            Some(e) => Err(e.into()),
+            Some(e) => Err(ControllerError::of_block(&self.name, e)),
             None => Ok(()),
         }
     }
@@ -521,7 +551,9 @@ impl RobotController {
     }
 
     /// Whether the robot manager runs (its slot has a live writer), as last pulled. While it
-    /// does not, no arbiter is known and `feedback` is empty.
+    /// does not, the order it published last stays in force (`manager_order_known`): the
+    /// arbiters follow it and `feedback` reports from it, but a stopped manager places no new
+    /// unlisted controller (`Feedback::joining` stays `false`).
     pub fn manager_running(&self) -> bool {
         self.watched.group.get(self.watched.manager).writer() == Some(bus::WriterState::Alive)
     }
@@ -544,6 +576,17 @@ impl RobotController {
             .get(self.watched.manager)
             .value()
             .is_some_and(|m| m.unlisted == arbiter::protocol::Unlisted::Last)
+    }
+
+    /// Whether this controller owns `resource` (named as for `set`: `arm/shoulder`), as last
+    /// pulled: the question an application asks most of `feedback`.
+    pub fn owns(&self, resource: &str) -> bool {
+        let Ok((arbiter, name)) = split_resource(resource) else {
+            return false;
+        };
+        self.feedback()
+            .iter()
+            .any(|f| f.arbiter == arbiter && f.owned.iter().any(|r| r == name))
     }
 
     /// Per arbiter: this controller's outcome and the resources it owns, as last pulled.

@@ -649,3 +649,27 @@ fn a_clamped_command_is_said_to_be_clamped() {
     let block = r.arm_block().unwrap();
     assert_eq!(block["resources"]["shoulder"]["command"], 1.57, "{block}");
 }
+
+/// An application's own controller (the library, in this process) learns from `owns` when a
+/// higher-priority controller takes its resource and when it gets it back.
+#[test]
+fn an_application_knows_what_it_owns() {
+    let mut r = Robot::running(&["x", "app"]);
+    let bus = r.t.bus();
+    let mut app =
+        controllers::RobotController::new(&bus, "app", controllers::Status::Compromising).unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    app.publish().unwrap();
+    let owns_turret = |app: &mut controllers::RobotController| {
+        app.refresh().unwrap();
+        app.owns("arm/turret")
+    };
+    eventually("app owns the turret", || owns_turret(&mut app));
+    assert!(!app.owns("arm/shoulder"), "asked for the turret only");
+    assert!(!app.owns("turret"), "not a resource name: owns nothing");
+    let x = r.x_holding_the_turret("2");
+    eventually("x takes the turret from app", || !owns_turret(&mut app));
+    let out = r.t.finish(x);
+    assert!(out.status.success(), "{out:?}");
+    eventually("app owns the turret again", || owns_turret(&mut app));
+}

@@ -45,10 +45,18 @@ fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// What the refused one of two controllers named x says.
+const TAKEN: &str = "controller name \"x\" is taken: another robot controller (pid ";
+
 /// Of two programs of one name (`first`, `second`) started while no registry runs: starts the
 /// registry, waits until one of them ends, checks that it was refused (exit status 1, the
-/// reason said), and returns it, with its output.
-fn the_refused_one(r: &mut Robot, first: usize, second: usize) -> (usize, std::process::Output) {
+/// reason said: `says`), and returns it, with its output.
+fn the_refused_one(
+    r: &mut Robot,
+    first: usize,
+    second: usize,
+    says: &str,
+) -> (usize, std::process::Output) {
     std::thread::sleep(std::time::Duration::from_millis(300));
     r.t.start_registry();
     eventually("one of the two ends", || {
@@ -58,7 +66,7 @@ fn the_refused_one(r: &mut Robot, first: usize, second: usize) -> (usize, std::p
     let out = r.t.finish(refused);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already has a live publisher"), "{err}");
+    assert!(err.contains(says), "{err}");
     (refused, out)
 }
 
@@ -67,7 +75,7 @@ fn of_two_controllers_of_one_name_started_before_the_registry_the_refused_one_en
     let mut r = Robot::new(&["x"]);
     let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
     let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
-    let (refused, _) = the_refused_one(&mut r, first, second);
+    let (refused, _) = the_refused_one(&mut r, first, second, TAKEN);
     r.manager();
     r.arbiter();
     let (kept, value) = if refused == first {
@@ -101,7 +109,7 @@ fn of_two_controllers_of_one_name_the_refused_one_never_reports_the_others_outco
     r.t.kill_registry();
     let first = r.controller("x", "non_compromising", &["arm/turret=0.5"], 500);
     let second = r.controller("x", "non_compromising", &["arm/turret=-0.5"], 500);
-    let (_, out) = the_refused_one(&mut r, first, second);
+    let (_, out) = the_refused_one(&mut r, first, second, TAKEN);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!said.contains("full"), "{said}");
 }
@@ -136,7 +144,7 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["a"]);
     let first = r.manager();
     let second = r.manager();
-    the_refused_one(&mut r, first, second);
+    the_refused_one(&mut r, first, second, "already has a live publisher");
     eventually("the other publishes the order", || {
         order_is(&r, json!(["a"]))
     });
