@@ -91,19 +91,22 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    // `script` passes SIGTERM on to the registry.
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = child.wait();
-    // `script` may exit before the registry it ran: the segments go once that is gone too (it
-    // could still make one), or they would outlive the test.
+    // The registry itself is stopped, not `script`: `script` may end first, and a registry
+    // left on a hung-up terminal ignores SIGHUP and would outlive the test (its segments too:
+    // removed under it, it makes them anew).
     let serving = format!("--domain {domain}");
+    for pid in registries_with_args(&serving) {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
     let gone_by = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < gone_by && runs_with_args(&serving) {
+    while Instant::now() < gone_by && !registries_with_args(&serving).is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
+    for pid in registries_with_args(&serving) {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
     let _ = std::fs::remove_file(&log);
     let _ = bus::Domain::new(&domain).unwrap().remove_all_segments();
     assert!(
@@ -113,20 +116,25 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
     text
 }
 
-/// Whether a process runs whose command line (arguments joined by spaces) contains `args`.
-fn runs_with_args(args: &str) -> bool {
+/// The registry processes whose command line (arguments joined by spaces) contains `args`
+/// (not the `script` or shell that started one).
+fn registries_with_args(args: &str) -> Vec<nix::unistd::Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
-    entries.flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline")).is_ok_and(|raw| {
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
             let line: Vec<&str> = raw
                 .split(|b| *b == 0)
                 .filter_map(|a| std::str::from_utf8(a).ok())
                 .collect();
-            line.join(" ").contains(args)
+            let registry = line.first()?.ends_with("registry-server");
+            (registry && line.join(" ").contains(args)).then(|| nix::unistd::Pid::from_raw(pid))
         })
-    })
+        .collect()
 }
 
 /// Colours only on a terminal without NO_COLOR: the journal and log files get plain text.
