@@ -21,6 +21,15 @@ pub struct Peer {
     pub program: String,
 }
 
+impl Peer {
+    /// Whether its process is known to have died. A peer whose pid this registry cannot see
+    /// (another pid namespace: the kernel reports pid 0, or a pid without a /proc entry here)
+    /// is not: it is left to the end of its stream, which its death brings as surely.
+    fn is_dead(&self) -> bool {
+        self.pid != 0 && self.start_time != 0 && !bus::process::is_alive(self.pid, self.start_time)
+    }
+}
+
 #[derive(Clone, Debug)]
 struct EndpointRef {
     conn: u64,
@@ -359,11 +368,7 @@ impl Registry {
     pub fn dead_connections(&self) -> Vec<u64> {
         self.peers
             .iter()
-            // A peer whose pid this registry cannot see (another pid namespace: the kernel
-            // reports pid 0, or a pid without a /proc entry here) is left to the end of its
-            // stream, which its death brings as surely.
-            .filter(|(_, p)| p.pid != 0 && p.start_time != 0)
-            .filter(|(_, p)| !bus::process::is_alive(p.pid, p.start_time))
+            .filter(|(_, p)| p.is_dead())
             .map(|(c, _)| *c)
             .collect()
     }

@@ -72,6 +72,31 @@ impl Registry {
         self.forget_slot(name);
     }
 
+    /// The publisher of `name` whose process died before its connection's end was read:
+    /// killed and started again at once while this registry was stalled (or busy), it would
+    /// refuse the successor as a second publisher, which then exits. Its connection is closed
+    /// here, as its end would close it.
+    fn forget_dead_publisher(&mut self, name: &SlotName) {
+        let Some(entry) = self.slots.get(name) else {
+            return;
+        };
+        let dead: Vec<(u64, u32)> = entry
+            .endpoints
+            .iter()
+            .filter(|e| e.kind == EndpointKind::Publication)
+            .filter_map(|e| self.peers.get(&e.conn).map(|p| (e.conn, p)))
+            .filter(|(_, p)| p.is_dead())
+            .map(|(conn, p)| (conn, p.pid))
+            .collect();
+        for (conn, pid) in dead {
+            tracing::info!(
+                "connection {conn}: its process (pid {pid}, publisher of {name}) died; removing \
+                 its endpoints"
+            );
+            self.disconnect(conn);
+        }
+    }
+
     /// Whether nothing uses `entry`'s slot (`SlotEntry::unused`: no endpoint, no live writer,
     /// not the registry's own, no adopted process still reconnecting) and no tool waits to
     /// read `name`.
@@ -137,6 +162,7 @@ impl Registry {
             });
         }
         if reg.kind == EndpointKind::Publication {
+            self.forget_dead_publisher(&reg.name);
             self.retype_unused(&reg.name, &parsed);
         }
         let entry = self

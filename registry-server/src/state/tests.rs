@@ -336,3 +336,56 @@ fn a_reader_of_a_remote_name_waits_for_its_schema() {
         "{refusal:?}"
     );
 }
+
+/// A publisher killed and started again at once, while the registry had not read the end of
+/// the dead one's connection yet: the successor takes the name (it used to be refused as a
+/// second publisher, and exited); a second publisher of a live process is still refused.
+#[test]
+fn a_successor_takes_the_name_of_a_publisher_that_died_unnoticed() {
+    let domain = Domain::new(&format!("unit-successor-{}", std::process::id())).unwrap();
+    let _cleanup = Cleanup(domain.clone());
+    let mut reg = Registry::new(domain.clone(), None);
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = exited.id();
+    exited.wait().unwrap();
+    let me = || Peer {
+        pid: std::process::id(),
+        start_time: bus::process::own_start_time(),
+        program: "t".into(),
+    };
+    reg.connect(
+        7,
+        Peer {
+            pid: dead_pid,
+            start_time: bus::process::own_start_time(),
+            program: "killed".into(),
+        },
+    );
+    reg.connect(8, me());
+    reg.connect(9, me());
+    let schema = Schema::of_serde::<u64>().unwrap();
+    let publication = registration("/restarted/x", EndpointKind::Publication, &schema);
+    let out = reg.register(7, 1, publication.clone());
+    assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
+    let out = reg.register(8, 1, publication.clone());
+    assert!(matches!(out[0].2, Reply::Registered { .. }), "{out:?}");
+    assert!(
+        reg.peers().all(|(conn, _)| conn != 7),
+        "the dead one's connection is closed"
+    );
+    let second = Registration {
+        endpoint: 2,
+        ..publication
+    };
+    let out = reg.register(9, 1, second);
+    assert!(
+        matches!(
+            out[0].2,
+            Reply::Refused {
+                refusal: Refusal::AlreadyPublished { .. },
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}
