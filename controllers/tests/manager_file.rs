@@ -146,6 +146,37 @@ fn the_manager_never_takes_a_half_written_file() {
     write_in_place_in_two_steps(&r, &path, &["b", "a"], json!(["a", "b"]));
 }
 
+/// A change inotify does not report (the file written through a hard link in another
+/// directory) found by a look that falls between the truncation and the rest of the write
+/// (here: the wake for a controller that appears) is not taken half-done: it is taken once it
+/// has held for a moment. The manager used to read the empty file and log an error.
+#[test]
+fn a_change_found_without_an_event_is_taken_once_it_holds() {
+    let mut r = Robot::new(&["a", "b"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    r.arbiter();
+    eventually("the first order", || order_is(&r, json!(["a", "b"])));
+    let elsewhere = r.t.dir().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let link = elsewhere.join("manager.toml");
+    std::fs::hard_link(&r.manager_file, &link).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&link)
+        .unwrap();
+    r.controller("zz", "compromising", &["arm/elbow1=0.1"], 500);
+    eventually("the manager wakes for zz", || {
+        r.t.stderr_of(manager).contains("controller zz appeared")
+    });
+    std::io::Write::write_all(&mut file, manager_toml(&["b", "a"]).as_bytes()).unwrap();
+    drop(file);
+    eventually("the new order", || order_is(&r, json!(["b", "a"])));
+    let log = r.t.stderr_of(manager);
+    assert!(!log.contains("keeping the previous config"), "{log}");
+}
+
 /// A manager that starts after the controllers places the unlisted ones in order of
 /// appearance (when their processes started), not by name: it used to give `alpha`, which
 /// came second, the higher priority.

@@ -146,6 +146,12 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // another failure (no permission, the inotify watch limit) leaves the periodic look to
     // find changes, as it cannot be waited out.
     let mut unwatched: Option<WatchError> = None;
+    // A change of the file found without an event for it (a look, or a wake for another
+    // reason), and since when: taken once the file has stayed so for `CONFIRM_AFTER`. A write
+    // in place truncates the file before it writes, and a look can fall between the
+    // truncation and the reading of its event: an empty file was taken (and refused, with an
+    // error) while a valid one was being written.
+    let mut unconfirmed: Option<(Fingerprint, std::time::Instant)> = None;
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -157,6 +163,10 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         // registry has bound the order's slot, also look for its refusal.
         let timeout = if unwatched.as_ref().is_some_and(|e| e.missing) {
             WATCH_AGAIN_EVERY
+        } else if let Some((_, since)) = &unconfirmed {
+            let left = CONFIRM_AFTER.saturating_sub(since.elapsed());
+            // Whole milliseconds, rounded up: a poll that ends early only looks again.
+            u16::try_from(left.as_millis() + 1).unwrap_or(u16::MAX)
         } else if publication.is_bound() {
             LOOK_EVERY
         } else {
@@ -275,9 +285,26 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
         // A change found without an event waits until the file is watched (SIGHUP does not).
         let waiting_for_directory = unwatched.as_ref().is_some_and(|e| e.missing);
-        if now != fingerprint && (reload || (!half_written && !waiting_for_directory)) {
+        if now == fingerprint {
+            unconfirmed = None;
+        } else if reload {
             fingerprint = now;
-            reload = true;
+        } else if half_written || waiting_for_directory {
+            // Its event comes next (or the watch again): no look needed meanwhile.
+            unconfirmed = None;
+        } else {
+            match &unconfirmed {
+                Some((seen, since)) if *seen == now => {
+                    if since.elapsed() >= CONFIRM_AFTER {
+                        fingerprint = now;
+                        reload = true;
+                    }
+                }
+                _ => unconfirmed = Some((now, std::time::Instant::now())),
+            }
+        }
+        if reload {
+            unconfirmed = None;
         }
         let mut candidate = None;
         if reload {
@@ -338,6 +365,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
 
 /// How often, in milliseconds, the config file is looked at besides inotify's events.
 const LOOK_EVERY: u16 = 2000;
+/// How long a change found without an event must hold before it is taken.
+const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a write in place of the config (modified, not yet closed) defers the periodic look.
 const WRITE_UNFINISHED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often, in milliseconds, to try again to watch a config directory that is not there.
