@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 
 use crate::error::BusError;
 use crate::futex;
@@ -193,8 +193,19 @@ impl ClientShared {
         };
         match rx.recv_timeout(REGISTER_TIMEOUT) {
             Ok(Err(e)) => Err(e),
-            // Answered, or not connected (bound later), or the registry is slow: in the last two
-            // cases the endpoint binds in the background.
+            Err(RecvTimeoutError::Timeout) => {
+                // No longer waited for: a refusal coming later is logged where it arrives. One
+                // that came since the timeout is in the channel: returned.
+                lock(&self.state)
+                    .waiting
+                    .remove(&endpoint.registration.endpoint);
+                match rx.try_recv() {
+                    Ok(Err(e)) => Err(e),
+                    _ => Ok(endpoint),
+                }
+            }
+            // Answered, or not connected (bound later): then the endpoint binds in the
+            // background.
             _ => Ok(endpoint),
         }
     }

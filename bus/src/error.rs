@@ -170,7 +170,8 @@ pub type Result<T, E = BusError> = std::result::Result<T, E>;
 
 /// Two schemas under one type name: say what usually causes that. The registry may follow the
 /// slot's type name with a note in parentheses (`T (not created yet: ...)`, `T (published on
-/// host 'a')`); type names themselves have no space before a parenthesis.
+/// host 'a')`): the slot's type is the same name when it is `requested_type`, alone or followed
+/// by such a note.
 fn same_name_hint(slot_type: &str, requested_type: &str) -> &'static str {
     let same = slot_type
         .strip_prefix(requested_type)

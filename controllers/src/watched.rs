@@ -97,7 +97,16 @@ impl FollowedArbiter {
                 starting: None,
                 before_us: None,
                 command: CommandWatch {
-                    subscription: bus.subscribe::<ResourceCommand>(&command_slot(a)).ok(),
+                    subscription: match bus.subscribe::<ResourceCommand>(&command_slot(a)) {
+                        Ok(command) => Some(command),
+                        Err(e) => {
+                            tracing::warn!(
+                                "not following arbiter {a}'s command, so whether it responds \
+                                 is not known: {e}"
+                            );
+                            None
+                        }
+                    },
                     changed_at: None,
                     heartbeat_ms: 0,
                     replaced: false,

@@ -436,3 +436,66 @@ fn a_refused_second_publication_stays_refused_across_registry_restarts() {
         });
     }
 }
+
+/// An older publication of this process, refused while another process held the name, and a
+/// newer one bound after that process ended: across a registry restart the bound one keeps
+/// the name. (Registering again in creation order alone gave it to the older one, while the
+/// newer went on writing its old mapping: two writers of one slot.)
+#[test]
+fn a_bound_publication_registers_again_before_an_older_refused_one() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let holder = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/held",
+        "--count",
+        "1",
+        "--max-size",
+        "32",
+        "--linger",
+        "60",
+    ]);
+    let published = |t: &TestBus| {
+        registry_listing(t)
+            .iter()
+            .find(|s| s.name.as_str() == "/held")
+            .map(|s| {
+                s.endpoints
+                    .iter()
+                    .filter(|e| e.kind == bus::protocol::EndpointKind::Publication)
+                    .map(|e| e.pid)
+                    .collect::<Vec<_>>()
+            })
+    };
+    common::eventually("the holder publishes", || {
+        published(&t).is_some_and(|p| !p.is_empty())
+    });
+    t.kill_registry();
+    let bus = t.bus();
+    // Made while no registry runs, so kept, and refused once one answers.
+    let older = bus.publish::<Checked>("/held").unwrap();
+    t.start_registry();
+    let err = older.wait_bound(WATCHDOG).expect_err("the holder lives");
+    assert!(
+        matches!(err, bus::BusError::AlreadyPublished { .. }),
+        "{err}"
+    );
+    t.kill(holder);
+    let me = std::process::id();
+    let mut newer = None;
+    common::eventually("the name free again", || {
+        newer = bus.publish::<Checked>("/held").ok();
+        newer.is_some()
+    });
+    let newer = newer.unwrap();
+    newer.wait_bound(WATCHDOG).unwrap();
+    t.kill_registry();
+    t.start_registry();
+    common::eventually("this process publishes again", || {
+        published(&t).is_some_and(|p| p == [me])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(newer.is_bound());
+    assert!(!older.is_bound(), "the older publication took the name");
+}
