@@ -325,6 +325,8 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
                 break;
             }
         };
+        // Connections of dead publishers the registration closed (`Registry::take_closed`).
+        let mut closed = Vec::new();
         let out: Outbox = {
             let mut state = lock(&shared.state);
             match frame.body {
@@ -341,6 +343,7 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
                 Request::Register(reg) => {
                     shared.changed();
                     let out = state.register(conn, frame.id, reg);
+                    closed = state.take_closed();
                     shared.directory_changed();
                     out
                 }
@@ -369,6 +372,12 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
             }
         };
         send(shared, out);
+        for dead in closed {
+            // Its thread reads the end of stream next, as after the sweep's shutdown.
+            if let Some(w) = lock(&shared.writers).remove(&dead) {
+                let _ = w.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
     }
     close(shared, conn);
 }

@@ -94,15 +94,14 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
     // The registry itself is stopped, not `script`: `script` may end first, and a registry
     // left on a hung-up terminal ignores SIGHUP and would outlive the test (its segments too:
     // removed under it, it makes them anew).
-    let serving = format!("--domain {domain}");
-    for pid in registries_with_args(&serving) {
+    for pid in registries_serving(&domain) {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     }
     let gone_by = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < gone_by && !registries_with_args(&serving).is_empty() {
+    while Instant::now() < gone_by && !registries_serving(&domain).is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for pid in registries_with_args(&serving) {
+    for pid in registries_serving(&domain) {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     }
     let _ = child.kill();
@@ -116,9 +115,9 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
     text
 }
 
-/// The registry processes whose command line (arguments joined by spaces) contains `args`
-/// (not the `script` or shell that started one).
-fn registries_with_args(args: &str) -> Vec<nix::unistd::Pid> {
+/// The registry processes started with `--domain domain` (exactly: not the `script` or shell
+/// that started one, nor the registry of a concurrent run whose pid extends this one's).
+fn registries_serving(domain: &str) -> Vec<nix::unistd::Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -127,12 +126,13 @@ fn registries_with_args(args: &str) -> Vec<nix::unistd::Pid> {
         .filter_map(|e| {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
             let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let line: Vec<&str> = raw
+            let args: Vec<&str> = raw
                 .split(|b| *b == 0)
                 .filter_map(|a| std::str::from_utf8(a).ok())
                 .collect();
-            let registry = line.first()?.ends_with("registry-server");
-            (registry && line.join(" ").contains(args)).then(|| nix::unistd::Pid::from_raw(pid))
+            let registry = args.first()?.ends_with("registry-server");
+            let serving = args.windows(2).any(|w| w == ["--domain", domain]);
+            (registry && serving).then(|| nix::unistd::Pid::from_raw(pid))
         })
         .collect()
 }

@@ -235,6 +235,9 @@ pub struct Registry {
     group: Option<Gid>,
     slots: BTreeMap<SlotName, SlotEntry>,
     peers: HashMap<u64, Peer>,
+    /// Connections of dead publishers closed at a successor's registration, for the server to
+    /// shut down (`take_closed`).
+    closed: Vec<u64>,
     /// Public names published on other hosts (empty without networking).
     remote: BTreeMap<SlotName, RemoteClaim>,
     /// Registrations refused because another host publishes the name.
@@ -261,6 +264,7 @@ impl Registry {
             group,
             slots: BTreeMap::new(),
             peers: HashMap::new(),
+            closed: Vec::new(),
             remote: BTreeMap::new(),
             conflicts: 0,
             directory: None,

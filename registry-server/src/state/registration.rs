@@ -41,11 +41,15 @@ impl Registry {
                     EndpointKind::Publication => "publication",
                     EndpointKind::Subscription => "subscription",
                 };
-                tracing::info!(
-                    "refused a {kind} by pid {}: {}",
-                    self.peers.get(&conn).map_or(0, |p| p.pid),
-                    refusal.clone().into_error(&reg)
-                );
+                // A connection closed as dead (`forget_dead_publisher`) may still have
+                // requests unread: refused, with nobody to tell, so not logged.
+                if let Some(peer) = self.peers.get(&conn) {
+                    tracing::info!(
+                        "refused a {kind} by pid {}: {}",
+                        peer.pid,
+                        refusal.clone().into_error(&reg)
+                    );
+                }
                 vec![(conn, id, Reply::Refused { endpoint, refusal })]
             }
         }
@@ -74,8 +78,9 @@ impl Registry {
 
     /// The publisher of `name` whose process died before its connection's end was read:
     /// killed and started again at once while this registry was stalled (or busy), it would
-    /// refuse the successor as a second publisher, which then exits. Its connection is closed
-    /// here, as its end would close it.
+    /// refuse the successor as a second publisher, which then exits. Its endpoints are removed
+    /// here, as its end would remove them, and the server shuts its connection down
+    /// (`take_closed`).
     fn forget_dead_publisher(&mut self, name: &SlotName) {
         let Some(entry) = self.slots.get(name) else {
             return;
@@ -94,7 +99,14 @@ impl Registry {
                  its endpoints"
             );
             self.disconnect(conn);
+            self.closed.push(conn);
         }
+    }
+
+    /// The connections closed by `forget_dead_publisher` since the last call, for the server
+    /// to shut down: the sweep of dead connections no longer sees them.
+    pub fn take_closed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.closed)
     }
 
     /// Whether nothing uses `entry`'s slot (`SlotEntry::unused`: no endpoint, no live writer,

@@ -373,6 +373,8 @@ fn a_successor_takes_the_name_of_a_publisher_that_died_unnoticed() {
         reg.peers().all(|(conn, _)| conn != 7),
         "the dead one's connection is closed"
     );
+    assert_eq!(reg.take_closed(), [7], "for the server to shut down");
+    assert!(reg.take_closed().is_empty());
     let second = Registration {
         endpoint: 2,
         ..publication
