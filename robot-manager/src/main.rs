@@ -163,14 +163,18 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         // registry has bound the order's slot, also look for its refusal.
         let timeout = if unwatched.as_ref().is_some_and(|e| e.missing) {
             WATCH_AGAIN_EVERY
-        } else if let Some((_, since)) = &unconfirmed {
-            let left = CONFIRM_AFTER.saturating_sub(since.elapsed());
-            // Whole milliseconds, rounded up: a poll that ends early only looks again.
-            u16::try_from(left.as_millis() + 1).unwrap_or(u16::MAX)
-        } else if publication.is_bound() {
-            LOOK_EVERY
         } else {
-            REFUSAL_LOOK_EVERY
+            let look = if publication.is_bound() {
+                LOOK_EVERY
+            } else {
+                REFUSAL_LOOK_EVERY
+            };
+            // A change waiting to be confirmed: looked at again when it has held long enough
+            // (whole milliseconds, rounded up: a poll that ends early only looks again).
+            unconfirmed.as_ref().map_or(look, |(_, since)| {
+                let left = CONFIRM_AFTER.saturating_sub(since.elapsed());
+                u16::try_from(left.as_millis() + 1).map_or(look, |ms| ms.min(look))
+            })
         };
         match poll(&mut fds, PollTimeout::from(timeout)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
