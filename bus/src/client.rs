@@ -313,35 +313,24 @@ impl ClientShared {
     }
 
     fn on_reply(&self, reply: Reply) {
-        let (id, outcome) = match reply {
+        // The answer, and for a refusal the endpoint's name, to log it if no one waits for it.
+        let (id, outcome, refused) = match reply {
             Reply::Registered {
                 endpoint,
                 segment: Some(segment),
             }
-            | Reply::Bound { endpoint, segment } => (endpoint, self.bind(endpoint, &segment)),
+            | Reply::Bound { endpoint, segment } => (endpoint, self.bind(endpoint, &segment), None),
             Reply::Registered {
                 endpoint,
                 segment: None,
-            } => (endpoint, Ok(())),
+            } => (endpoint, Ok(()), None),
             Reply::Refused { endpoint, refusal } => {
                 let Some(ep) = self.endpoint(endpoint) else {
                     return;
                 };
                 let err = refusal.into_error(&ep.registration);
                 *lock(&ep.error) = Some(err.clone());
-                // The creation that waits for this answer returns the refusal to the
-                // application, which says it in its own words; logged here only when no one
-                // does (a registration sent again after reconnecting, or answered late).
-                let waiter = lock(&self.state).waiting.remove(&endpoint);
-                let unheard = match waiter {
-                    Some(tx) => tx.send(Err(err.clone())).is_err(),
-                    None => true,
-                };
-                if unheard {
-                    tracing::warn!(endpoint = %ep.registration.name, "registry refused: {err}");
-                }
-                self.announce();
-                return;
+                (endpoint, Err(err), Some(ep.registration.name.clone()))
             }
             // The registry sends `Error` only to refuse a connection, before closing it.
             Reply::Error { message } => {
@@ -354,8 +343,15 @@ impl ClientShared {
             }
             Reply::Unregistered { .. } | Reply::Listing { .. } => return,
         };
-        if let Some(tx) = lock(&self.state).waiting.remove(&id) {
-            let _ = tx.send(outcome);
+        let unheard = match lock(&self.state).waiting.remove(&id) {
+            Some(tx) => tx.send(outcome).err().map(|e| e.into_inner()),
+            None => Some(outcome),
+        };
+        // The creation that waits for a refusal returns it to the application, which says it
+        // in its own words; logged here only when no one does (a registration sent again after
+        // reconnecting, or answered after the creation stopped waiting).
+        if let (Some(name), Some(Err(err))) = (refused, unheard) {
+            tracing::warn!(endpoint = %name, "registry refused: {err}");
         }
         self.announce();
     }

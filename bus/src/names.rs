@@ -72,7 +72,7 @@ impl Domain {
 
     /// POSIX shared-memory name (with the leading `/` that `shm_open` wants) of a slot.
     pub fn segment_name(&self, slot: &SlotName) -> String {
-        format!("/{}{}", self.segment_prefix(), slot.0.replace('/', "~"))
+        format!("/{}{}", self.segment_prefix(), slot.in_segment_name())
     }
 
     /// The slot a file in `/dev/shm` belongs to, if it belongs to this domain.
@@ -130,6 +130,12 @@ impl fmt::Display for Domain {
 pub struct SlotName(String);
 
 impl SlotName {
+    /// How the name stands in its segment's name, after the domain's prefix: `/` written `~`
+    /// (which a public name cannot hold), a private name as it is.
+    pub fn in_segment_name(&self) -> String {
+        self.0.replace('/', "~")
+    }
+
     /// A public name as found in a segment file's name: the characters of the rule, and its
     /// length, but not its parts (an older build allowed empty, `.` and `..` parts).
     fn from_segment_chars(name: &str) -> Option<SlotName> {

@@ -373,10 +373,7 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
         };
         send(shared, out);
         for dead in closed {
-            // Its thread reads the end of stream next, as after the sweep's shutdown.
-            if let Some(w) = lock(&shared.writers).remove(&dead) {
-                let _ = w.stream.shutdown(std::net::Shutdown::Both);
-            }
+            shut_down(shared, dead);
         }
     }
     close(shared, conn);
@@ -533,6 +530,15 @@ fn publish_directory(shared: &Shared) {
     }
 }
 
+/// Shuts down the connection of a process found dead: its thread sees the end of stream and
+/// removes what is left of it (`close`).
+fn shut_down(shared: &Shared, conn: u64) {
+    let writer = lock(&shared.writers).get(&conn).cloned();
+    if let Some(w) = writer {
+        let _ = w.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 fn sweep(shared: &Shared) {
     loop {
         std::thread::sleep(SWEEP_EVERY);
@@ -552,11 +558,7 @@ fn sweep(shared: &Shared) {
             shared.changed();
         }
         for conn in dead {
-            let writer = lock(&shared.writers).get(&conn).cloned();
-            if let Some(w) = writer {
-                // Its thread sees the end of stream and removes the endpoints.
-                let _ = w.stream.shutdown(std::net::Shutdown::Both);
-            }
+            shut_down(shared, conn);
             tracing::info!("connection {conn}: its process died; removing its endpoints");
             close(shared, conn);
         }

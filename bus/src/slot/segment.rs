@@ -193,12 +193,12 @@ impl Slot {
 }
 
 /// Whether `segment` is the file of slot `name` (`Domain::segment_name`): after the domain's
-/// prefix (`/baton.<domain>`, whose domain holds neither `~` nor `%`) comes the name, its `/`
-/// written `~`.
+/// prefix (`/baton.<domain>`, whose domain holds neither `~` nor `%`) comes
+/// `SlotName::in_segment_name`.
 fn names_segment(segment: &str, name: &SlotName) -> bool {
     segment
         .find(['~', '%'])
-        .is_some_and(|at| segment[at..] == name.as_str().replace('/', "~"))
+        .is_some_and(|at| segment[at..] == name.in_segment_name())
 }
 
 fn round_up(n: usize, to: usize) -> usize {
