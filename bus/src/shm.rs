@@ -63,6 +63,25 @@ fn io_err(segment: &str, what: &str, e: nix::Error) -> SegmentError {
     }
 }
 
+/// Opens an existing segment that must be a regular file. `O_NONBLOCK` because anyone who can
+/// write `/dev/shm` can put a FIFO under a segment's name, and opening a FIFO for reading
+/// waits for a writer: a tool meant to find and clean up such a file would hang on it. (The
+/// flag changes nothing for a regular file, whose memory is only ever mapped.)
+fn open_existing(name: &str, flags: OFlag) -> Result<OwnedFd, SegmentError> {
+    let fd = shm_open(name, flags | OFlag::O_NONBLOCK, Mode::empty())
+        .map_err(|e| io_err(name, "shm_open", e))?;
+    let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(SegmentError::Io {
+            segment: name.to_owned(),
+            message: "not a regular file (a FIFO, device or directory put in its place); \
+                      remove it"
+                .to_owned(),
+        });
+    }
+    Ok(fd)
+}
+
 impl Mapping {
     /// Creates a new segment (fails if it exists), sized `len`, mode 0660 whatever the umask,
     /// owned by `group` when given, and maps it read-write. The memory reads as zeroes.
@@ -100,7 +119,7 @@ impl Mapping {
         } else {
             OFlag::O_RDONLY
         };
-        let fd = shm_open(name, flags, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
+        let fd = open_existing(name, flags)?;
         Self::map(name, fd, writable)
     }
 
@@ -120,7 +139,9 @@ impl Mapping {
 
     /// What `name` stands for now, compared with the file mapped here.
     pub fn file_now(&self, name: &str) -> FileNow {
-        match shm_open(name, OFlag::O_RDONLY, Mode::empty()).and_then(|fd| fstat(&fd)) {
+        match shm_open(name, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())
+            .and_then(|fd| fstat(&fd))
+        {
             Ok(st) if (st.st_dev, st.st_ino) == self.file => FileNow::Mapped {
                 size: st.st_size.max(0) as u64,
             },
@@ -281,8 +302,7 @@ impl Drop for Mapping {
 /// hand, or by other means than `Mapping::create`): segments are never open to everyone.
 /// Returns whether anything changed.
 pub fn close_to_others(name: &str) -> Result<bool, SegmentError> {
-    let fd =
-        shm_open(name, OFlag::O_RDONLY, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
+    let fd = open_existing(name, OFlag::O_RDONLY)?;
     let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
     let mode = stat.st_mode & 0o777;
     if mode & 0o007 == 0 {
@@ -296,8 +316,7 @@ pub fn close_to_others(name: &str) -> Result<bool, SegmentError> {
 /// makes it): a registry restarted with another `--group` adopts segments made for the old one.
 /// Returns whether anything changed.
 pub fn set_group(name: &str, group: Gid) -> Result<bool, SegmentError> {
-    let fd =
-        shm_open(name, OFlag::O_RDONLY, Mode::empty()).map_err(|e| io_err(name, "shm_open", e))?;
+    let fd = open_existing(name, OFlag::O_RDONLY)?;
     let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
     if stat.st_gid == group.as_raw() && stat.st_mode & 0o777 == 0o660 {
         return Ok(false);

@@ -239,3 +239,31 @@ fn an_unused_slot_removed_is_forgotten_not_made_anew() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(size_of(&path), None, "made anew though nobody uses it");
 }
+
+/// Anyone who can write /dev/shm can put a FIFO under a segment's name. Opening a FIFO for
+/// reading waits for a writer, so every `bus-inspect` command, the one that cleans up included,
+/// used to hang on it.
+#[test]
+fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
+    let mut t = TestBus::new();
+    let path = t.segment_path("/stress/a");
+    nix::unistd::mkfifo(path.as_str(), nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .expect("mkfifo");
+    let domain = t.domain.as_str().to_owned();
+    let run = |t: &mut TestBus, args: &[&str]| {
+        let mut all = vec!["--domain", domain.as_str()];
+        all.extend_from_slice(args);
+        // Watchdog-bounded: a hang fails the test instead of stalling it.
+        let child = t.spawn_bin("bus-inspect", &all);
+        let out = t.finish(child);
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (_, list) = run(&mut t, &["list"]);
+    assert!(list.contains("not a regular file"), "{list}");
+    let (code, get) = run(&mut t, &["get", "/stress/a", "--json"]);
+    assert_eq!(code, Some(1), "{get}");
+    assert!(get.contains("not a regular file"), "{get}");
+    let (code, clean) = run(&mut t, &["clean", "--yes"]);
+    assert_eq!(code, Some(0), "{clean}");
+    assert!(!std::path::Path::new(&path).exists(), "{clean}");
+}
