@@ -104,7 +104,7 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 
 impl ArbiterConfig {
     pub fn load(path: &Path) -> Result<ArbiterConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = daemon::read_config(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;

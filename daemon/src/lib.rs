@@ -12,8 +12,10 @@ use nix::time::{clock_gettime, ClockId};
 use sd_notify::NotifyState;
 
 mod args;
+mod config_file;
 mod stop;
 pub use args::whole_number;
+pub use config_file::{read_config, MAX_CONFIG_BYTES};
 pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup};
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape

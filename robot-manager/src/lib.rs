@@ -84,7 +84,7 @@ impl ManagerFile {
     }
 
     pub fn load(path: &Path) -> Result<ManagerFile, String> {
-        let text = std::fs::read_to_string(path)
+        let text = daemon::read_config(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         ManagerFile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }

@@ -247,8 +247,11 @@ fn an_unused_slot_removed_is_forgotten_not_made_anew() {
 fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
     let mut t = TestBus::new();
     let path = t.segment_path("/stress/a");
-    nix::unistd::mkfifo(path.as_str(), nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .expect("mkfifo");
+    nix::unistd::mkfifo(
+        path.as_str(),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
     let domain = t.domain.as_str().to_owned();
     let run = |t: &mut TestBus, args: &[&str]| {
         let mut all = vec!["--domain", domain.as_str()];
@@ -256,7 +259,10 @@ fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
         // Watchdog-bounded: a hang fails the test instead of stalling it.
         let child = t.spawn_bin("bus-inspect", &all);
         let out = t.finish(child);
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (_, list) = run(&mut t, &["list"]);
     assert!(list.contains("not a regular file"), "{list}");
