@@ -257,6 +257,10 @@ pub struct Registry {
     readers: BTreeMap<SlotName, Vec<readers::Reader>>,
 }
 
+/// Longest program name kept for a client (a process name is at most 15 bytes on Linux; a path
+/// or a description is still readable at this length).
+pub const MAX_PROGRAM_CHARS: usize = 256;
+
 impl Registry {
     pub fn new(domain: Domain, group: Option<Gid>) -> Registry {
         Registry {
@@ -358,9 +362,16 @@ impl Registry {
         self.peers.insert(conn, peer);
     }
 
+    /// Records the program name a client says it is. The name is a label that every listing
+    /// repeats once per endpoint, so a long one is cut to [`MAX_PROGRAM_CHARS`] (with `…`):
+    /// kept whole, one client's megabytes of name made the listing outgrow a frame and
+    /// `bus-inspect endpoints` fail for everyone.
     pub fn set_program(&mut self, conn: u64, program: String) {
         if let Some(peer) = self.peers.get_mut(&conn) {
-            peer.program = program;
+            peer.program = match program.char_indices().nth(MAX_PROGRAM_CHARS) {
+                Some((cut, _)) => format!("{}…", &program[..cut]),
+                None => program,
+            };
         }
     }
 

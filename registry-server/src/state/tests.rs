@@ -391,3 +391,17 @@ fn a_successor_takes_the_name_of_a_publisher_that_died_unnoticed() {
         "{out:?}"
     );
 }
+
+/// A client's program name is a label repeated in every listing: a huge one is cut (on a
+/// character boundary) so one client cannot make the listing too big to send.
+#[test]
+fn a_long_program_name_is_cut_on_a_character_boundary() {
+    let mut reg = Registry::new(Domain::new("unit-program").unwrap(), None);
+    reg.connect(7, client());
+    reg.set_program(7, "é".repeat(3_000_000));
+    let kept = &reg.peers[&7].program;
+    assert_eq!(kept.chars().count(), MAX_PROGRAM_CHARS + 1);
+    assert!(kept.ends_with("é…"), "{kept}");
+    reg.set_program(7, "robot-sim".into());
+    assert_eq!(reg.peers[&7].program, "robot-sim");
+}
