@@ -170,8 +170,12 @@ pub struct Frame<T> {
 }
 
 pub fn write_frame<T: Serialize>(w: &mut impl Write, id: u64, body: &T) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(128);
-    buf.extend_from_slice(&[0; 4]);
+    w.write_all(&encode_frame(id, body)?)
+}
+
+/// One frame as it goes on the stream (length prefix and payload), for a writer that queues
+/// frames and needs their size; refused (`InvalidData`) above [`MAX_FRAME`].
+pub fn encode_frame<T: Serialize>(id: u64, body: &T) -> std::io::Result<Vec<u8>> {
     let mut payload = Vec::new();
     codec::encode_into(&Frame { id, body }, &mut payload)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
@@ -181,9 +185,10 @@ pub fn write_frame<T: Serialize>(w: &mut impl Write, id: u64, body: &T) -> std::
             format!("frame of {} bytes exceeds {MAX_FRAME}", payload.len()),
         ));
     }
-    buf[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&payload);
-    w.write_all(&buf)
+    let mut frame = Vec::with_capacity(4 + payload.len());
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream.

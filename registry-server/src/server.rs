@@ -4,10 +4,11 @@
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use bus::protocol::{read_frame, write_frame, Reply, Request};
+use bus::protocol::{encode_frame, read_frame, write_frame, Reply, Request};
 use bus::Domain;
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use nix::unistd::Gid;
@@ -23,6 +24,11 @@ const DAMAGE_CHECKS_PER_SWEEP: usize = 256;
 /// A client that does not read its socket for this long is disconnected rather than allowed to
 /// stall the registry.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of answers and pushes a connection may have waiting to be written. Registering
+/// endpoints queues about 100 bytes an answer, so a burst of 10,000 stays far below; only a
+/// client that keeps asking for listings (up to `MAX_FRAME`, 4 MiB each) without reading them
+/// gets here, and it is disconnected rather than allowed to grow the registry's memory.
+const MAX_QUEUED_BYTES: usize = 64 << 20;
 /// A refused user's connections are logged once per this interval (a client retrying would
 /// otherwise fill the journal).
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -42,11 +48,62 @@ pub struct ServerConfig {
 /// writer thread, so the thread that reads a process's requests never waits for that process
 /// to read: a client re-registering hundreds of endpoints in one burst after a registry restart
 /// (without reading the answers until it has sent them all) used to fill both socket buffers
-/// and stall both sides. A client that does not read for `WRITE_TIMEOUT` is disconnected.
+/// and stall both sides. A client that does not read for `WRITE_TIMEOUT`, or lets more than
+/// `MAX_QUEUED_BYTES` wait, is disconnected.
 struct Outgoing {
-    queue: std::sync::mpsc::Sender<(u64, Reply)>,
-    /// A handle for shutting the connection down (the sweeper).
+    /// Encoded frames, in order, for the writer thread.
+    queue: std::sync::mpsc::Sender<Vec<u8>>,
+    /// Bytes in `queue` not yet written (added by `push`, taken off by the writer thread).
+    queued_bytes: Arc<AtomicUsize>,
+    /// A handle for shutting the connection down (the sweeper, an overrun queue).
     stream: UnixStream,
+    /// The client's pid, for the log.
+    pid: u32,
+    /// Set when the queue overran: the connection is going, later frames are dropped unsaid.
+    overrun: AtomicBool,
+}
+
+impl Outgoing {
+    /// Queues one frame for the writer thread; never blocks. A connection whose queue would
+    /// pass `MAX_QUEUED_BYTES` is shut down instead (its reading thread then closes it).
+    fn push(&self, conn: u64, id: u64, reply: &Reply) {
+        let frame = match encode_frame(id, reply) {
+            Ok(frame) => frame,
+            // A listing bigger than a frame: say so to the asker instead of the answer.
+            Err(e) => match encode_frame(
+                id,
+                &Reply::Error {
+                    message: format!("the registry cannot send its answer: {e}"),
+                },
+            ) {
+                Ok(frame) => frame,
+                Err(_) => return self.shut_down(),
+            },
+        };
+        let len = frame.len();
+        let queued = self.queued_bytes.fetch_add(len, Ordering::Relaxed) + len;
+        if queued > MAX_QUEUED_BYTES {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            if self.overrun.swap(true, Ordering::Relaxed) {
+                return;
+            }
+            tracing::warn!(
+                "connection {conn} (pid {}) does not read its answers ({} MiB waiting); \
+                 closing it",
+                self.pid,
+                (queued - len) >> 20
+            );
+            return self.shut_down();
+        }
+        // Fails only when the writer thread has ended: the connection is closing anyway.
+        let _ = self.queue.send(frame);
+    }
+
+    /// Ends the connection: its writer fails, its reading thread sees the end of the stream
+    /// and removes what is left of it (`close`).
+    fn shut_down(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 /// What the connection threads, the sweeper and the network threads share.
@@ -297,10 +354,12 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
             return;
         }
     };
-    let (queue, queued) = std::sync::mpsc::channel::<(u64, Reply)>();
+    let (queue, queued) = std::sync::mpsc::channel::<Vec<u8>>();
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
+    let written = Arc::clone(&queued_bytes);
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{conn}-out"))
-        .spawn(move || write_replies(conn, stream, queued));
+        .spawn(move || write_replies(conn, stream, queued, &written));
     if let Err(e) = spawned {
         tracing::warn!("connection from pid {pid}: cannot start its writer: {e}");
         return;
@@ -309,7 +368,10 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
         conn,
         Arc::new(Outgoing {
             queue,
+            queued_bytes,
             stream: handle_for_shutdown,
+            pid,
+            overrun: AtomicBool::new(false),
         }),
     );
     lock(&shared.state).connect(conn, peer);
@@ -467,14 +529,19 @@ fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> bool {
     })
 }
 
-/// Queues replies and pushes for their connections' writer threads; never blocks.
+/// Queues replies and pushes for their connections' writer threads; never blocks. They are
+/// encoded outside the lock of the connections (a listing can take milliseconds).
 fn send(shared: &Shared, out: Outbox) {
-    let writers = lock(&shared.writers);
-    for (conn, id, reply) in out {
-        if let Some(w) = writers.get(&conn) {
-            // Fails only when the writer thread has ended: the connection is closing anyway.
-            let _ = w.queue.send((id, reply));
-        }
+    let targets: Vec<_> = {
+        let writers = lock(&shared.writers);
+        out.into_iter()
+            .filter_map(|(conn, id, reply)| {
+                writers.get(&conn).map(|w| (Arc::clone(w), conn, id, reply))
+            })
+            .collect()
+    };
+    for (writer, conn, id, reply) in targets {
+        writer.push(conn, id, &reply);
     }
 }
 
@@ -483,10 +550,13 @@ fn send(shared: &Shared, out: Outbox) {
 fn write_replies(
     conn: u64,
     mut stream: UnixStream,
-    queued: std::sync::mpsc::Receiver<(u64, Reply)>,
+    queued: std::sync::mpsc::Receiver<Vec<u8>>,
+    queued_bytes: &AtomicUsize,
 ) {
-    for (id, reply) in queued {
-        if let Err(e) = write_frame(&mut stream, id, &reply).and_then(|()| stream.flush()) {
+    for frame in queued {
+        let written = stream.write_all(&frame).and_then(|()| stream.flush());
+        queued_bytes.fetch_sub(frame.len(), Ordering::Relaxed);
+        if let Err(e) = written {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 tracing::debug!("connection {conn} closed before its answer");
             } else {
@@ -535,7 +605,7 @@ fn publish_directory(shared: &Shared) {
 fn shut_down(shared: &Shared, conn: u64) {
     let writer = lock(&shared.writers).get(&conn).cloned();
     if let Some(w) = writer {
-        let _ = w.stream.shutdown(std::net::Shutdown::Both);
+        w.shut_down();
     }
 }
 

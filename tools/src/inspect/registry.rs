@@ -13,6 +13,8 @@ use super::{Error, Result};
 pub fn listing(domain: &Domain) -> Result<Vec<SlotListing>> {
     match bus::protocol::ask(domain, &Request::List)? {
         Reply::Listing { slots } => Ok(slots),
+        // Too big to send in one frame (the registry says so rather than closing).
+        Reply::Error { message } => Err(Error::Refused(message)),
         other => Err(Error::Refused(format!(
             "unexpected answer from the registry of '{domain}': {other:?}"
         ))),
