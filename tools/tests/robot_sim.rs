@@ -170,6 +170,54 @@ fn wheels_stop_while_the_drive_arbiter_hangs(set_clock_back: bool) {
     );
 }
 
+/// An arm at its setpoint rests until its command changes; a hung arm arbiter changes nothing,
+/// and the simulator, asleep, used to say nothing of it (the drive, always stepping, did).
+/// It now wakes when the command it executes goes stale and says so, and says when the
+/// arbiter is back.
+#[test]
+fn the_simulator_says_when_the_arm_arbiter_hangs_while_the_arm_rests() {
+    let mut t = TestBus::new();
+    let offset = t.dir().join("clock-offset-s");
+    std::fs::write(&offset, "0").unwrap();
+    let (arbiter, sim, _) = start_robot(
+        &mut t,
+        "arm",
+        &[("turret", "position"), ("shoulder", "position")],
+        "",
+        "60000",
+        &offset,
+        &["arm/turret=0.3"],
+    );
+    let mut state = t
+        .bus()
+        .subscribe::<ResourceState>("/robot/resource/arm/state")
+        .unwrap();
+    eventually("the turret reaches its setpoint", || {
+        wheel(&mut state, "turret").is_some_and(|x| (x - 0.3).abs() < 1e-4)
+    });
+    // At rest: the simulator no longer publishes the arm's state (it waits for a command).
+    eventually("the arm rests", || {
+        !state
+            .wait_update(std::time::Duration::from_millis(300))
+            .unwrap()
+    });
+    t.signal(arbiter, Signal::SIGSTOP);
+    eventually("the simulator says the arm's command is stale", || {
+        t.stderr_of(sim)
+            .contains("arm: the command was not re-stamped for 500 ms")
+    });
+    t.signal(arbiter, Signal::SIGCONT);
+    eventually(
+        "the simulator says it executes the arm's command again",
+        || {
+            let log = t.stderr_of(sim);
+            log.split("arm: the command was not re-stamped")
+                .nth(1)
+                .is_some_and(|after| after.contains("arm: executing its command"))
+        },
+    );
+}
+
 /// An arbiter without heartbeat (`heartbeat_ms = 0`) writes its command only when it changes:
 /// its age says nothing, and the simulator executes it as long as its arbiter runs (it used to
 /// stop the wheels 500 ms after each write, while the controller was told it owned them).
@@ -203,40 +251,14 @@ struct Drive {
 
 impl Drive {
     fn start(t: &mut TestBus, arbiter_head: &str, ttl_ms: &str, offset: &std::path::Path) -> Drive {
-        t.start_registry();
-        let dir = t.dir();
-        let manager = dir.join("manager.toml");
-        std::fs::write(&manager, "controllers = [\"x\"]\narbiters = [\"drive\"]\n").unwrap();
-        let config = dir.join("drive.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "{arbiter_head}name = \"drive\"\n[[resources]]\nname = \"left\"\n\
-                 kind = \"velocity\"\n[[resources]]\nname = \"right\"\nkind = \"velocity\"\n"
-            ),
-        )
-        .unwrap();
-        t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
-        let arbiter = t.spawn_bin("arbiter", &["--config", config.to_str().unwrap()]);
-        let sim = t.spawn_with_env(
-            common::bin("robot-sim"),
-            &[],
-            &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
-        );
-        let controller = t.spawn_bin(
-            "robot-controller",
-            &[
-                "--name",
-                "x",
-                "--status",
-                "compromising",
-                "--ttl-ms",
-                ttl_ms,
-                "--set",
-                "drive/left=0.5",
-                "--set",
-                "drive/right=0.5",
-            ],
+        let (arbiter, sim, controller) = start_robot(
+            t,
+            "drive",
+            &[("left", "velocity"), ("right", "velocity")],
+            arbiter_head,
+            ttl_ms,
+            offset,
+            &["drive/left=0.5", "drive/right=0.5"],
         );
         let state = t
             .bus()
@@ -257,4 +279,53 @@ impl Drive {
             .iter()
             .all(|w| wheel(&mut state, w).is_some_and(|x| (x - v).abs() < 0.01))
     }
+}
+
+/// The registry, the robot manager, arbiter `name` of `resources` (name, kind; its config
+/// starting with `arbiter_head`), the simulator (its clock offset read from `offset`) and a
+/// compromising controller `x` holding `sets` with a time to live of `ttl_ms`: the arbiter's,
+/// the simulator's and the controller's child indices.
+fn start_robot(
+    t: &mut TestBus,
+    name: &str,
+    resources: &[(&str, &str)],
+    arbiter_head: &str,
+    ttl_ms: &str,
+    offset: &std::path::Path,
+    sets: &[&str],
+) -> (usize, usize, usize) {
+    t.start_registry();
+    let dir = t.dir();
+    let manager = dir.join("manager.toml");
+    std::fs::write(
+        &manager,
+        format!("controllers = [\"x\"]\narbiters = [\"{name}\"]\n"),
+    )
+    .unwrap();
+    let config = dir.join(format!("{name}.toml"));
+    let mut toml = format!("{arbiter_head}name = \"{name}\"\n");
+    for (resource, kind) in resources {
+        toml += &format!("[[resources]]\nname = \"{resource}\"\nkind = \"{kind}\"\n");
+    }
+    std::fs::write(&config, toml).unwrap();
+    t.spawn_bin("robot-manager", &["--config", manager.to_str().unwrap()]);
+    let arbiter = t.spawn_bin("arbiter", &["--config", config.to_str().unwrap()]);
+    let sim = t.spawn_with_env(
+        common::bin("robot-sim"),
+        &[],
+        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+    );
+    let mut args = vec![
+        "--name",
+        "x",
+        "--status",
+        "compromising",
+        "--ttl-ms",
+        ttl_ms,
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let controller = t.spawn_bin("robot-controller", &args);
+    (arbiter, sim, controller)
 }

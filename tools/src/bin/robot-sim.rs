@@ -127,6 +127,15 @@ fn run(args: &Args) -> Result<(), String> {
     let mut drive_state = bus
         .publish::<ResourceState>(&state_slot(&args.drive))
         .map_err(e)?;
+    // Names the slots followed, so that a mistyped arbiter name shows in the log (its
+    // command never comes, and nothing else would say so).
+    tracing::info!(
+        "arm: executing {} into {}; drive: executing {} into {}",
+        command_slot(&args.arm),
+        state_slot(&args.arm),
+        command_slot(&args.drive),
+        state_slot(&args.drive)
+    );
     let mut robot = Robot::default();
     let period = Duration::from_secs_f64(1.0 / args.rate_hz);
     let mut last_arm = None;
@@ -213,6 +222,12 @@ fn run(args: &Args) -> Result<(), String> {
             } else {
                 Duration::from_millis(200)
             };
+            // A command executed wakes us by its re-stamps; when they stop (its arbiter
+            // hangs), wake when it goes stale, to say so.
+            let rest = [arm_seen.stale_in, drive_seen.stale_in]
+                .into_iter()
+                .flatten()
+                .fold(rest, Duration::min);
             commands.wait_any(rest).map_err(e)?;
             next = Instant::now();
             continue;
@@ -237,6 +252,9 @@ struct Followed {
     refused: Option<NotExecuted>,
     /// A command without heartbeat was said (once).
     said_no_heartbeat: bool,
+    /// How soon the command executed goes stale unless re-stamped (`None`: none executed, or
+    /// it cannot go stale).
+    stale_in: Option<Duration>,
 }
 
 /// Why a command is not executed.
@@ -258,6 +276,7 @@ impl Followed {
         timeout: Option<Duration>,
         arbiter: &str,
     ) -> Option<&'a BTreeMap<String, f64>> {
+        self.stale_in = None;
         let meta = command.meta()?;
         let value = command.value()?;
         let now = read_now();
@@ -273,14 +292,16 @@ impl Followed {
         let timeout = timeout
             .filter(|_| value.heartbeat_ms > 0)
             .map(|t| t.max(Duration::from_millis(value.heartbeat_ms.saturating_mul(3))));
-        let fresh = timeout.is_none_or(|t| {
+        // The age counts from the slot's write time, which each re-stamp renews along with
+        // `stamp_ns`.
+        let stale_at = timeout.map(|t| {
             let written = meta
                 .write_time
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
-            let stale_at = lives_until(written, read.wall_ns, t.as_nanos() as u64);
-            now.clock_ns <= read.on_clock(stale_at)
+            read.on_clock(lives_until(written, read.wall_ns, t.as_nanos() as u64))
         });
+        let fresh = stale_at.is_none_or(|at| now.clock_ns <= at);
         let refused = if command.writer() != Some(bus::WriterState::Alive) {
             Some(NotExecuted::ArbiterGone)
         } else if !fresh {
@@ -288,6 +309,10 @@ impl Followed {
         } else {
             None
         };
+        self.stale_in = stale_at
+            .filter(|_| refused.is_none())
+            // A millisecond past, so that the wake finds it stale.
+            .map(|at| Duration::from_nanos(at - now.clock_ns) + Duration::from_millis(1));
         if refused != self.refused {
             match refused {
                 Some(NotExecuted::ArbiterGone) => tracing::warn!(
