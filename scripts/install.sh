@@ -5,6 +5,8 @@
 #   scripts/install.sh                      # build (release) and install under /usr/local
 #   scripts/install.sh --root /tmp/stage    # stage into a directory instead (no users, no systemctl)
 #   scripts/install.sh --bin-dir target/debug --root /tmp/stage   # use already-built binaries
+#   scripts/install.sh --prefix /opt/baton  # binaries and guides under /opt/baton (absolute;
+#                                           # the units and example configs point there)
 #
 # Existing files in /etc/baton are never overwritten. Then: edit /etc/baton/*, and
 #   systemctl enable --now baton-registry baton-manager baton-arbiter@arm baton-arbiter@drive \
