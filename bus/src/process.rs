@@ -51,6 +51,22 @@ pub fn own_program() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// The name of user `uid` (from the password database), if it has one.
+pub fn user_name(uid: u32) -> Option<String> {
+    nix::unistd::User::from_uid(uid.into())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+/// The name of group `gid` (from the group database), if it has one.
+pub fn group_name(gid: u32) -> Option<String> {
+    nix::unistd::Group::from_gid(gid.into())
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -63,13 +63,42 @@ fn io_err(segment: &str, what: &str, e: nix::Error) -> SegmentError {
     }
 }
 
+/// A segment this user may not open: whose it is, and how to be let in (the same advice as
+/// the registry's refusal of a connection).
+fn not_permitted(name: &str) -> SegmentError {
+    use std::os::unix::fs::MetadataExt;
+    let user = nix::unistd::geteuid().as_raw();
+    let user = crate::process::user_name(user).unwrap_or_else(|| format!("uid {user}"));
+    let message = match std::fs::metadata(format!("/dev/shm{name}")) {
+        Ok(meta) => {
+            let owner = crate::process::user_name(meta.uid())
+                .unwrap_or_else(|| format!("uid {}", meta.uid()));
+            let group =
+                crate::process::group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string());
+            format!(
+                "this user ({user}) may not open it: it is mode {:04o}, owner {owner}, group \
+                 {group}; add the user to that group (usermod -aG {group} {user}) and start \
+                 the process again, or run it as {owner}",
+                meta.mode() & 0o7777
+            )
+        }
+        Err(_) => format!("this user ({user}) may not open it (permission denied)"),
+    };
+    SegmentError::Io {
+        segment: name.to_owned(),
+        message,
+    }
+}
+
 /// Opens an existing segment that must be a regular file. `O_NONBLOCK` because anyone who can
 /// write `/dev/shm` can put a FIFO under a segment's name, and opening a FIFO for reading
 /// waits for a writer: a tool meant to find and clean up such a file would hang on it. (The
 /// flag changes nothing for a regular file, whose memory is only ever mapped.)
 fn open_existing(name: &str, flags: OFlag) -> Result<OwnedFd, SegmentError> {
-    let fd = shm_open(name, flags | OFlag::O_NONBLOCK, Mode::empty())
-        .map_err(|e| io_err(name, "shm_open", e))?;
+    let fd = shm_open(name, flags | OFlag::O_NONBLOCK, Mode::empty()).map_err(|e| match e {
+        nix::Error::EACCES => not_permitted(name),
+        e => io_err(name, "shm_open", e),
+    })?;
     let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
     if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(SegmentError::Io {

@@ -444,18 +444,12 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
 /// What a refused process is told: who may use the bus, by name where there is one, and what to
 /// do about it.
 fn refusal(uid: u32, group: Gid, group_given: bool) -> String {
-    use nix::unistd::{Group, Uid, User};
-    let user_name = |uid: u32| {
-        User::from_uid(Uid::from_raw(uid))
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-    };
+    use bus::process::{group_name, user_name};
     let who = |uid: u32| match user_name(uid) {
         Some(name) => format!("uid {uid} ({name})"),
         None => format!("uid {uid}"),
     };
-    let group_name = Group::from_gid(group).ok().flatten().map(|g| g.name);
+    let group_name = group_name(group.as_raw());
     let members = match &group_name {
         Some(name) => format!("group {name} (gid {group})"),
         None => format!("gid {group}"),

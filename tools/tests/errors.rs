@@ -558,6 +558,25 @@ fn a_user_outside_the_group_may_not_use_the_bus() {
     );
     // Every segment is closed to this user: an error, not an empty list and status 0.
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // A segment opened directly says whose it is and how to be let in (it said only
+    // "shm_open: EACCES: Permission denied").
+    let out = std::process::Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(&inspect)
+        .args([
+            "--domain",
+            t.domain.as_str(),
+            "get",
+            "/baton/registry/directory",
+        ])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("this user (nobody) may not open it: it is mode 0660, owner root, group root")
+            && err.contains("usermod -aG root nobody"),
+        "{err}"
+    );
     // `doctor` says the segments are closed to this user (it said "ok permissions").
     let out = std::process::Command::new("setpriv")
         .args(AS_NOBODY)

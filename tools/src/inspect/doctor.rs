@@ -286,10 +286,7 @@ pub fn diagnose(domain: &Domain) -> Report {
 
 /// The name of user `uid`, or its number when it has none.
 fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(uid.into())
-        .ok()
-        .flatten()
-        .map_or(uid.to_string(), |u| u.name)
+    bus::process::user_name(uid).unwrap_or_else(|| uid.to_string())
 }
 
 fn permissions(
@@ -321,10 +318,7 @@ fn permissions(
     }
     let names = |(uid, gid): (u32, u32)| {
         let user = user_name(uid);
-        let group = nix::unistd::Group::from_gid(gid.into())
-            .ok()
-            .flatten()
-            .map_or(gid.to_string(), |g| g.name);
+        let group = bus::process::group_name(gid).unwrap_or_else(|| gid.to_string());
         format!("{user}:{group}")
     };
     let list: Vec<String> = owners.iter().copied().map(names).collect();
