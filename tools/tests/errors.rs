@@ -842,3 +842,26 @@ fn waiting_for_a_slot_nobody_publishes_is_a_timeout_not_a_refusal() {
         "{err}"
     );
 }
+
+/// A mistyped domain has no registry: bus-inspect names the domains in use here too, the
+/// likelier answer than starting a registry on the typo.
+#[test]
+fn a_domain_without_a_registry_is_told_with_the_domains_in_use_here() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let typo = format!("{}x", t.domain);
+    let mut said = String::new();
+    common::eventually("bus-inspect names the domain in use", || {
+        let out = std::process::Command::new(common::bin("bus-inspect"))
+            .args(["--domain", &typo, "list"])
+            .output()
+            .expect("bus-inspect");
+        said = String::from_utf8_lossy(&out.stderr).into_owned();
+        said.contains("name a domain in use here (segments): ")
+            && said.contains(&format!("{} (", t.domain))
+    });
+    assert!(
+        said.contains(&format!("start `registry-server --domain {typo}`")),
+        "{said}"
+    );
+}

@@ -268,7 +268,7 @@ pub fn diagnose(domain: &Domain) -> Report {
         )
     });
     checks.push(permissions(&modes, &owners, registry_pid, denied));
-    let others = other_domains(domain);
+    let others = super::registry::other_domains(domain);
     if !others.is_empty() {
         checks.push(Check::new(
             "other domains",
@@ -348,31 +348,6 @@ fn permissions(
             ),
         ),
     }
-}
-
-/// Other domains with segments in /dev/shm, with their segment counts.
-fn other_domains(domain: &Domain) -> Vec<String> {
-    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
-    for entry in std::fs::read_dir(bus::names::SHM_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("baton.") else {
-            continue;
-        };
-        let Some(end) = rest.find(['~', '%']) else {
-            continue;
-        };
-        if &rest[..end] != domain.as_str() {
-            *counts.entry(rest[..end].to_owned()).or_default() += 1;
-        }
-    }
-    counts
-        .into_iter()
-        .map(|(d, n)| format!("{d} ({n})"))
-        .collect()
 }
 
 /// What `clean` did with one stale segment.

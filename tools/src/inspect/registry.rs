@@ -52,8 +52,16 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
         bus::BusError::RegistryUnreachable { reason, .. } => NoAnswer {
             message: format!(
                 "no registry-server answers on domain '{domain}' (socket @{}: {reason}); start \
-                 `registry-server --domain {domain}`",
-                domain.registry_socket()
+                 `registry-server --domain {domain}`{}",
+                domain.registry_socket(),
+                // A mistyped domain: the ones in use here are the likelier answer.
+                match other_domains(domain) {
+                    others if others.is_empty() => String::new(),
+                    others => format!(
+                        ", or name a domain in use here (segments): {}",
+                        others.join(", ")
+                    ),
+                }
             ),
             refuses: false,
         },
@@ -62,6 +70,31 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
             refuses: false,
         },
     })
+}
+
+/// Other domains with segments in /dev/shm, with their segment counts.
+pub fn other_domains(domain: &Domain) -> Vec<String> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for entry in std::fs::read_dir(bus::names::SHM_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("baton.") else {
+            continue;
+        };
+        let Some(end) = rest.find(['~', '%']) else {
+            continue;
+        };
+        if &rest[..end] != domain.as_str() {
+            *counts.entry(rest[..end].to_owned()).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(d, n)| format!("{d} ({n})"))
+        .collect()
 }
 
 /// Why no registry answered, in doctor's words.
