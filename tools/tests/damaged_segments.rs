@@ -269,6 +269,17 @@ fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
     let (code, get) = run(&mut t, &["get", "/stress/a", "--json"]);
     assert_eq!(code, Some(1), "{get}");
     assert!(get.contains("not a regular file"), "{get}");
+    // `doctor` fails on it, as `list` does (it used to warn and exit 0).
+    let child = t.spawn_bin("bus-inspect", &["--domain", domain.as_str(), "doctor"]);
+    let out = t.finish(child);
+    let doctor = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{doctor}");
+    assert!(
+        doctor.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("segments")
+            && l.contains("not a regular file")),
+        "{doctor}"
+    );
     let (code, clean) = run(&mut t, &["clean", "--yes"]);
     assert_eq!(code, Some(0), "{clean}");
     assert!(!std::path::Path::new(&path).exists(), "{clean}");

@@ -242,10 +242,11 @@ pub fn diagnose(domain: &Domain) -> Report {
     );
     checks.push(Check::new(
         "segments",
+        // A segment that cannot be read is a slot nobody can use (as `list` exits 1 on it).
         if corrupt.is_empty() {
             Status::Ok
         } else {
-            Status::Warn
+            Status::Fail
         },
         if corrupt.is_empty() {
             seg_detail
