@@ -199,9 +199,10 @@ impl Slot {
 
     /// What is wrong now with the memory under this slot, if anything: its segment removed or
     /// replaced by another file, its file shrunk (pages lost: `Mapping::is_damaged`), or its
-    /// static header overwritten. Whoever maps a damaged slot may no longer share it with the
-    /// others; the registry checks its slots with this and makes a damaged one anew. Costs two
-    /// system calls (`shm_open`, `fstat`).
+    /// static header (sizes, name, schema: everything `Slot::open` checks) overwritten. Whoever
+    /// maps a damaged slot may no longer share it with the others; the registry checks its
+    /// slots with this and makes a damaged one anew. Costs two system calls (`shm_open`,
+    /// `fstat`) and a copy of the name and schema.
     pub fn damage(&self) -> Option<String> {
         if self.map.is_damaged() {
             return Some("its file was shrunk under the mapping (pages of it lost)".into());
@@ -231,8 +232,26 @@ impl Slot {
             && self.load32(OFF_CAPACITY) as usize == self.layout.capacity
             && u64::from(self.load32(OFF_BUFFER_COUNT)) == self.layout.buffer_count
             && self.load64(OFF_BUFFERS) == self.layout.buffers as u64
-            && self.load64(OFF_STRIDE) == self.layout.stride as u64;
-        (!header_intact).then(|| "its header was overwritten".into())
+            && self.load64(OFF_STRIDE) == self.layout.stride as u64
+            && self.load32(OFF_HEADER_SIZE) as usize == HEADER_SIZE
+            && self.load32(OFF_SCHEMA_OFFSET) as usize == HEADER_SIZE
+            && self.load32(OFF_SCHEMA_LEN) as usize == self.schema.bytes.len()
+            && self.load64(OFF_SCHEMA_HASH) == self.schema.hash.0
+            && self.load32(OFF_NAME_LEN) as usize == self.name.as_str().len();
+        if !header_intact {
+            return Some("its header was overwritten".into());
+        }
+        // The name and the schema as `Slot::open` reads them: a copy of a few hundred bytes.
+        let intact = |off: usize, expected: &[u8]| {
+            let mut found = vec![0u8; expected.len()];
+            self.copy_out(off, &mut found);
+            found == expected
+        };
+        if !intact(OFF_NAME, self.name.as_str().as_bytes()) {
+            return Some("its name in the header was overwritten".into());
+        }
+        (!intact(HEADER_SIZE, &self.schema.bytes))
+            .then(|| "its stored schema was overwritten".into())
     }
 
     pub fn schema(&self) -> &StoredSchema {

@@ -154,6 +154,29 @@ fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     assert!(t.is_running(registry));
 }
 
+/// The schema's length in the header overwritten: `Slot::open` refuses the slot, so no new
+/// endpoint could bind, and the registry's check of the header used to pass over this field, so
+/// the slot stayed broken until the registry restarted.
+#[test]
+fn a_slot_whose_schema_length_is_overwritten_is_made_anew() {
+    a_slot_overwritten_is_made_anew(52, &u32::MAX.to_le_bytes());
+}
+
+/// The same with the stored schema itself overwritten (it follows the 1024-byte header).
+#[test]
+fn a_slot_whose_stored_schema_is_overwritten_is_made_anew() {
+    a_slot_overwritten_is_made_anew(1024 + 3, b"garbage!");
+}
+
+fn a_slot_overwritten_is_made_anew(at: usize, bytes: &[u8]) {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let _held = hold(&t);
+    t.overwrite_segment(NAME, at, bytes);
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
+}
+
 /// Waiters asleep on a slot when its segment is cut short, with its writer idle: the wakes of
 /// the replacement went to the private page put where the shared one was, never to the page
 /// they slept on, so a `wait_update` learnt of it only at its timeout (never without one).
