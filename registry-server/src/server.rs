@@ -523,19 +523,15 @@ fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> bool {
     })
 }
 
-/// Queues replies and pushes for their connections' writer threads; never blocks. They are
-/// encoded outside the lock of the connections (a listing can take milliseconds).
+/// Queues replies and pushes for their connections' writer threads; never blocks. Queued
+/// under the lock of the connections, so that what two threads send one connection keeps the
+/// order in which they take it.
 fn send(shared: &Shared, out: Outbox) {
-    let targets: Vec<_> = {
-        let writers = lock(&shared.writers);
-        out.into_iter()
-            .filter_map(|(conn, id, reply)| {
-                writers.get(&conn).map(|w| (Arc::clone(w), conn, id, reply))
-            })
-            .collect()
-    };
-    for (writer, conn, id, reply) in targets {
-        writer.push(conn, id, &reply);
+    let writers = lock(&shared.writers);
+    for (conn, id, reply) in out {
+        if let Some(w) = writers.get(&conn) {
+            w.push(conn, id, &reply);
+        }
     }
 }
 

@@ -55,11 +55,16 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
                  `registry-server --domain {domain}`{}",
                 domain.registry_socket(),
                 // A mistyped domain: the ones in use here are the likelier answer.
-                match other_domains(domain) {
+                match likeliest_first(other_domains(domain), domain) {
                     others if others.is_empty() => String::new(),
-                    others => format!(
+                    others if others.len() <= 8 => format!(
                         ", or name a domain in use here (segments): {}",
                         others.join(", ")
+                    ),
+                    others => format!(
+                        ", or name a domain in use here (segments): {} and {} more",
+                        others[..8].join(", "),
+                        others.len() - 8
                     ),
                 }
             ),
@@ -70,6 +75,20 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
             refuses: false,
         },
     })
+}
+
+/// `others` (from [`other_domains`]), those that begin most like `domain` first: the one a
+/// mistyped name meant is likely among the first.
+fn likeliest_first(mut others: Vec<String>, domain: &Domain) -> Vec<String> {
+    let alike = |other: &String| {
+        other
+            .bytes()
+            .zip(domain.as_str().bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    others.sort_by_key(|other| std::cmp::Reverse(alike(other)));
+    others
 }
 
 /// Other domains with segments in /dev/shm, with their segment counts.
