@@ -58,10 +58,21 @@ pub enum ControllerError {
     )]
     BlockTooLarge { size: usize, capacity: usize },
     #[error(
-        "controller name {name:?} is taken: another robot controller (pid {pid}) runs under it; \
-         give each controller a name of its own"
+        "controller name {name:?} is taken: {} publishes /robot/controller/{name} (another \
+         robot controller of that name, as a rule); give each controller a name of its own",
+        publisher(*.pid)
     )]
     NameTaken { name: String, pid: u32 },
+}
+
+/// The process that holds a name, as the registry saw it: pid 0 is one the registry cannot
+/// see (another pid namespace, a container).
+fn publisher(pid: u32) -> String {
+    if pid == 0 {
+        "a process the registry cannot name (in another pid namespace)".to_owned()
+    } else {
+        format!("process {pid}")
+    }
 }
 
 impl ControllerError {

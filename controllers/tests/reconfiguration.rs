@@ -46,7 +46,7 @@ fn a_controller_outlives_its_arbiter_leaving_the_managers_list() {
 }
 
 /// What the refused one of two controllers named x says.
-const TAKEN: &str = "controller name \"x\" is taken: another robot controller (pid ";
+const TAKEN: &str = "controller name \"x\" is taken: process ";
 
 /// Of two programs of one name (`first`, `second`) started while no registry runs: starts the
 /// registry, waits until one of them ends, checks that it was refused (exit status 1, the
