@@ -44,7 +44,15 @@ impl Domain {
     /// A `--domain` argument checked as the command line is parsed (clap's `value_parser`): a
     /// bad name is a command-line error like any other (every binary's usage status).
     pub fn parse_arg(name: &str) -> Result<Domain, String> {
-        Domain::new(name).map_err(|e| e.to_string())
+        Domain::new(name).map_err(|e| {
+            // Most often `BUS_DOMAIN=` left empty (a unit's `Environment=`): clap shows the
+            // value, not where it came from.
+            if name.is_empty() {
+                format!("{e} (is {DOMAIN_ENV} set to nothing? unset it for the domain '{DEFAULT_DOMAIN}')")
+            } else {
+                e.to_string()
+            }
+        })
     }
 
     /// The domain from `BUS_DOMAIN`, or `default`.

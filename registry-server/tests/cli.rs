@@ -30,6 +30,11 @@ fn a_bad_domain_name_is_refused_with_the_rule() {
         err.contains("invalid domain name") && err.contains("A-Z"),
         "{err}"
     );
+    // An empty BUS_DOMAIN (a unit's `Environment=BUS_DOMAIN=`) is said to be the likely cause.
+    let out = registry().env("BUS_DOMAIN", "").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is BUS_DOMAIN set to nothing?"), "{err}");
 }
 
 #[test]
