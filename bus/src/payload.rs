@@ -126,6 +126,38 @@ impl Reader for PayloadReader<'_> {
 }
 
 impl PayloadReader<'_> {
+    /// Appends the next `n` bytes to `dst` without zeroing its new room first: what is
+    /// staged is copied from the window, a large aligned rest straight from shared memory
+    /// (`Mapping::append_out`). Fails, appending nothing, when fewer than `n` are left.
+    pub fn append_to(&mut self, n: usize, dst: &mut Vec<u8>) -> Result<(), DecodeError> {
+        let left = self.len - self.pos;
+        if n > left {
+            return Err(DecodeError::UnexpectedEnd {
+                additional: n - left,
+            });
+        }
+        dst.reserve(n);
+        let mut done = 0;
+        while done < n {
+            let staged_end = self.stage_start + self.stage_len;
+            if self.pos >= self.stage_start && self.pos < staged_end {
+                let from = self.pos - self.stage_start;
+                let k = (staged_end - self.pos).min(n - done);
+                dst.extend_from_slice(&self.stage[from..from + k]);
+                done += k;
+                self.pos += k;
+            } else if self.pos % 8 == 0 && n - done >= WINDOW {
+                let k = n - done;
+                self.map.append_out(self.off + self.pos, k, dst);
+                done += k;
+                self.pos += k;
+            } else {
+                self.refill();
+            }
+        }
+        Ok(())
+    }
+
     fn read_slow(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
         let left = self.len - self.pos;
         if out.len() > left {
@@ -344,6 +376,31 @@ mod tests {
                     .expect("decode in place");
                     assert_eq!(back, value);
                 }
+            }
+        }
+    }
+
+    /// Values large enough that their strings and byte buffers are appended straight from the
+    /// slot (`PayloadReader::append_to`): from the window, then the aligned rest, with the
+    /// blob starting at every offset within a word.
+    #[test]
+    fn large_values_decode_in_place_without_zeroing_across_alignments() {
+        let capacity = (1 << 20) + 4096;
+        let area = Area::new("large", capacity);
+        let mut stage = Vec::new();
+        for name_len in 0..8 {
+            for blob_len in [64 << 10, (64 << 10) + 5, WINDOW * 3 + 1, 1 << 20] {
+                let value = mixed(name_len, blob_len, 3);
+                let mut writer = area.space(capacity).writer(capacity, &mut stage);
+                codec::encode_to(&value, &mut writer).expect("fits");
+                let len = writer.finish();
+                let back: Mixed = codec::decode_from(
+                    area.view(len).reader(&mut stage),
+                    len,
+                    codec::LengthPrefixes::Possible,
+                )
+                .expect("decode in place");
+                assert!(back == value, "({name_len}, {blob_len})");
             }
         }
     }

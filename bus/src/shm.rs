@@ -302,6 +302,33 @@ impl Mapping {
         }
     }
 
+    /// Appends `n` bytes from `off` to `dst` with relaxed word loads, as `copy_out`, into room
+    /// that is only reserved: a decoded byte buffer is not zeroed first (`codec::byte_strings`).
+    pub fn append_out(&self, off: usize, n: usize, dst: &mut Vec<u8>) {
+        let words = self.words(off, n.div_ceil(8));
+        dst.reserve(n);
+        let room = &mut dst.spare_capacity_mut()[..n];
+        let mut chunks = room.chunks_exact_mut(8);
+        for (w, c) in words.iter().zip(&mut chunks) {
+            for (d, b) in c.iter_mut().zip(w.load(Ordering::Relaxed).to_ne_bytes()) {
+                d.write(b);
+            }
+        }
+        let tail = chunks.into_remainder();
+        if let (false, Some(last)) = (tail.is_empty(), words.last()) {
+            for (d, b) in tail
+                .iter_mut()
+                .zip(last.load(Ordering::Relaxed).to_ne_bytes())
+            {
+                d.write(b);
+            }
+        }
+        // SAFETY: the `n` bytes after `dst`'s length were reserved and each written above:
+        // `words` covers `n` bytes rounded up to words, every whole chunk of 8 took a word,
+        // and the tail (fewer than 8) the first bytes of the last word.
+        unsafe { dst.set_len(dst.len() + n) };
+    }
+
     /// Copies `dst.len()` bytes out from `off` with relaxed word loads.
     pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
         let words = self.words(off, dst.len().div_ceil(8));

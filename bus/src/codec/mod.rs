@@ -5,6 +5,8 @@
 //! `schema.rs` reads the same bytes without the Rust type and relies on [`config`] staying
 //! fixed-int little-endian.
 
+mod byte_strings;
+
 use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
 use bincode::de::read::Reader;
 use bincode::enc::write::Writer;
@@ -57,6 +59,10 @@ pub enum CodecError {
     },
 }
 
+/// Inputs from this size on read their strings and byte buffers without zeroing them first
+/// (`byte_strings`): below it the zeroes cost next to nothing, and bincode's own path stays.
+const DIRECT_FROM: usize = 64 << 10;
+
 /// Largest input [`decode`] accepts; far above any slot size, and it keeps the limit
 /// buckets below within `usize` on every target.
 pub const MAX_DECODE_LEN: usize = u32::MAX as usize;
@@ -87,12 +93,40 @@ pub fn encode_to<T: serde::Serialize + ?Sized>(
 /// to have used its whole input.
 pub trait CountingReader: Reader {
     fn consumed(&self) -> usize;
+
+    /// Appends the next `n` bytes to `dst` without zeroing its new room first (see
+    /// `byte_strings`); fails, appending nothing, when fewer are left.
+    fn append_to(&mut self, n: usize, dst: &mut Vec<u8>)
+        -> Result<(), bincode::error::DecodeError>;
 }
 
 impl CountingReader for crate::payload::PayloadReader<'_> {
     #[inline]
     fn consumed(&self) -> usize {
         crate::payload::PayloadReader::consumed(self)
+    }
+
+    fn append_to(
+        &mut self,
+        n: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), bincode::error::DecodeError> {
+        crate::payload::PayloadReader::append_to(self, n, dst)
+    }
+}
+
+impl<T: CountingReader> CountingReader for &mut T {
+    #[inline]
+    fn consumed(&self) -> usize {
+        (**self).consumed()
+    }
+
+    fn append_to(
+        &mut self,
+        n: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), bincode::error::DecodeError> {
+        (**self).append_to(n, dst)
     }
 }
 
@@ -145,30 +179,39 @@ pub fn decode_from<T: serde::de::DeserializeOwned>(
     const MIB1: usize = 1 << 20;
     const MIB16: usize = 1 << 24;
     const MIB256: usize = 1 << 28;
-    use bincode::serde::decode_from_reader as run;
-    let r = &mut reader;
-    let result = if prefixes == LengthPrefixes::Absent {
-        run(r, config())
-    } else if len <= KIB4 {
-        run(r, config().with_limit::<KIB4>())
-    } else if len <= KIB64 {
-        run(r, config().with_limit::<KIB64>())
-    } else if len <= MIB1 {
-        run(r, config().with_limit::<MIB1>())
-    } else if len <= MIB16 {
-        run(r, config().with_limit::<MIB16>())
-    } else if len <= MIB256 {
-        run(r, config().with_limit::<MIB256>())
-    } else if len <= MAX_DECODE_LEN {
-        run(r, config().with_limit::<MAX_DECODE_LEN>())
-    } else {
+    if len > MAX_DECODE_LEN {
         return Err(CodecError::TooLarge {
             type_name: std::any::type_name::<T>(),
             len,
             max: MAX_DECODE_LEN,
         });
+    }
+    // `$run` with the smallest limit bucket that holds `len`.
+    macro_rules! limited {
+        ($run:expr) => {
+            if len <= KIB4 {
+                $run(config().with_limit::<KIB4>())
+            } else if len <= KIB64 {
+                $run(config().with_limit::<KIB64>())
+            } else if len <= MIB1 {
+                $run(config().with_limit::<MIB1>())
+            } else if len <= MIB16 {
+                $run(config().with_limit::<MIB16>())
+            } else if len <= MIB256 {
+                $run(config().with_limit::<MIB256>())
+            } else {
+                $run(config().with_limit::<MAX_DECODE_LEN>())
+            }
+        };
+    }
+    use bincode::serde::decode_from_reader as run;
+    let (result, consumed) = if prefixes == LengthPrefixes::Absent {
+        (run(&mut reader, config()), reader.consumed())
+    } else if len < DIRECT_FROM {
+        (limited!(|c| run(&mut reader, c)), reader.consumed())
+    } else {
+        limited!(|c| byte_strings::decode(&mut reader, len, c))
     };
-    let consumed = reader.consumed();
     match result {
         Ok(value) if consumed == len => Ok(value),
         Ok(_) => Err(CodecError::TrailingBytes {
@@ -236,6 +279,22 @@ impl CountingReader for SliceCursor<'_> {
     #[inline]
     fn consumed(&self) -> usize {
         self.pos
+    }
+
+    fn append_to(
+        &mut self,
+        n: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), bincode::error::DecodeError> {
+        let left = self.bytes.len() - self.pos;
+        if n > left {
+            return Err(bincode::error::DecodeError::UnexpectedEnd {
+                additional: n - left,
+            });
+        }
+        dst.extend_from_slice(&self.bytes[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(())
     }
 }
 
