@@ -109,7 +109,7 @@ impl<'de, D: Deserializer<'de>, R: CountingReader> Direct<'_, D, R> {
             .read(&mut prefix)
             .map_err(|e| D::Error::custom(super::explain(&e)))?;
         let claimed = u64::from_le_bytes(prefix);
-        let left = self.len - input.consumed();
+        let left = self.len.saturating_sub(input.consumed());
         if claimed > left as u64 {
             return Err(D::Error::custom(format!(
                 "a length prefix claims {claimed} bytes, {left} are left"
