@@ -126,65 +126,90 @@ impl Reader for PayloadReader<'_> {
 }
 
 impl PayloadReader<'_> {
-    /// Appends the next `n` bytes to `dst` without zeroing its new room first: what is
-    /// staged is copied from the window, a large aligned rest straight from shared memory
-    /// (`Mapping::append_out`). Fails, appending nothing, when fewer than `n` are left.
+    /// Appends the next `n` bytes to `dst` without zeroing its new room first (a decoded
+    /// string or byte buffer: `codec::byte_strings`). Fails, appending nothing, when fewer than
+    /// `n` are left.
     pub fn append_to(&mut self, n: usize, dst: &mut Vec<u8>) -> Result<(), DecodeError> {
+        self.take(n, dst)
+    }
+
+    fn read_slow(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
+        self.take(out.len(), &mut Filling { out, done: 0 })
+    }
+
+    /// Hands the next `n` bytes to `sink`: what lies in the window from there, a large piece
+    /// at a word boundary straight from shared memory (copied once, not through the window).
+    fn take(&mut self, n: usize, sink: &mut impl Sink) -> Result<(), DecodeError> {
         let left = self.len - self.pos;
         if n > left {
             return Err(DecodeError::UnexpectedEnd {
                 additional: n - left,
             });
         }
-        dst.reserve(n);
+        sink.expect(n);
         let mut done = 0;
         while done < n {
             let staged_end = self.stage_start + self.stage_len;
-            if self.pos >= self.stage_start && self.pos < staged_end {
+            let k = if self.pos >= self.stage_start && self.pos < staged_end {
                 let from = self.pos - self.stage_start;
                 let k = (staged_end - self.pos).min(n - done);
-                dst.extend_from_slice(&self.stage[from..from + k]);
-                done += k;
-                self.pos += k;
+                sink.staged(&self.stage[from..from + k]);
+                k
             } else if self.pos % 8 == 0 && n - done >= WINDOW {
                 let k = n - done;
-                self.map.append_out(self.off + self.pos, k, dst);
-                done += k;
-                self.pos += k;
+                sink.straight(self.map, self.off + self.pos, k);
+                k
             } else {
                 self.refill();
-            }
+                0
+            };
+            done += k;
+            self.pos += k;
         }
         Ok(())
     }
+}
 
-    fn read_slow(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
-        let left = self.len - self.pos;
-        if out.len() > left {
-            return Err(DecodeError::UnexpectedEnd {
-                additional: out.len() - left,
-            });
-        }
-        let mut done = 0;
-        while done < out.len() {
-            let staged_end = self.stage_start + self.stage_len;
-            if self.pos >= self.stage_start && self.pos < staged_end {
-                let from = self.pos - self.stage_start;
-                let n = (staged_end - self.pos).min(out.len() - done);
-                out[done..done + n].copy_from_slice(&self.stage[from..from + n]);
-                done += n;
-                self.pos += n;
-            } else if self.pos % 8 == 0 && out.len() - done >= WINDOW {
-                // A large piece at a word boundary: straight into the caller's buffer.
-                let n = out.len() - done;
-                self.map.copy_out(self.off + self.pos, &mut out[done..]);
-                done += n;
-                self.pos += n;
-            } else {
-                self.refill();
-            }
-        }
-        Ok(())
+/// Where `PayloadReader::take` puts what it reads.
+trait Sink {
+    /// `n` bytes are coming (checked to be there).
+    fn expect(&mut self, _n: usize) {}
+    /// Bytes from the window.
+    fn staged(&mut self, bytes: &[u8]);
+    /// `n` bytes at `off` of `map`, an aligned offset.
+    fn straight(&mut self, map: &Mapping, off: usize, n: usize);
+}
+
+/// bincode's buffer for one read, filled front to back.
+struct Filling<'o> {
+    out: &'o mut [u8],
+    done: usize,
+}
+
+impl Sink for Filling<'_> {
+    fn staged(&mut self, bytes: &[u8]) {
+        self.out[self.done..self.done + bytes.len()].copy_from_slice(bytes);
+        self.done += bytes.len();
+    }
+
+    fn straight(&mut self, map: &Mapping, off: usize, n: usize) {
+        map.copy_out(off, &mut self.out[self.done..self.done + n]);
+        self.done += n;
+    }
+}
+
+/// The end of a vector, its room reserved (`append_to`).
+impl Sink for Vec<u8> {
+    fn expect(&mut self, n: usize) {
+        self.reserve(n);
+    }
+
+    fn staged(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn straight(&mut self, map: &Mapping, off: usize, n: usize) {
+        map.append_out(off, n, self);
     }
 }
 

@@ -69,7 +69,7 @@ fn not_permitted(name: &str) -> SegmentError {
     use std::os::unix::fs::MetadataExt;
     let user = nix::unistd::geteuid().as_raw();
     let user = crate::process::user_name(user).unwrap_or_else(|| format!("uid {user}"));
-    let message = match std::fs::metadata(format!("/dev/shm{name}")) {
+    let message = match std::fs::metadata(format!("{}{name}", crate::names::SHM_DIR)) {
         Ok(meta) => {
             let owner = crate::process::user_name(meta.uid())
                 .unwrap_or_else(|| format!("uid {}", meta.uid()));

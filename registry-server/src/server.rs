@@ -67,18 +67,13 @@ impl Outgoing {
     /// Queues one frame for the writer thread; never blocks. A connection whose queue would
     /// pass `MAX_QUEUED_BYTES` is shut down instead (its reading thread then closes it).
     fn push(&self, conn: u64, id: u64, reply: &Reply) {
-        let frame = match encode_frame(id, reply) {
-            Ok(frame) => frame,
-            // A listing bigger than a frame: say so to the asker instead of the answer.
-            Err(e) => match encode_frame(
-                id,
-                &Reply::Error {
-                    message: format!("the registry cannot send its answer: {e}"),
-                },
-            ) {
-                Ok(frame) => frame,
-                Err(_) => return self.shut_down(),
-            },
+        // A listing bigger than a frame: the asker is told so instead of the answer.
+        let encoded = encode_frame(id, reply).or_else(|e| {
+            let message = format!("the registry cannot send its answer: {e}");
+            encode_frame(id, &Reply::Error { message })
+        });
+        let Ok(frame) = encoded else {
+            return self.shut_down();
         };
         let len = frame.len();
         let queued = self.queued_bytes.fetch_add(len, Ordering::Relaxed) + len;

@@ -54,19 +54,7 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
                 "no registry-server answers on domain '{domain}' (socket @{}: {reason}); start \
                  `registry-server --domain {domain}`{}",
                 domain.registry_socket(),
-                // A mistyped domain: the ones in use here are the likelier answer.
-                match likeliest_first(other_domains(domain), domain) {
-                    others if others.is_empty() => String::new(),
-                    others if others.len() <= 8 => format!(
-                        ", or name a domain in use here (segments): {}",
-                        others.join(", ")
-                    ),
-                    others => format!(
-                        ", or name a domain in use here (segments): {} and {} more",
-                        others[..8].join(", "),
-                        others.len() - 8
-                    ),
-                }
+                domains_in_use(domain)
             ),
             refuses: false,
         },
@@ -75,6 +63,27 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
             refuses: false,
         },
     })
+}
+
+/// A mistyped domain: the ones in use here are the likelier answer. At most 8, those that
+/// begin most like `domain` first; empty when there is none.
+fn domains_in_use(domain: &Domain) -> String {
+    const SHOWN: usize = 8;
+    let mut others = likeliest_first(other_domains(domain), domain);
+    if others.is_empty() {
+        return String::new();
+    }
+    let more = others.len().saturating_sub(SHOWN);
+    others.truncate(SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        ", or name a domain in use here (segments): {}{more}",
+        others.join(", ")
+    )
 }
 
 /// `others` (from [`other_domains`]), those that begin most like `domain` first: the one a
