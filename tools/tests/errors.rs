@@ -58,7 +58,8 @@ fn a_second_type_is_refused_naming_both_types() {
 /// An application whose message type changed, started again: its publication takes the name
 /// from the value kept of the old type, which nothing uses (it was refused until the registry
 /// forgot that value, in practice never). While a subscriber of the old type runs, it is still
-/// refused.
+/// refused. A subscriber of the new type started first takes the name as well (any start
+/// order): it was refused while the old value was kept.
 #[test]
 fn a_new_type_takes_a_name_whose_kept_value_nothing_uses() {
     let mut t = TestBus::new();
@@ -95,6 +96,26 @@ fn a_new_type_takes_a_name_whose_kept_value_nothing_uses() {
     let mut sub = bus.subscribe::<Twist>("/robot/changed").unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value(), Some(&twist));
+    drop((new, sub));
+
+    // The type changes back, the subscriber starts first: it waits for the new publisher.
+    let mut sub = loop {
+        match bus.subscribe::<Pose>("/robot/changed") {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, BusError::TypeMismatch { .. }), "{e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the old type's kept value still holds the name: {e}"),
+        }
+    };
+    assert!(!sub.update().unwrap(), "the old type's value is gone");
+    let mut back = bus.publish::<Pose>("/robot/changed").unwrap();
+    back.wait_bound(WATCHDOG).unwrap();
+    let pose = Pose { x: 3.0, y: 4.0 };
+    back.write(&pose).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&pose));
 }
 
 /// One type name, two schemas (plain-old-data on one side, serde on the other): the error says

@@ -55,11 +55,12 @@ impl Registry {
         }
     }
 
-    /// A publication of `name` with another type than the slot kept for it, which nobody
-    /// uses (no endpoint, no running writer, no tool waiting to read it, no process of an
-    /// adopted slot still reconnecting): the application changed its message type and was
-    /// started again. The old type's kept value is forgotten, as `reclaim` would in time, and
-    /// the name takes the new type; otherwise the publisher would be refused until then.
+    /// An endpoint of `name` with another type than the slot kept for it, which nobody uses
+    /// (no endpoint, no running writer, no tool waiting to read it, no process of an adopted
+    /// slot still reconnecting): the application changed its message type and its programs
+    /// were started again, in either order. The old type's kept value is forgotten, as
+    /// `reclaim` would in time, and the name takes the new type; otherwise the new publisher,
+    /// or a new subscriber started before it, would be refused until then.
     fn retype_unused(&mut self, name: &SlotName, schema: &Schema) {
         let Some(entry) = self.slots.get(name) else {
             return;
@@ -175,8 +176,8 @@ impl Registry {
         }
         if reg.kind == EndpointKind::Publication {
             self.forget_dead_publisher(&reg.name);
-            self.retype_unused(&reg.name, &parsed);
         }
+        self.retype_unused(&reg.name, &parsed);
         let entry = self
             .slots
             .entry(reg.name.clone())
