@@ -9,6 +9,13 @@ pub enum NameError {
     #[error("invalid domain name {name:?}: a domain is 1 to 32 of the characters A-Z a-z 0-9 _ -")]
     Domain { name: String },
     #[error(
+        "invalid domain name {name:?} in {env}: a domain is 1 to 32 of the characters A-Z a-z \
+         0-9 _ -; unset {env} for the domain '{default}'",
+        env = crate::names::DOMAIN_ENV,
+        default = crate::names::DEFAULT_DOMAIN
+    )]
+    DomainFromEnv { name: String },
+    #[error(
         "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes, uses \
          only letters, digits and _ - . /, and has no empty, '.' or '..' part between slashes \
          (no '//', no '/' at the end){}",
@@ -112,7 +119,10 @@ pub enum BusError {
         capacity: usize,
         requested: usize,
     },
-    #[error("{name} already has a live publisher (pid {pid}); a slot has one writer")]
+    #[error(
+        "{name} already has a live publisher ({}); a slot has one writer",
+        publisher(*.pid)
+    )]
     AlreadyPublished { name: String, pid: u32 },
     #[error("no registry-server answers for domain '{domain}' (socket @{socket}): {reason}; start `registry-server --domain {domain}`")]
     RegistryUnreachable {
@@ -167,6 +177,23 @@ impl BusError {
 }
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
+
+/// The process that holds a name, as the registry names it: pid 0 is one the registry cannot
+/// see (another pid namespace, a container), and this process's own pid means that another of
+/// its publications holds the name (`p = bus.publish(..)` makes the new one before the old one
+/// is dropped).
+pub fn publisher(pid: u32) -> String {
+    if pid == 0 {
+        "a process the registry cannot name (in another pid namespace)".to_owned()
+    } else if pid == std::process::id() {
+        format!(
+            "this process, pid {pid}: another publication of it holds the name; drop that one \
+             before making a new one"
+        )
+    } else {
+        format!("process {pid}")
+    }
+}
 
 /// Two schemas under one type name: say what usually causes that. The registry may follow the
 /// slot's type name with a note in parentheses (`T (not created yet: ...)`, `T (published on

@@ -55,11 +55,18 @@ impl Domain {
         })
     }
 
-    /// The domain from `BUS_DOMAIN`, or `default`.
+    /// The domain from `BUS_DOMAIN`, or `default`; a bad name (often set to nothing, by a
+    /// unit's `Environment=`) is an error that names the variable.
     pub fn from_env() -> Result<Domain, NameError> {
-        match std::env::var(DOMAIN_ENV) {
-            Ok(name) => Domain::new(&name),
-            Err(_) => Domain::new(DEFAULT_DOMAIN),
+        Domain::from_env_value(std::env::var(DOMAIN_ENV).ok().as_deref())
+    }
+
+    fn from_env_value(value: Option<&str>) -> Result<Domain, NameError> {
+        match value {
+            Some(name) => Domain::new(name).map_err(|_| NameError::DomainFromEnv {
+                name: name.to_owned(),
+            }),
+            None => Domain::new(DEFAULT_DOMAIN),
         }
     }
 
@@ -234,6 +241,23 @@ impl<'de> serde::Deserialize<'de> for SlotName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_domain_from_the_environment_names_the_variable() {
+        assert_eq!(
+            Domain::from_env_value(None).unwrap().as_str(),
+            DEFAULT_DOMAIN
+        );
+        assert_eq!(Domain::from_env_value(Some("lab")).unwrap().as_str(), "lab");
+        for bad in ["", "a b"] {
+            let e = Domain::from_env_value(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("in BUS_DOMAIN")
+                    && e.contains("unset BUS_DOMAIN for the domain 'default'"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn public_names_follow_the_rule() {

@@ -60,19 +60,9 @@ pub enum ControllerError {
     #[error(
         "controller name {name:?} is taken: {} publishes /robot/controller/{name} (another \
          robot controller of that name, as a rule); give each controller a name of its own",
-        publisher(*.pid)
+        bus::error::publisher(*.pid)
     )]
     NameTaken { name: String, pid: u32 },
-}
-
-/// The process that holds a name, as the registry saw it: pid 0 is one the registry cannot
-/// see (another pid namespace, a container).
-fn publisher(pid: u32) -> String {
-    if pid == 0 {
-        "a process the registry cannot name (in another pid namespace)".to_owned()
-    } else {
-        format!("process {pid}")
-    }
 }
 
 impl ControllerError {

@@ -393,6 +393,15 @@ fn contenders_made_before_the_registry_are_settled_in_creation_order() {
             matches!(err, bus::BusError::AlreadyPublished { .. }),
             "{err}"
         );
+        // The holder is this process: said so, with what to do (`p = bus.publish(..)` over a
+        // publication makes the new one before dropping the old).
+        assert!(
+            err.to_string().contains("this process, pid ")
+                && err
+                    .to_string()
+                    .contains("drop that one before making a new one"),
+            "{err}"
+        );
     }
 }
 
