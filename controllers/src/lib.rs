@@ -19,7 +19,8 @@ use thiserror::Error;
 mod watched;
 use watched::Watched;
 
-/// The protocol types an application names: re-exported so that it depends on this crate only.
+/// The protocol types an application names: re-exported so that it needs no `arbiter`
+/// dependency (it needs `bus` for the `Bus` a controller is made on).
 pub use arbiter::protocol::{Outcome, Status};
 
 /// Default time to live of a block: how long the arbiters honour it without a refresh. The
@@ -117,9 +118,19 @@ pub struct Feedback {
     /// gives it an outcome, by the order it had).
     pub listed: bool,
     /// Not listed yet, but the manager runs and places unlisted controllers last: it will be
-    /// once the manager has seen this controller's block (a moment after the first `publish`).
+    /// once the manager has seen this controller's slot in the registry's directory (a moment
+    /// after `RobotController::new`).
     /// A stopped manager adds no one: its last order stays in force without this controller.
     pub joining: bool,
+}
+
+/// What `RobotController::seen` gathers.
+#[derive(PartialEq)]
+struct Seen {
+    feedback: Vec<Feedback>,
+    arbiters: BTreeMap<String, Vec<String>>,
+    manager_running: bool,
+    manager_order_known: bool,
 }
 
 /// What the refresher shares with the application: the block as last published (the
@@ -452,28 +463,59 @@ impl RobotController {
             .collect()
     }
 
-    /// Pulls the manager config and the arbiters' blocks. `true` if anything changed. Fails
-    /// when this controller's block cannot be published (the registry refused it: another
-    /// live controller has its name).
+    /// Pulls the manager config and the arbiters' blocks. `true` if what this controller sees
+    /// changed: its `feedback`, the `arbiters` and their resources, `manager_running` or
+    /// `manager_order_known`. Fails when this controller's block cannot be published (the
+    /// registry refused it: another live controller has its name).
     pub fn refresh(&mut self) -> Result<bool, ControllerError> {
+        let before = self.seen();
         self.check_publication()?;
         let changed = self.watched.group.update_all()?;
-        let changed = self.resubscribe_if_replaced(changed)?;
-        self.pulled(&changed);
-        self.follow_manager(&changed)?;
-        Ok(!changed.is_empty())
+        self.take_in(changed)?;
+        Ok(self.seen() != before)
     }
 
-    /// Waits until the manager config or an arbiter's block changes (`true`) or `timeout`.
-    /// After a wake-up only the block that woke it is pulled; blocks that changed at the same
-    /// moment come with the next call, which then returns at once (`refresh` pulls them all).
+    /// Sleeps until what this controller sees changes (`true`: as for `refresh`) or `timeout`
+    /// passes (`false`). An arbiter rewrites its block whenever any controller publishes (it
+    /// acknowledges the refresh), and those rewrites are pulled without waking the caller: a
+    /// loop that publishes and then waits sleeps until its answer changes, rather than being
+    /// woken by its own publish. Blocks that changed at the moment of a wake-up that counts are
+    /// pulled by the next call (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
-        self.check_publication()?;
-        let changed = self.watched.group.wait_any(timeout)?;
+        let before = self.seen();
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            self.check_publication()?;
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let changed = self.watched.group.wait_any(left)?;
+            self.take_in(changed)?;
+            if self.seen() != before {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// After a pull of the group: takes in the members in `changed`.
+    fn take_in(&mut self, changed: Vec<usize>) -> Result<(), ControllerError> {
         let changed = self.resubscribe_if_replaced(changed)?;
         self.pulled(&changed);
-        self.follow_manager(&changed)?;
-        Ok(!changed.is_empty())
+        self.follow_manager(&changed)
+    }
+
+    /// What the application can read of the arbitration now, for `refresh` and `wait_feedback`
+    /// to tell a change from a block rewritten with the same answer.
+    fn seen(&self) -> Seen {
+        Seen {
+            feedback: self.feedback(),
+            arbiters: self.arbiters(),
+            manager_running: self.manager_running(),
+            manager_order_known: self.manager_order_known(),
+        }
     }
 
     /// The registry's refusal of this controller's block, if any: started before the registry

@@ -673,3 +673,41 @@ fn an_application_knows_what_it_owns() {
     assert!(out.status.success(), "{out:?}");
     eventually("app owns the turret again", || owns_turret(&mut app));
 }
+
+/// `wait_feedback` sleeps until what the application sees changes. Each publish moves the
+/// block's expiry, and the arbiter rewrites its own block to acknowledge it: a loop that
+/// published and then waited was woken by that rewrite at once, and spun.
+#[test]
+fn a_publish_and_wait_loop_sleeps_until_its_answer_changes() {
+    let mut r = Robot::running(&["x", "app"]);
+    let bus = r.t.bus();
+    let mut app =
+        controllers::RobotController::new(&bus, "app", controllers::Status::Compromising).unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    app.publish().unwrap();
+    eventually("app owns the turret", || {
+        app.refresh().unwrap();
+        app.owns("arm/turret")
+    });
+    let mut woken = 0;
+    for _ in 0..10 {
+        app.publish().unwrap();
+        if app
+            .wait_feedback(std::time::Duration::from_millis(100))
+            .unwrap()
+        {
+            woken += 1;
+        }
+    }
+    assert_eq!(woken, 0, "nothing app sees changed: {:?}", app.feedback());
+    assert!(app.owns("arm/turret"));
+    let x = r.x_holding_the_turret("2");
+    // A wait far longer than the test's watchdog allows would time out; it is woken instead.
+    let woke = app
+        .wait_feedback(std::time::Duration::from_secs(20))
+        .unwrap();
+    assert!(woke, "the change woke the wait");
+    assert!(!app.owns("arm/turret"), "{:?}", app.feedback());
+    let out = r.t.finish(x);
+    assert!(out.status.success(), "{out:?}");
+}
