@@ -6,7 +6,7 @@
 mod common;
 mod robot;
 
-use common::eventually;
+use common::{eventually, require_root, runnable_by_anyone, AS_NOBODY};
 use robot::{manager_order, manager_toml, manager_toml_unlisted_last, order_is, Robot};
 use serde_json::{json, Value};
 
@@ -327,4 +327,37 @@ fn a_controller_reports_what_the_arbiter_does_while_the_managers_order_is_gone()
         json!({"turret": "a", "shoulder": null, "elbow1": null, "elbow2": null}),
         json!({"a": "full"}),
     );
+}
+
+/// A file the manager may not read, made readable by a change of its mode alone, is taken:
+/// nothing saw that change (the file's look compared its size and modification time, and no
+/// event was asked for), and the old order stayed in force until a SIGHUP. The manager runs
+/// as another user: root reads any file.
+#[test]
+fn a_file_made_readable_by_its_mode_alone_is_taken() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let mut r = Robot::new(&["a"]);
+    r.t.start_registry_with(&["--group", "65534"]);
+    let manager = runnable_by_anyone(&r.t, "robot-manager");
+    let mode = |m| std::fs::Permissions::from_mode(m);
+    std::fs::set_permissions(&r.manager_file, mode(0o644)).unwrap();
+    let mut args = AS_NOBODY.to_vec();
+    let config = r.manager_file.to_str().unwrap().to_owned();
+    args.extend([manager.to_str().unwrap(), "--config", &config]);
+    let m = r.t.spawn("setpriv".into(), &args);
+    eventually("the order is published", || order_is(&r, json!(["a"])));
+    // As `install -m 600` by root leaves a file: replaced by one only its owner reads.
+    let new = r.t.dir().join("manager.toml.new");
+    std::fs::write(&new, manager_toml(&["b"])).unwrap();
+    std::fs::set_permissions(&new, mode(0o600)).unwrap();
+    std::fs::rename(&new, &r.manager_file).unwrap();
+    eventually("the manager says it may not read the file", || {
+        r.t.stderr_of(m).contains("Permission denied")
+    });
+    assert!(order_is(&r, json!(["a"])), "the previous order stays");
+    std::fs::set_permissions(&r.manager_file, mode(0o644)).unwrap();
+    eventually("the file made readable is taken", || {
+        order_is(&r, json!(["b"]))
+    });
 }

@@ -94,10 +94,12 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // Not IN_CREATE: a file just created is usually still empty; its close comes next.
     // IN_MODIFY only says a write is under way (see `writing` below). A watched directory
     // moved or removed no longer holds the config: its watch is dropped and the directory
-    // now at the path watched (IN_IGNORED comes without asking).
+    // now at the path watched (IN_IGNORED comes without asking). IN_ATTRIB: a file this
+    // process may not read becomes readable by a change of its mode or owner alone.
     let changes = AddWatchFlags::IN_CLOSE_WRITE
         | AddWatchFlags::IN_MOVED_TO
         | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_ATTRIB
         | AddWatchFlags::IN_MOVE_SELF
         | AddWatchFlags::IN_DELETE_SELF;
     let mut watches = Vec::new();
@@ -462,19 +464,27 @@ fn watch_config(
     Ok(())
 }
 
-/// What identifies the config file's content without reading it: the file the path leads to
-/// (through any symlinks) and its size and modification time. `None` while it cannot be read.
+/// What identifies the config file's content, and whether this process may read it, without
+/// reading it: the file the path leads to (through any symlinks), its size, and its
+/// modification and change times (the change time moves with its mode and owner too). `None`
+/// while its metadata cannot be read.
 #[derive(PartialEq)]
-struct Fingerprint(Option<(u64, u64, u64, i64, i64)>);
+struct Fingerprint(Option<[i64; 7]>);
 
 impl Fingerprint {
     fn of(path: &Path) -> Fingerprint {
         use std::os::unix::fs::MetadataExt;
-        Fingerprint(
-            std::fs::metadata(path)
-                .ok()
-                .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
-        )
+        Fingerprint(std::fs::metadata(path).ok().map(|m| {
+            [
+                m.dev() as i64,
+                m.ino() as i64,
+                m.size() as i64,
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            ]
+        }))
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bus::BusError;
-use common::{TestBus, WATCHDOG};
+use common::{require_root, runnable_by_anyone, TestBus, AS_NOBODY, WATCHDOG};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
 struct Pose {
@@ -512,30 +512,6 @@ fn segments_belong_to_owner_and_group_never_to_others() {
     common::eventually("the adopted segment is closed to others", || {
         std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o660)
     });
-}
-
-/// A copy of workspace binary `name` that any user may execute (the build tree may not be), in
-/// the test's scratch directory.
-fn runnable_by_anyone(t: &TestBus, name: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = t.dir().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let copy = dir.join(name);
-    std::fs::copy(common::bin(name), &copy).unwrap();
-    for d in [t.dir(), dir] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
-
-/// `setpriv` arguments that run a program as user and group 65534 without other groups.
-const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
-
-fn require_root() {
-    if !nix::unistd::geteuid().is_root() {
-        panic!("this test runs a process as another user: run the tests as root");
-    }
 }
 
 /// The registry's socket has no file permissions (it is abstract), so the registry checks who

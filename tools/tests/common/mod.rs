@@ -273,3 +273,27 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A copy of workspace binary `name` that any user may execute (the build tree may not be), in
+/// the test's scratch directory.
+pub fn runnable_by_anyone(t: &TestBus, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = t.dir().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(name);
+    std::fs::copy(bin(name), &copy).unwrap();
+    for d in [t.dir(), dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// `setpriv` arguments that run a program as user and group 65534 without other groups.
+pub const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+
+pub fn require_root() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test runs a process as another user: run the tests as root");
+    }
+}
