@@ -561,6 +561,12 @@ fn a_run_no_arbiter_answered_fails_and_a_refusal_says_it_released() {
         printed.contains("not in the robot manager's order"),
         "{printed}"
     );
+    // The error it ends with gives the reason too (it said only that no arbiter answered).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("had answered this controller (arm: not in the robot manager's order)"),
+        "{err}"
+    );
 }
 
 /// The longest order the manager publishes is one an arbiter can follow (one wait over every

@@ -192,9 +192,10 @@ fn run(args: &Args) -> Result<(), String> {
     // whose commands never reached a running arbiter, or that no arbiter answered, for one
     // that commanded the robot.
     if (!accepted || !answered) && !stop.load(Ordering::Relaxed) {
+        let why = said.or_else(|| unanswered(&controller.feedback(), &commanded));
         return Err(format!(
             "--duration-s ended before every arbiter commanded had answered this controller{}",
-            said.map(|w| format!(" ({w})")).unwrap_or_default()
+            why.map(|w| format!(" ({w})")).unwrap_or_default()
         ));
     }
     Ok(())
@@ -251,13 +252,34 @@ fn print_note(args: &Args, kind: &str, text: &str, more: &str) {
     }
 }
 
-fn print_feedback(args: &Args, f: &controllers::Feedback) {
-    let outcome = f.outcome.map(|o| {
+/// Why the commanded arbiters that gave no answer did not, from their feedback as last pulled:
+/// the end of a run that commanded nothing says it.
+fn unanswered(
+    feedback: &[controllers::Feedback],
+    commanded: &std::collections::BTreeSet<&str>,
+) -> Option<String> {
+    let reasons: Vec<String> = commanded
+        .iter()
+        .filter_map(|a| match feedback.iter().find(|f| f.arbiter == *a) {
+            Some(f) if f.arbiter_responding && f.outcome.is_some() => None,
+            Some(f) => Some(format!("{a}: {}", state_of(f, outcome_name(f).as_deref()))),
+            None => Some(format!("{a}: no such arbiter is running")),
+        })
+        .collect();
+    (!reasons.is_empty()).then(|| reasons.join("; "))
+}
+
+fn outcome_name(f: &controllers::Feedback) -> Option<String> {
+    f.outcome.map(|o| {
         serde_json::to_value(o)
             .map(|v| v.as_str().unwrap_or("?").to_owned())
             .unwrap_or_default()
-    });
-    let state = if f.joining {
+    })
+}
+
+/// Where this controller stands with one arbiter, in words.
+fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str {
+    if f.joining {
         "joining the robot manager's order (unlisted, placed last)"
     } else if !f.listed {
         "not in the robot manager's order"
@@ -267,8 +289,13 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
         "arbiter not responding (its command is not re-stamped: it hangs, or the bus from its \
          computer is cut: a registry restarting, the network)"
     } else {
-        outcome.as_deref().unwrap_or("not seen yet")
-    };
+        outcome.unwrap_or("not seen yet")
+    }
+}
+
+fn print_feedback(args: &Args, f: &controllers::Feedback) {
+    let outcome = outcome_name(f);
+    let state = state_of(f, outcome.as_deref());
     if args.json {
         say(
             &serde_json::json!({"controller": args.name, "arbiter": f.arbiter,

@@ -123,7 +123,8 @@ enum Command {
         /// Stop after this many values (at least 1).
         #[arg(long, value_parser = daemon::whole_number(1, u64::MAX, "a count of values"))]
         count: Option<u64>,
-        /// Stop after this many seconds (exit status 2 if --count values were not seen).
+        /// Stop after this many seconds (exit status 2 if --count values were not seen; 1 if
+        /// the slot never appeared).
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
         /// How often to look for a new value, milliseconds.
@@ -213,7 +214,8 @@ enum Command {
     /// Remove the segments `doctor` finds stale, after asking (or with --yes).
     ///
     /// Without a terminal on stdin and without --yes, refuses. Only this domain's segments are
-    /// ever touched.
+    /// ever touched. With --json: one line per segment removed or kept, none when nothing was
+    /// removed.
     Clean {
         /// Remove without asking.
         #[arg(long)]
@@ -562,7 +564,9 @@ fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
             .read_line(&mut answer)
             .map_err(|e| format!("clean: reading the answer: {e}"))?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            say("nothing removed");
+            if !json {
+                say("nothing removed");
+            }
             return Ok(0);
         }
     }

@@ -39,8 +39,9 @@ struct Args {
     rate_hz: f64,
     /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
     /// (the arbiters re-stamp their commands every heartbeat_ms, 100 ms by default), or its
-    /// computer's clock is off. At least three of the command's own heartbeats; a command of an
-    /// arbiter without heartbeat (heartbeat_ms 0) never grows old. 0: commands never grow old.
+    /// computer's clock is off. A smaller value than three of the command's own heartbeats is
+    /// raised to that for the command; a command of an arbiter without heartbeat (heartbeat_ms
+    /// 0) never grows old. 0: commands never grow old.
     #[arg(long, default_value_t = 500)]
     command_timeout_ms: u64,
     /// Bus domain.
