@@ -363,13 +363,18 @@ impl RobotController {
     /// Publishes the commands and status set so far, freshly stamped: the arbiters see every change
     /// made since the last publish at once, never part of them. The first publish also pulls
     /// (`refresh`), and its errors are `refresh`'s: the arbiter blocks held then are from before
-    /// this controller, and `feedback` reports no outcome from them. Until the first call nothing
-    /// is on the bus; from then on a background thread keeps the published block fresh (re-stamped,
-    /// unchanged).
+    /// this controller, and `feedback` reports no outcome from them. It then checks the commands
+    /// against the arbiters known (`check_commands`: a command `set` before they were known was
+    /// taken unchecked) and publishes nothing if one is wrong: a misspelled resource would
+    /// otherwise be denied without a word, for ever. Until the first call nothing is on the bus;
+    /// from then on a background thread keeps the published block fresh (re-stamped,
+    /// unchanged). Later publishes check nothing: an arbiter's configuration that changes while
+    /// the application runs must not stop it from commanding the rest.
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         if !lock(&self.shared).published {
             // What the arbiters say of this name before now is about an earlier process of it.
             self.refresh()?;
+            self.check_commands()?;
             self.watched.mark_first_publish();
             self.first_publish_ns = Some(now_ns());
         }

@@ -297,6 +297,22 @@ fn an_unknown_resource_is_a_clear_error() {
         err.contains("unknown arbiter") && err.contains("arm"),
         "{err}"
     );
+    // The library: a command set before the arbiters are known is taken unchecked, and the
+    // first publish, which learns them, refuses it rather than publish a request that is
+    // denied without a word.
+    let bus = r.t.bus();
+    let mut app =
+        controllers::RobotController::new(&bus, "x", controllers::Status::NonCompromising).unwrap();
+    app.set("arm/shoulderr", 0.2).unwrap();
+    let err = app.publish().expect_err("refused").to_string();
+    assert!(err.contains("unknown resource arm/shoulderr"), "{err}");
+    app.clear("arm/shoulderr");
+    app.set("arm/shoulder", 0.2).unwrap();
+    app.publish().unwrap();
+    eventually("x owns the shoulder", || {
+        app.refresh().unwrap();
+        app.owns("arm/shoulder")
+    });
 }
 
 #[test]
