@@ -678,15 +678,11 @@ fn a_clamped_command_is_said_to_be_clamped() {
 fn an_application_knows_what_it_owns() {
     let mut r = Robot::running(&["x", "app"]);
     let bus = r.t.bus();
-    let mut app =
-        controllers::RobotController::new(&bus, "app", controllers::Status::Compromising).unwrap();
-    app.set("arm/turret", 0.5).unwrap();
-    app.publish().unwrap();
+    let mut app = app_owning_the_turret(&bus);
     let owns_turret = |app: &mut controllers::RobotController| {
         app.refresh().unwrap();
         app.owns("arm/turret")
     };
-    eventually("app owns the turret", || owns_turret(&mut app));
     assert!(!app.owns("arm/shoulder"), "asked for the turret only");
     assert!(!app.owns("turret"), "not a resource name: owns nothing");
     let x = r.x_holding_the_turret("2");
@@ -703,14 +699,7 @@ fn an_application_knows_what_it_owns() {
 fn a_publish_and_wait_loop_sleeps_until_its_answer_changes() {
     let mut r = Robot::running(&["x", "app"]);
     let bus = r.t.bus();
-    let mut app =
-        controllers::RobotController::new(&bus, "app", controllers::Status::Compromising).unwrap();
-    app.set("arm/turret", 0.5).unwrap();
-    app.publish().unwrap();
-    eventually("app owns the turret", || {
-        app.refresh().unwrap();
-        app.owns("arm/turret")
-    });
+    let mut app = app_owning_the_turret(&bus);
     let mut woken = 0;
     for _ in 0..10 {
         app.publish().unwrap();
@@ -732,4 +721,17 @@ fn a_publish_and_wait_loop_sleeps_until_its_answer_changes() {
     assert!(!app.owns("arm/turret"), "{:?}", app.feedback());
     let out = r.t.finish(x);
     assert!(out.status.success(), "{out:?}");
+}
+
+/// The application `app` (this process), compromising, once it owns the turret.
+fn app_owning_the_turret(bus: &bus::Bus) -> controllers::RobotController {
+    let mut app =
+        controllers::RobotController::new(bus, "app", controllers::Status::Compromising).unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    app.publish().unwrap();
+    eventually("app owns the turret", || {
+        app.refresh().unwrap();
+        app.owns("arm/turret")
+    });
+    app
 }
