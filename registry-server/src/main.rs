@@ -296,6 +296,14 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
             name
         }
     };
+    if a.key_file.is_some() {
+        // Before the key is read: a process of the same user (every Baton unit and
+        // application runs as `baton`) may otherwise read it out of this one's memory
+        // (/proc/PID/mem, ptrace). Core dumps go with it.
+        nix::sys::prctl::set_dumpable(false).map_err(|e| {
+            format!("cannot keep the network key from other processes (prctl PR_SET_DUMPABLE): {e}")
+        })?;
+    }
     let key = a
         .key_file
         .as_deref()

@@ -8,7 +8,7 @@ mod netns;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use common::summary;
+use common::{require_root, summary, AS_NOBODY, WATCHDOG};
 use netns::{capture_from, eventually, Lab, PORT};
 
 const A: usize = 0;
@@ -575,4 +575,68 @@ fn a_publisher_that_has_not_written_loses_a_conflict_to_a_live_one() {
         "{:?}",
         says(B)
     );
+}
+
+/// Every Baton unit and application runs as user `baton`: a registry holding the network key
+/// makes itself non-dumpable, so that another process of its user cannot read the key out of
+/// its memory (/proc/PID/mem, which needs only the same user where ptrace is not restricted).
+#[test]
+fn a_registry_with_a_key_keeps_its_memory_from_its_own_user() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    require_root();
+    let lab = Lab::new(1);
+    let dir = std::env::temp_dir().join(format!("baton-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let registry = dir.join("registry-server");
+    std::fs::copy(common::bin("registry-server"), &registry).unwrap();
+    let key = dir.join("net.key");
+    std::fs::write(&key, "correct horse battery staple\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    chown(&key, Some(65534), Some(65534)).unwrap();
+    let mut child = lab
+        .command(A, std::path::Path::new("setpriv"))
+        .args(AS_NOBODY)
+        .arg(&registry)
+        .args(["--domain", netns::DOMAIN, "--net", "--host", "ha"])
+        .arg("--key-file")
+        .arg(&key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until nsenter and setpriv have made way for the registry, the process is root's, and
+    // closed to nobody for that reason.
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + WATCHDOG;
+    while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&registry)
+        || !std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .contains("Uid:\t65534")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the registry did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mem = format!("if=/proc/{pid}/mem");
+    let denied = loop {
+        let out = std::process::Command::new("setpriv")
+            .args(AS_NOBODY)
+            .args(["dd", &mem, "of=/dev/null", "count=0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if err.contains("Permission denied") || std::time::Instant::now() > deadline {
+            break (!out.status.success(), err);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(running, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(denied.0, "its user read its memory: {}", denied.1);
 }

@@ -30,7 +30,19 @@ impl Key {
     /// its group is allowed (a group reserved for the registry, see docs/deploying.md).
     pub fn from_file(path: &std::path::Path, domain: &str) -> Result<Key, String> {
         use std::io::Read;
-        let cannot = |e: std::io::Error| format!("cannot read key file {}: {e}", path.display());
+        let cannot = |e: std::io::Error| {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                format!(
+                    "; this registry (uid {}) must be able to read it: give the file to a group \
+                     the registry is in (under systemd, the unit's SupplementaryGroups=: see \
+                     docs/deploying.md)",
+                    nix::unistd::getuid()
+                )
+            } else {
+                String::new()
+            };
+            format!("cannot read key file {}: {e}{hint}", path.display())
+        };
         let mut file = std::fs::File::open(path).map_err(cannot)?;
         // The mode of the file opened, not of whatever the path names a moment later.
         let metadata = file.metadata().map_err(cannot)?;
