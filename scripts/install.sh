@@ -8,9 +8,14 @@
 #   scripts/install.sh --prefix /opt/baton  # binaries and guides under /opt/baton (absolute;
 #                                           # the units and example configs point there)
 #
-# Existing files in /etc/baton are never overwritten. Then: edit /etc/baton/*, and
+# Installs: the six programs in PREFIX/bin, the units in /etc/systemd/system/baton-*.service,
+# example configuration in /etc/baton, the guides in PREFIX/share/doc/baton. Existing files in
+# /etc/baton are never overwritten; the units and programs are (put local changes to a unit in
+# a drop-in, /etc/systemd/system/baton-*.service.d/). Then: edit /etc/baton/*, and
 #   systemctl enable --now baton-registry baton-manager baton-arbiter@arm baton-arbiter@drive \
 #                          baton-sim baton-controller@teleop
+# Upgrading is running it again, then `systemctl restart 'baton-*'`. There is no uninstaller:
+# disable the units and remove the files listed above.
 set -euo pipefail
 self="$(readlink -f "$0")"
 
@@ -18,8 +23,8 @@ root=""
 prefix=/usr/local
 bin_dir=""
 usage_error() { echo "install.sh: $1 (see --help)" >&2; exit 2; }
-# An option's value: present and not empty.
-need() { [[ $# -ge 2 && -n "$2" ]] || usage_error "$1 needs a directory"; }
+# An option's value: present, not empty, and not the next option.
+need() { [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || usage_error "$1 needs a directory"; }
 # Relative directories are the caller's: made absolute before moving to the repository.
 while (($#)); do
     case "$1" in
@@ -32,6 +37,10 @@ while (($#)); do
         *) usage_error "unknown option $1" ;;
     esac
 done
+if [[ -z "$root" && "$(id -u)" -ne 0 ]]; then
+    echo "install.sh: installing into / needs root (run it with sudo), or stage with --root DIR" >&2
+    exit 1
+fi
 cd "$(dirname "$self")/.."
 binaries=(registry-server robot-manager arbiter robot-controller robot-sim bus-inspect)
 if [[ -z "$bin_dir" ]]; then

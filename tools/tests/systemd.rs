@@ -59,6 +59,16 @@ fn installed_units_pass_systemd_analyze_verify() {
         "install.sh: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // An option where a directory belongs is a usage error, not a directory named `--bin-dir`
+    // (it was taken as one, and realpath failed on it).
+    let out = Command::new(repo().join("scripts/install.sh"))
+        .args(["--root", "--bin-dir"])
+        .arg(&bin_dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--root needs a directory"), "{err}");
     // A minimal image of a real machine for the verifier: systemd's own units, sh and kill.
     std::fs::create_dir_all(stage.join("usr/lib/systemd")).unwrap();
     copy_dir(
