@@ -393,6 +393,11 @@ fn unicast_peers_connect(both_sides: bool) {
     );
     let r = lab.read_until(A, "/back", "4", "20");
     check(&mut lab, r, 4, "subscriber on A reached by unicast");
+    // B answers the --peer of A by unicast and says so; A, which names B, says nothing of the
+    // kind (it said B announced to it for its --peer, of B's answer).
+    let said = "announces to this host by unicast (its --peer)";
+    assert_eq!(lab.log(B).contains(said), !both_sides, "{}", lab.log(B));
+    assert!(!lab.log(A).contains(said), "{}", lab.log(A));
 }
 
 /// A registry restarted with its clock set back (a computer without a real-time clock, before

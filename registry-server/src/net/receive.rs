@@ -287,7 +287,9 @@ impl Net {
         let addr = SocketAddr::new(from.ip(), a.data_port);
         let host = a.host.clone();
         let change = st.peers.heard(a, d.header.session, addr, Instant::now());
-        if unicast {
+        // By unicast from a host this one names with --peer: its answer to this host's own
+        // announcements, which go to it by unicast already.
+        if unicast && !self.unicast_peers.iter().any(|p| p.ip() == from.ip()) {
             st.peers.heard_by_unicast(&host);
         }
         if change.is_new() {
