@@ -24,6 +24,9 @@ control arbiters to follow.\n\n\
 The file is reloaded on SIGHUP and whenever it changes; an invalid new file is reported and the \
 previous config stays in force. Controllers that appear on the bus without being listed are \
 ignored, or placed after the listed ones with `unlisted = \"last\"`.\n\n\
+Exit status: 0 on SIGTERM or SIGINT (the order in force stays on /robot/manager); 1 for a file \
+that is not valid at start, another manager publishing the order, or a bus failure; 2 for a \
+command line that does not parse.\n\n\
 Config (TOML):\n  controllers = [\"teleop\", \"autonomy\"]   # highest priority first\n  \
 arbiters = [\"arm\", \"drive\"]\n  unlisted = \"last\"                      # or \"ignore\" (default)"
 )]

@@ -25,6 +25,10 @@ enum StatusArg {
 Publishes /robot/controller/<name> (kept fresh while it runs), and prints one line per arbiter \
 whenever this controller's outcome or owned resources change. Ends after --duration-s, or on \
 Ctrl-C / SIGTERM (or SIGHUP when its terminal closes), releasing its resources at once.\n\n\
+Exit status: 0 when interrupted, or when --duration-s ends after every arbiter it commands \
+answered it; 1 when a command was refused, its name is taken, or --duration-s ran out before \
+every arbiter commanded answered (the error says why); 2 for a command line that does not \
+parse.\n\n\
 Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
 )]
 struct Args {
@@ -42,7 +46,8 @@ struct Args {
     /// arbiters honour it if this process stops refreshing it.
     #[arg(long, default_value_t = 200, value_parser = daemon::whole_number(10, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
     ttl_ms: u64,
-    /// Run this many seconds, then release and exit (default: until interrupted).
+    /// Run this many seconds (0 to 31536000, a year), then release and exit (default: until
+    /// interrupted).
     #[arg(long, value_parser = seconds)]
     duration_s: Option<Duration>,
     /// Print each change as one JSON object per line.

@@ -24,7 +24,11 @@ const EXAMPLES: &str = "Examples:
   bus-inspect graph | dot -Tsvg > bus.svg
   bus-inspect stats
   bus-inspect doctor
-  bus-inspect --domain test clean --yes";
+  bus-inspect --domain test clean --yes
+
+Exit status: 0 done; 1 any other error (a slot that does not exist or never appeared, a refused
+put, a doctor check that failed, a segment clean kept); 2 wait, or watch --count, reached its
+--timeout first; 64 a command line that does not parse or a value out of range.";
 
 #[derive(Parser)]
 #[command(
@@ -123,11 +127,11 @@ enum Command {
         /// Stop after this many values (at least 1).
         #[arg(long, value_parser = daemon::whole_number(1, u64::MAX, "a count of values"))]
         count: Option<u64>,
-        /// Stop after this many seconds (exit status 2 if --count values were not seen; 1 if
-        /// the slot never appeared).
+        /// Stop after this many seconds, at most a year (exit status 2 if --count values were
+        /// not seen; 1 if the slot never appeared).
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
-        /// How often to look for a new value, milliseconds.
+        /// How often to look for a new value, milliseconds (1 to 3600000).
         #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"))]
         poll_ms: u64,
         /// One JSON object per value: name, type, sequence, time_ns, writer, origin, value.
@@ -179,7 +183,7 @@ enum Command {
         /// Slot names (a slot that does not exist yet is watched for its appearance).
         #[arg(required = true, value_parser = slot_name_arg)]
         names: Vec<bus::SlotName>,
-        /// Give up after this many seconds.
+        /// Give up after this many seconds (at most a year).
         #[arg(long, value_parser = timeout_seconds)]
         timeout: Option<Duration>,
         /// How often to look, milliseconds.
