@@ -148,21 +148,23 @@ impl<'a> Encoder<'a> {
                 if string_key(key, self.walk.registry(), 0) =>
             {
                 self.len(object.len());
+                let mut keys = std::collections::HashSet::new();
                 for (name, item) in object {
                     self.walk.path.push(Seg::Key(name.clone()));
                     let key_json = key_value(key, name, self.walk.registry(), 0);
-                    self.value(key, &key_json, depth + 1)?;
+                    self.map_key(key, &key_json, depth, &mut keys)?;
                     self.value(value, item, depth + 1)?;
                     self.walk.path.pop();
                 }
             }
             (Format::Map { key, value }, Value::Array(pairs)) => {
                 self.len(pairs.len());
+                let mut keys = std::collections::HashSet::new();
                 for (index, pair) in pairs.iter().enumerate() {
                     self.walk.path.push(Seg::Index(index));
                     match pair.as_array().map(Vec::as_slice) {
                         Some([k, v]) => {
-                            self.value(key, k, depth + 1)?;
+                            self.map_key(key, k, depth, &mut keys)?;
                             self.value(value, v, depth + 1)?;
                         }
                         _ => {
@@ -181,6 +183,27 @@ impl<'a> Encoder<'a> {
             }
             (Format::TypeName(name), _) => self.container(name, format, json, depth)?,
             _ => return Err(self.mismatch(format, json)),
+        }
+        Ok(())
+    }
+
+    /// Encodes one map key, refusing a key equal to an earlier one once parsed (`"1"` and
+    /// `"01"` for an integer key): the decoded map would keep one of them, and the value of
+    /// the other would be lost without a word.
+    fn map_key(
+        &mut self,
+        key: &'a Format,
+        json: &Value,
+        depth: usize,
+        seen: &mut std::collections::HashSet<Vec<u8>>,
+    ) -> Result<(), SchemaError> {
+        let start = self.out.len();
+        self.value(key, json, depth + 1)?;
+        if !seen.insert(self.out[start..].to_vec()) {
+            return Err(self.walk.err(format!(
+                "the key {} repeats an earlier key of this map (the same value once read)",
+                json
+            )));
         }
         Ok(())
     }

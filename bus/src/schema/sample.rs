@@ -305,6 +305,17 @@ impl<'de> de::Deserializer<'de> for Tracing<'_> {
         let formats = seq.formats();
         self.t.stack.pop();
         let value = value?;
+        if formats.len() != fields.len() {
+            // serde_derive lists a field's aliases among the names (sorted in): which name is
+            // which field cannot be told, and a schema that paired them in order would be
+            // wrong.
+            return Err(TraceError(format!(
+                "struct `{name}` declares {} field names for its {} fields: a field with \
+                 #[serde(alias)] cannot be described on the bus; drop the alias",
+                fields.len(),
+                formats.len()
+            )));
+        }
         if !cut {
             let named = fields
                 .iter()

@@ -603,3 +603,54 @@ fn corrupt_values_are_errors() {
     let error = list.decode_json(&deep).expect_err("deep").to_string();
     assert!(error.contains("deeper"), "{error}");
 }
+
+/// Two keys of one map that differ as text but not once read (`"1"` and `"01"` for an integer
+/// key) are refused: the map decoded would keep one, and the other's value would be lost.
+#[test]
+fn map_keys_equal_once_read_are_refused() {
+    let schema = Schema::of_serde::<BTreeMap<i32, u8>>().expect("schema");
+    for text in [json!({"1": 1, "01": 2}), json!([[1, 1], [1, 2]])] {
+        let error = schema.encode_json(&text).expect_err("refused").to_string();
+        assert!(error.contains("repeats an earlier key"), "{text}: {error}");
+    }
+    let bytes = schema
+        .encode_json(&json!({"1": 1, "2": 2}))
+        .expect("encode");
+    let map: BTreeMap<i32, u8> = codec::decode(&bytes).expect("decode");
+    assert_eq!(map, BTreeMap::from([(1, 1), (2, 2)]));
+}
+
+/// A double printed by `decode_json` and parsed back gives the same bits (`put` of what `get`
+/// printed): serde_json's default parser can be one unit in the last place off.
+#[test]
+fn doubles_survive_their_text() {
+    let schema = Schema::of_serde::<(f64,)>().expect("schema");
+    for x in [2.291712365432881e-9f64, 0.1, 1.0 / 3.0, 5e-324, f64::MAX] {
+        let mut bytes = Vec::new();
+        codec::encode_into(&(x,), &mut bytes).expect("encode");
+        let text = schema.decode_json(&bytes).expect("decode").to_string();
+        let back = schema
+            .encode_json(&serde_json::from_str(&text).expect("parse"))
+            .expect("encode");
+        let (y,): (f64,) = codec::decode(&back).expect("decode");
+        assert_eq!(y.to_bits(), x.to_bits(), "{x:e} printed as {text}");
+    }
+}
+
+/// serde_derive counts a field's aliases among its names: such a type is refused with a reason
+/// rather than described with names paired with the wrong fields (it printed `{"a_old": 1,
+/// "x": 2}` for `{x: 1, y: 2}`, and `put` refused the right form).
+#[test]
+fn a_field_alias_is_refused_with_a_reason() {
+    #[derive(Serialize, Deserialize)]
+    #[allow(dead_code)]
+    struct Aliased {
+        #[serde(alias = "a_old")]
+        x: i32,
+        y: i32,
+    }
+    let error = Schema::of_serde::<Aliased>()
+        .expect_err("refused")
+        .to_string();
+    assert!(error.contains("#[serde(alias)]"), "{error}");
+}
