@@ -90,6 +90,14 @@ impl Domain {
         format!("/{}{}", self.segment_prefix(), slot.in_segment_name())
     }
 
+    /// The domain a file in `/dev/shm` is a segment of, if it is one: `segment_prefix`, then a
+    /// slot's first mark (`~` for a public name, `%` for a private one).
+    pub fn of_segment_file(file_name: &str) -> Option<Domain> {
+        let rest = file_name.strip_prefix("baton.")?;
+        let end = rest.find(['~', '%'])?;
+        Domain::new(&rest[..end]).ok()
+    }
+
     /// The slot a file in `/dev/shm` belongs to, if it belongs to this domain.
     pub fn slot_of_segment_file(&self, file_name: &str) -> Option<SlotName> {
         let rest = file_name.strip_prefix(&self.segment_prefix())?;
@@ -276,6 +284,15 @@ mod tests {
 
     /// Segments named under the older, looser rule (`/a//b` was a valid name) are still found
     /// as this domain's, so that they are listed, adopted and cleaned.
+    #[test]
+    fn the_domain_of_a_segment_file_is_read_from_its_name() {
+        let of = |f: &str| Domain::of_segment_file(f).map(|d| d.as_str().to_owned());
+        assert_eq!(of("baton.lab~robot~manager").as_deref(), Some("lab"));
+        assert_eq!(of("baton.lab%1f2e").as_deref(), Some("lab"));
+        assert_eq!(of("baton.lab.registry"), None);
+        assert_eq!(of("sem.other"), None);
+    }
+
     #[test]
     fn segments_of_names_an_older_rule_allowed_are_still_found() {
         let d = Domain::new("d").unwrap();

@@ -59,6 +59,16 @@ pub fn user_name(uid: u32) -> Option<String> {
         .map(|u| u.name)
 }
 
+/// The name of user `uid`, or its number when it has none.
+pub fn user_or_number(uid: u32) -> String {
+    user_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// The name of group `gid`, or its number when it has none.
+pub fn group_or_number(gid: u32) -> String {
+    group_name(gid).unwrap_or_else(|| gid.to_string())
+}
+
 /// The name of group `gid` (from the group database), if it has one.
 pub fn group_name(gid: u32) -> Option<String> {
     nix::unistd::Group::from_gid(gid.into())

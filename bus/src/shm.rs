@@ -73,8 +73,7 @@ fn not_permitted(name: &str) -> SegmentError {
         Ok(meta) => {
             let owner = crate::process::user_name(meta.uid())
                 .unwrap_or_else(|| format!("uid {}", meta.uid()));
-            let group =
-                crate::process::group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string());
+            let group = crate::process::group_or_number(meta.gid());
             format!(
                 "this user ({user}) may not open it: it is mode {:04o}, owner {owner}, group \
                  {group}; add the user to that group (usermod -aG {group} {user}) and start \

@@ -586,10 +586,7 @@ fn a_registry_with_a_key_keeps_its_memory_from_its_own_user() {
     require_root();
     let lab = Lab::new(1);
     let dir = std::env::temp_dir().join(format!("baton-nobody-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let registry = dir.join("registry-server");
-    std::fs::copy(common::bin("registry-server"), &registry).unwrap();
+    let registry = common::runnable_copy_in(&dir, "registry-server");
     let key = dir.join("net.key");
     std::fs::write(&key, "correct horse battery staple\n").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -285,11 +285,6 @@ pub fn diagnose(domain: &Domain) -> Report {
     }
 }
 
-/// The name of user `uid`, or its number when it has none.
-fn user_name(uid: u32) -> String {
-    bus::process::user_name(uid).unwrap_or_else(|| uid.to_string())
-}
-
 fn permissions(
     modes: &[String],
     owners: &HashSet<(u32, u32)>,
@@ -297,7 +292,7 @@ fn permissions(
     denied: usize,
 ) -> Check {
     if denied > 0 {
-        let user = user_name(nix::unistd::geteuid().as_raw());
+        let user = bus::process::user_or_number(nix::unistd::geteuid().as_raw());
         return Check::new(
             "permissions",
             Status::Fail,
@@ -318,8 +313,8 @@ fn permissions(
         );
     }
     let names = |(uid, gid): (u32, u32)| {
-        let user = user_name(uid);
-        let group = bus::process::group_name(gid).unwrap_or_else(|| gid.to_string());
+        let user = bus::process::user_or_number(uid);
+        let group = bus::process::group_or_number(gid);
         format!("{user}:{group}")
     };
     let list: Vec<String> = owners.iter().copied().map(names).collect();

@@ -108,15 +108,11 @@ pub fn other_domains(domain: &Domain) -> Vec<String> {
         .flatten()
         .flatten()
     {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("baton.") else {
+        let Some(other) = Domain::of_segment_file(&entry.file_name().to_string_lossy()) else {
             continue;
         };
-        let Some(end) = rest.find(['~', '%']) else {
-            continue;
-        };
-        if &rest[..end] != domain.as_str() {
-            *counts.entry(rest[..end].to_owned()).or_default() += 1;
+        if other != *domain {
+            *counts.entry(other.as_str().to_owned()).or_default() += 1;
         }
     }
     counts

@@ -278,13 +278,18 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 /// the test's scratch directory.
 pub fn runnable_by_anyone(t: &TestBus, name: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = t.dir().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(t.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    runnable_copy_in(&t.dir().join("bin"), name)
+}
+
+/// A copy of workspace binary `name` in `dir` (made, and opened to everyone) that any user may
+/// execute.
+pub fn runnable_copy_in(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = dir.join(name);
     std::fs::copy(bin(name), &copy).unwrap();
-    for d in [t.dir(), dir] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     copy
 }
