@@ -17,6 +17,7 @@ use nix::unistd::{fchown, ftruncate, Gid};
 
 use crate::error::SegmentError;
 
+mod copy;
 mod lost_pages;
 
 use lost_pages::Guard;
@@ -282,18 +283,15 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off) as *const AtomicU64, n) }
     }
 
-    /// Copies `src` in at `off` with relaxed word stores; the last word is zero-padded. Racing
-    /// readers detect the race through the slot's sequence words, never through these bytes.
+    /// Copies `src` in at `off`; the last word is zero-padded. Racing readers detect the race
+    /// through the slot's sequence words, never through these bytes (`copy`).
     pub fn copy_in(&self, off: usize, src: &[u8]) {
         debug_assert!(self.writable);
         let words = self.words(off, src.len().div_ceil(8));
-        let mut chunks = src.chunks_exact(8);
-        for (w, c) in words.iter().zip(&mut chunks) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-        }
-        let tail = chunks.remainder();
+        let whole = src.len() / 8;
+        // SAFETY: `src` holds at least `8 * whole` bytes and is private memory, not the mapping.
+        unsafe { copy::store_words(src.as_ptr(), &words[..whole]) };
+        let tail = &src[8 * whole..];
         if let (false, Some(last)) = (tail.is_empty(), words.last()) {
             let mut b = [0u8; 8];
             b[..tail.len()].copy_from_slice(tail);
@@ -301,19 +299,16 @@ impl Mapping {
         }
     }
 
-    /// Appends `n` bytes from `off` to `dst` with relaxed word loads, as `copy_out`, into room
-    /// that is only reserved: a decoded byte buffer is not zeroed first (`codec::byte_strings`).
+    /// Appends `n` bytes from `off` to `dst`, as `copy_out`, into room that is only reserved: a
+    /// decoded byte buffer is not zeroed first (`codec::byte_strings`).
     pub fn append_out(&self, off: usize, n: usize, dst: &mut Vec<u8>) {
         let words = self.words(off, n.div_ceil(8));
         dst.reserve(n);
         let room = &mut dst.spare_capacity_mut()[..n];
-        let mut chunks = room.chunks_exact_mut(8);
-        for (w, c) in words.iter().zip(&mut chunks) {
-            for (d, b) in c.iter_mut().zip(w.load(Ordering::Relaxed).to_ne_bytes()) {
-                d.write(b);
-            }
-        }
-        let tail = chunks.into_remainder();
+        let whole = n / 8;
+        // SAFETY: `room` holds `n >= 8 * whole` bytes of `dst`'s own allocation, not the mapping.
+        unsafe { copy::load_words(&words[..whole], room.as_mut_ptr().cast()) };
+        let tail = &mut room[8 * whole..];
         if let (false, Some(last)) = (tail.is_empty(), words.last()) {
             for (d, b) in tail
                 .iter_mut()
@@ -322,20 +317,18 @@ impl Mapping {
                 d.write(b);
             }
         }
-        // SAFETY: the `n` bytes after `dst`'s length were reserved and each written above:
-        // `words` covers `n` bytes rounded up to words, every whole chunk of 8 took a word,
-        // and the tail (fewer than 8) the first bytes of the last word.
+        // SAFETY: the `n` bytes after `dst`'s length were reserved and each written above: the
+        // first `8 * whole` by the word copy, the tail (fewer than 8) from the last word.
         unsafe { dst.set_len(dst.len() + n) };
     }
 
-    /// Copies `dst.len()` bytes out from `off` with relaxed word loads.
+    /// Copies `dst.len()` bytes out from `off`.
     pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
         let words = self.words(off, dst.len().div_ceil(8));
-        let mut chunks = dst.chunks_exact_mut(8);
-        for (w, c) in words.iter().zip(&mut chunks) {
-            c.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-        }
-        let tail = chunks.into_remainder();
+        let whole = dst.len() / 8;
+        // SAFETY: `dst` holds at least `8 * whole` bytes and is private memory, not the mapping.
+        unsafe { copy::load_words(&words[..whole], dst.as_mut_ptr()) };
+        let tail = &mut dst[8 * whole..];
         if let (false, Some(last)) = (tail.is_empty(), words.last()) {
             let b = last.load(Ordering::Relaxed).to_ne_bytes();
             let n = tail.len();

@@ -3,7 +3,7 @@
 //! wait mode stores a 32-bit word and always calls `FUTEX_WAKE`, then sleeps in `FUTEX_WAIT` on
 //! the other direction's word, so it costs exactly the system calls and scheduler hops a
 //! blocking handoff needs. A payload of `bytes` is copied into the segment and out again on each
-//! hop with the same word-by-word atomic copy the bus uses (0 bytes: counters only). Also the
+//! hop with the copy the bus uses (`bus::shm`; 0 bytes: counters only). Also the
 //! raw single-writer baseline: copy 64 bytes in and publish a counter.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
