@@ -38,6 +38,37 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Gives host `i` (namespace `namespace`) its `eth0`: a veth into the switch's bridge, with
+/// `address`, up, and the route multicast takes.
+fn plug_in(switch: &str, namespace: &str, i: usize, address: &str) -> Result<(), String> {
+    let port = format!("p{i}");
+    ip(&[
+        "-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
+        switch,
+    ])?;
+    ip(&["-n", switch, "link", "set", &port, "master", "br0", "up"])?;
+    ip(&[
+        "-n",
+        namespace,
+        "addr",
+        "add",
+        &format!("{address}/24"),
+        "dev",
+        "eth0",
+    ])?;
+    ip(&["-n", namespace, "link", "set", "eth0", "up"])?;
+    ip(&["-n", namespace, "link", "set", "lo", "up"])?;
+    ip(&[
+        "-n",
+        namespace,
+        "route",
+        "add",
+        "224.0.0.0/4",
+        "dev",
+        "eth0",
+    ])
+}
+
 impl Lab {
     /// `names.len()` hosts on one bridge, addressed 10.77.0.1, .2, ... (inside namespaces this
     /// lab creates; nothing leaves the machine). `tag` prefixes the namespace names and must
@@ -67,33 +98,8 @@ impl Lab {
         for (i, name) in names.iter().enumerate() {
             let namespace = format!("{tag}-{name}");
             ip(&["netns", "add", &namespace])?;
-            let port = format!("p{i}");
-            ip(&[
-                "-n", &namespace, "link", "add", "eth0", "type", "veth", "peer", "name", &port,
-                "netns", &switch,
-            ])?;
-            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"])?;
             let address = format!("10.77.0.{}", i + 1);
-            ip(&[
-                "-n",
-                &namespace,
-                "addr",
-                "add",
-                &format!("{address}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", &namespace, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &namespace, "link", "set", "lo", "up"])?;
-            ip(&[
-                "-n",
-                &namespace,
-                "route",
-                "add",
-                "224.0.0.0/4",
-                "dev",
-                "eth0",
-            ])?;
+            plug_in(&switch, &namespace, i, &address)?;
             let holder = Command::new("ip")
                 .args([
                     "netns",
@@ -145,6 +151,15 @@ impl Lab {
             &format!("p{host}"),
             state,
         ])
+    }
+
+    /// Unplugs host `host`'s network adapter and plugs it in again (a USB adapter, a
+    /// hot-plugged NIC): its `eth0` is removed, with the group memberships on it, and made
+    /// again with the same address and routes, under a new interface index.
+    pub fn replug(&self, host: usize) -> Result<(), String> {
+        let h = &self.hosts[host];
+        ip(&["-n", &h.namespace, "link", "del", "eth0"])?;
+        plug_in(&self.switch, &h.namespace, host, &h.address)
     }
 
     /// Pid of the process holding host `host`'s namespaces (for `nsenter -t`).

@@ -111,6 +111,38 @@ fn a_registry_follows_its_interface_to_a_new_address() {
     netns::eventually("B gets A's new values", || last_seen(&mut lab) > seen + 20);
 }
 
+/// A network adapter unplugged and plugged in again (a USB adapter, a veth made again): the
+/// kernel drops the group's membership with the interface, and the new interface has another
+/// index. A registry without `--interface` heard nobody again, and one with `--interface eth0`
+/// failed every send ("No such device"), until restarted. Both now join again on their own.
+#[test]
+fn registries_hear_each_other_again_after_their_adapters_are_plugged_in_again() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--interface", "eth0"], &[]);
+    lab.start_registry(B, &[], &[]);
+    let both_ways = |lab: &mut Lab, name: &str| {
+        for (from, to) in [(A, B), (B, A)] {
+            let name = format!("{name}/{from}");
+            let reader = lab.read_until(to, &name, "5", "20");
+            lab.write_from(from, &name, "100000", "20", "64");
+            let s = summary(&lab.finish(reader));
+            assert!(s["last"].as_u64() >= Some(5), "{name}: {s}");
+        }
+    };
+    both_ways(&mut lab, "/before");
+    for h in [A, B] {
+        lab.replug(h);
+    }
+    both_ways(&mut lab, "/after");
+    for h in [A, B] {
+        assert!(
+            lab.log(h).contains("again on"),
+            "host {h} never said it joined again: {}",
+            lab.log(h)
+        );
+    }
+}
+
 /// Multicast loops a registry's own datagrams back to it: they are counted apart
 /// (`looped_back`), not as received and dropped, which made every host show thousands of
 /// drops in normal operation.

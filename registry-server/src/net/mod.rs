@@ -261,8 +261,8 @@ pub struct Net {
     sender_id: u64,
     session: u64,
     group: SocketAddr,
-    /// `--interface` given by name, and the address multicast goes through now (`follow_interface`).
-    interface: Option<Interface>,
+    /// The interface multicast goes through now (`follow_interface`).
+    interface: Interface,
     unicast_peers: Vec<SocketAddr>,
     chunk: usize,
     /// Bytes of a full datagram (header, `chunk` bytes, MAC).
@@ -445,14 +445,13 @@ impl Net {
             host: cfg.host.clone(),
             session,
             group: SocketAddr::V4(SocketAddrV4::new(cfg.group, cfg.port)),
-            interface: cfg
-                .interface
-                .clone()
-                .filter(|spec| spec.parse::<Ipv4Addr>().is_err())
-                .map(|name| Interface {
-                    name,
-                    address: Mutex::new((iface, now)),
-                }),
+            interface: Interface {
+                name: cfg
+                    .interface
+                    .clone()
+                    .filter(|spec| spec.parse::<Ipv4Addr>().is_err()),
+                address: Mutex::new((iface, now)),
+            },
             unicast_peers: cfg.peers.clone(),
             chunk,
             datagram_size,

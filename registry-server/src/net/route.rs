@@ -7,59 +7,87 @@ use std::time::{Duration, Instant};
 
 use super::{lock, Net};
 
-/// An interface named by `--interface`: its address can change under the registry (DHCP, a
-/// cable moved to another network), and multicast is sent and received through an address.
+/// The interface multicast goes through: named by `--interface` (its address can change
+/// under the registry: DHCP, a cable moved to another network), given as an address, or left
+/// to the route to the group (`0.0.0.0`). Multicast is sent and received through an address.
 pub(super) struct Interface {
-    pub(super) name: String,
-    /// The address multicast goes through, and when the name was last looked up.
+    /// The name given to `--interface`, looked up again for a new address; `None` when an
+    /// address or nothing was given.
+    pub(super) name: Option<String>,
+    /// The address multicast goes through, and when the interface was last looked at.
     pub(super) address: Mutex<(Ipv4Addr, Instant)>,
 }
 
-/// How often the address of a named `--interface` is looked up again.
+/// How often the interface is looked at again.
 const INTERFACE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 impl Net {
-    /// Follows a new address of the `--interface` named: sends from it and joins the group
-    /// on it. Without this a registry whose interface got another address could neither
-    /// announce nor hear announcements ("Network is unreachable") until restarted. Looks at
-    /// most every `INTERFACE_CHECK_EVERY`; an interface without an address keeps the old one
-    /// (sends fail and are counted meanwhile).
+    /// Keeps multicast working through changes of the interface, looking at most every
+    /// `INTERFACE_CHECK_EVERY`:
+    /// - a new address of the `--interface` named: sends from it and joins the group on it.
+    ///   Without this a registry whose interface got another address could neither announce
+    ///   nor hear announcements ("Network is unreachable") until restarted. An interface
+    ///   without an address keeps the old one (sends fail and are counted meanwhile);
+    /// - a membership the kernel dropped: removing an interface (a USB adapter unplugged, a
+    ///   veth deleted) drops the group's membership on it, and the interface added again has a
+    ///   new index that the sending socket does not know ("No such device"). The registry
+    ///   heard nobody again until restarted. Joining again is refused (`EADDRINUSE`) while the
+    ///   membership stands, so trying costs one system call a second.
     pub(super) fn follow_interface(&self, now: Instant) {
-        let Some(interface) = &self.interface else {
-            return;
-        };
         let SocketAddr::V4(group) = self.group else {
             return;
         };
-        let mut address = lock(&interface.address);
+        let mut address = lock(&self.interface.address);
         if now < address.1 + INTERFACE_CHECK_EVERY {
             return;
         }
         address.1 = now;
-        let Ok(new) = interface_address(&interface.name) else {
-            return;
-        };
-        let old = address.0;
-        if new == old {
-            return;
-        }
         let discovery = socket2::SockRef::from(&self.discovery);
-        let _ = discovery.leave_multicast_v4(group.ip(), &old);
-        let sending = socket2::SockRef::from(&self.data).set_multicast_if_v4(&new);
-        match sending.and_then(|()| discovery.join_multicast_v4(group.ip(), &new)) {
-            Ok(()) => {
-                tracing::info!(
-                    "network: interface {} has address {new} now (was {old}); multicast \
-                     follows it",
-                    interface.name
-                );
-                address.0 = new;
+        let sending = socket2::SockRef::from(&self.data);
+        let old = address.0;
+        let described = match &self.interface.name {
+            Some(name) => format!("interface {name}"),
+            None if old.is_unspecified() => "the interface the route to the group uses".into(),
+            None => format!("interface {old}"),
+        };
+        if let Some(name) = &self.interface.name {
+            let Ok(new) = interface_address(name) else {
+                return;
+            };
+            if new != old {
+                let _ = discovery.leave_multicast_v4(group.ip(), &old);
+                match sending
+                    .set_multicast_if_v4(&new)
+                    .and_then(|()| discovery.join_multicast_v4(group.ip(), &new))
+                {
+                    Ok(()) => {
+                        tracing::info!(
+                            "network: interface {name} has address {new} now (was {old});                              multicast follows it"
+                        );
+                        address.0 = new;
+                    }
+                    Err(e) => tracing::warn!(
+                        "network: interface {name} has address {new} now, but multicast cannot                          use it yet: {e}"
+                    ),
+                }
+                return;
             }
-            Err(e) => tracing::warn!(
-                "network: interface {} has address {new} now, but multicast cannot use it \
-                 yet: {e}",
-                interface.name
-            ),
+        }
+        // Refused while still a member, or while there is no interface for the group (tried
+        // again next time).
+        if discovery.join_multicast_v4(group.ip(), &old).is_ok() {
+            // The membership had gone, so the interface was probably added again: the sending
+            // socket's interface index is stale too.
+            if !old.is_unspecified() {
+                if let Err(e) = sending.set_multicast_if_v4(&old) {
+                    tracing::warn!("network: sending multicast through {described}: {e}");
+                }
+            }
+            tracing::info!(
+                "network: joined {} again on {described}: its membership had gone (the \
+                 interface removed and added again, or the route to the group moved)",
+                group.ip()
+            );
         }
     }
 }

@@ -77,6 +77,13 @@ impl Lab {
             .expect("plug or pull a host's cable");
     }
 
+    /// Unplugs host `host`'s network adapter and plugs it in again (see `tools::hosts`).
+    pub fn replug(&self, host: usize) {
+        self.hosts_lab
+            .replug(host)
+            .expect("unplug and plug in a host's adapter");
+    }
+
     pub fn holder_pid(&self, host: usize) -> u32 {
         self.hosts_lab.holder_pid(host)
     }
