@@ -203,6 +203,44 @@ fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
     assert_eq!(said, 1, "said once: {}", r.t.stderr_of(arbiter));
 }
 
+/// A controller whose clock is behind by most of its time to live: each block arrives alive,
+/// but expires before the next refresh (every third of the time to live) comes, and the
+/// controller's control came and went several times a second without a word. The arbiter now
+/// says, once, that blocks arrive with less than half of their time to live left, and why.
+#[test]
+fn blocks_that_arrive_late_are_said_before_control_comes_and_goes() {
+    let mut r = Robot::new(&["x"]);
+    let offset = r.t.dir().join("clock-offset-s");
+    std::fs::write(&offset, "-1").unwrap();
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    r.t.spawn_with_env(
+        common::bin("robot-controller"),
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--ttl-ms",
+            "1400",
+            "--set",
+            "arm/turret=1",
+        ],
+        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+    );
+    eventually("the arbiter says the blocks come late", || {
+        let log = r.t.stderr_of(arbiter);
+        log.contains("controller x's block arrives with less than half of its time to live left")
+            && log.contains("for a time to live of 1400 ms")
+    });
+    // A few refreshes later (every 467 ms), still said once.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let log = r.t.stderr_of(arbiter);
+    assert_eq!(log.matches("less than half").count(), 1, "said once: {log}");
+    assert!(!log.contains("arrives already expired"), "{log}");
+}
+
 /// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a
 /// long time to live (nothing else would wake it for a minute), it sends the safe command.
 #[test]

@@ -10,6 +10,7 @@ use crate::algorithm::{ReadAt, Request};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
     controller_slot, state_slot, ControllerBlock, ManagerConfig, ResourceState, MANAGER_SLOT,
+    MAX_TTL_MS,
 };
 
 /// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
@@ -28,8 +29,22 @@ pub(super) struct Watched {
     /// block read again (its member reported for another reason) keeps its first read time,
     /// from which its expiry counts (`Request::expires_at_ns`).
     pub(super) read_at: Vec<Option<(u64, ReadAt)>>,
-    /// Per controller: its last block arrived expired while its writer lives (said once).
-    arrived_expired: Vec<bool>,
+    /// Per controller: how its last block arrived while its writer lives (a worse arrival
+    /// than the one before is said once).
+    arrival: Vec<Arrival>,
+}
+
+/// How much of its time to live a controller's block had left when it was first read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Arrival {
+    /// Half of it or more.
+    OnTime,
+    /// Less than half: a controller refreshes its block every third of its time to live, so
+    /// a little more delay and each block expires before the next comes, and the controller's
+    /// control comes and goes (a computer whose clock is behind by most of the time to live).
+    Late,
+    /// None: it counts as expired.
+    Expired,
 }
 
 impl Watched {
@@ -110,7 +125,7 @@ impl Watched {
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
             read_at,
-            arrived_expired: vec![false; members.len()],
+            arrival: vec![Arrival::OnTime; members.len()],
             controllers: members,
         })
     }
@@ -158,8 +173,8 @@ impl Watched {
             .iter_mut()
             .zip(&mut self.alive)
             .zip(&mut self.read_at)
-            .zip(&mut self.arrived_expired);
-        for ((name, member), (((request, alive), read_at), arrived_expired)) in
+            .zip(&mut self.arrival);
+        for ((name, member), (((request, alive), read_at), arrival)) in
             self.controllers.iter().zip(cached)
         {
             let Some(member) = member else {
@@ -190,25 +205,56 @@ impl Watched {
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);
                 if new_block && *alive {
-                    let expired = request
-                        .as_ref()
-                        .is_some_and(|r| r.expires_at_ns < read.clock_ns);
-                    if expired && !*arrived_expired {
-                        let block = sub.value();
-                        tracing::warn!(
-                            "{arbiter}: controller {name}'s block arrives already expired \
-                             (stamped {} ms before this computer's clock, for a time to live of \
-                             {} ms): its computer's clock is behind this one's (keep the \
-                             computers' clocks synchronised), or it stopped refreshing its block \
-                             while it lives; it counts as expired",
-                            block
-                                .map_or(0, |b| read.wall_ns.saturating_sub(b.stamp_ns) / 1_000_000),
-                            block.map_or(0, |b| b.ttl_ms)
-                        );
+                    if let (Some(request), Some(block)) = (request.as_ref(), sub.value()) {
+                        let now = arrival_of(request, block, read);
+                        if now > *arrival {
+                            warn_arrival(arbiter, name, now, block, read);
+                        }
+                        *arrival = now;
                     }
-                    *arrived_expired = expired;
                 }
             }
         }
+    }
+}
+
+fn arrival_of(request: &Request, block: &ControllerBlock, read: ReadAt) -> Arrival {
+    let left_ns = request.expires_at_ns.saturating_sub(read.clock_ns);
+    let ttl_ns = block.ttl_ms.min(MAX_TTL_MS) * 1_000_000;
+    if request.expires_at_ns < read.clock_ns {
+        Arrival::Expired
+    } else if left_ns < ttl_ns / 2 {
+        Arrival::Late
+    } else {
+        Arrival::OnTime
+    }
+}
+
+/// Says that a controller's blocks arrive expired or late, and why that usually is.
+fn warn_arrival(
+    arbiter: &str,
+    name: &str,
+    arrival: Arrival,
+    block: &ControllerBlock,
+    read: ReadAt,
+) {
+    let behind_ms = read.wall_ns.saturating_sub(block.stamp_ns) / 1_000_000;
+    let ttl_ms = block.ttl_ms;
+    match arrival {
+        Arrival::OnTime => {}
+        Arrival::Late => tracing::warn!(
+            "{arbiter}: controller {name}'s block arrives with less than half of its time to \
+             live left (stamped {behind_ms} ms before this computer's clock, for a time to live \
+             of {ttl_ms} ms): its computer's clock is behind this one's, or its blocks come \
+             late (a slow network, a stalled process). A little more and each block expires before the next refresh comes, and \
+             the controller's control comes and goes: keep the computers' clocks synchronised, \
+             or give the controller a longer time to live"
+        ),
+        Arrival::Expired => tracing::warn!(
+            "{arbiter}: controller {name}'s block arrives already expired (stamped {behind_ms} \
+             ms before this computer's clock, for a time to live of {ttl_ms} ms): its \
+             computer's clock is behind this one's (keep the computers' clocks synchronised), \
+             or it stopped refreshing its block while it lives; it counts as expired"
+        ),
     }
 }
