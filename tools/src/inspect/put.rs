@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use bus::{Domain, SlotName};
+use bus::{Domain, SlotName, WriterState};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 
@@ -57,11 +57,18 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         )));
     }
     let writer = slot.writer();
-    let alive = writer.is_running();
+    // A writer marked alive whose process cannot be seen from here (another pid namespace:
+    // the registry recorded pid 0) may well run: as good as alive.
+    let unseen = writer.state == WriterState::Alive && writer.pid == 0;
+    let alive = writer.is_running() || unseen;
     if alive && !force {
         let who = super::program_of(writer.pid).unwrap_or_else(|| "?".into());
         let origin = slot.origin();
-        let what = if origin.is_empty() {
+        let what = if unseen {
+            "its writer is marked alive, in a process this one cannot see (another pid \
+             namespace)"
+                .to_owned()
+        } else if origin.is_empty() {
             format!("its writer runs (pid {}, {who})", writer.pid)
         } else {
             format!(
@@ -78,6 +85,13 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
     }
     drop(slot);
     let slot = open_mode(domain, name, true)?;
+    // A writer that died while no registry ran is still marked alive: readers that trust the
+    // mark (an arbiter obeys a controller block only while its writer lives) would take this
+    // value for the dead writer's. Marked gone first, as the registry would have, the value
+    // is what it is: one left by a writer that is gone.
+    if writer.state == WriterState::Alive && !alive {
+        slot.mark_writer_gone();
+    }
     let sequence = slot.write(&bytes)?;
     Ok(Written {
         name: name.to_string(),
