@@ -183,7 +183,7 @@ pub fn run(
         // `Health::now_ms`): the blocks just pulled count as read now, and the cycle decides at
         // this instant.
         let now = read_now();
-        watched.parse(config, &changed, renamed, now);
+        let new_blocks = watched.parse(config, &changed, renamed, now);
         if stopping {
             // Follows no controller, as out of service: no outcome for anyone (an `expired`
             // would say a controller's block ran out, which it did not).
@@ -213,18 +213,20 @@ pub fn run(
             now.clock_ns,
             &mut allocation,
         );
-        // A refresh of a controller's block moves only the next expiry. The memory block is
-        // published all the same: it tells a controller that the arbiter read its block (one
-        // (re)started with the commands of the process before it learns its outcome only
-        // from a block written after its own first write). The command is not: a driver has
-        // nothing new to execute, and the heartbeat re-stamps it meanwhile.
+        // A refresh of a controller's block moves only the next expiry, or nothing (a block
+        // that arrives expired). The memory block is published all the same: it tells a
+        // controller that the arbiter read its block (one (re)started with the commands of the
+        // process before it learns its outcome only from a block written after its own first
+        // write: a second run whose blocks arrive expired, like the first's, said "not seen
+        // yet" for ever). The command is not: a driver has nothing new to execute, and the
+        // heartbeat re-stamps it meanwhile.
         let result_changed = renamed
             || !previous
                 .as_ref()
                 .is_some_and(|p| p.same_result(&allocation));
         let decided_changed = result_changed
             || previous.as_ref().map(|p| p.next_expiry_ns) != Some(allocation.next_expiry_ns);
-        if decided_changed || state_changed {
+        if decided_changed || state_changed || new_blocks {
             cycle += 1;
             let stamp_ns = now.wall_ns;
             if result_changed {

@@ -172,20 +172,23 @@ fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
     r.t.start_registry();
     r.manager();
     let arbiter = r.arbiter();
-    r.t.spawn_with_env(
-        common::bin("robot-controller"),
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--ttl-ms",
-            "500",
-            "--set",
-            "arm/turret=1",
-        ],
-        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
-    );
+    let start_x = |r: &mut Robot| {
+        r.t.spawn_with_env(
+            common::bin("robot-controller"),
+            &[
+                "--name",
+                "x",
+                "--status",
+                "compromising",
+                "--ttl-ms",
+                "500",
+                "--set",
+                "arm/turret=1",
+            ],
+            &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+        )
+    };
+    let first = start_x(&mut r);
     r.expect(
         "x's blocks count as expired",
         serde_json::json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
@@ -201,6 +204,21 @@ fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
             .matches("arrives already expired")
             .count();
     assert_eq!(said, 1, "said once: {}", r.t.stderr_of(arbiter));
+    // The next process of that name: its blocks arrive expired like the first's, so the
+    // arbiter's decision does not change, but it acknowledges them; the controller used to say
+    // "not seen yet" for ever, and the arbiter said nothing more.
+    r.t.kill(first);
+    let second = start_x(&mut r);
+    eventually("the second x says it is expired, and why", || {
+        r.t.stdout_of(second)
+            .contains("x arm: expired (the arbiter counts this controller's block as run out")
+    });
+    eventually("the arbiter says it for the second x too", || {
+        r.t.stderr_of(arbiter)
+            .matches("arrives already expired")
+            .count()
+            == 2
+    });
 }
 
 /// A controller whose clock is behind by most of its time to live: each block arrives alive,

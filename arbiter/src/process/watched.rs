@@ -159,14 +159,16 @@ impl Watched {
 
     /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
     /// as changed when its writer comes or goes as well as on a new value, so the cached
-    /// liveness follows the slot.
+    /// liveness follows the slot. Returns whether a live controller wrote a new block, which
+    /// the arbiter's memory block then acknowledges.
     pub(super) fn parse(
         &mut self,
         config: &ArbiterConfig,
         changed: &[usize],
         all: bool,
         read: ReadAt,
-    ) {
+    ) -> bool {
+        let mut new_blocks = false;
         let arbiter = config.name.as_str();
         let cached = self
             .requests
@@ -204,7 +206,12 @@ impl Watched {
                     }
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);
+                if !*alive {
+                    // The next process of this name is judged (and warned about) afresh.
+                    *arrival = Arrival::OnTime;
+                }
                 if new_block && *alive {
+                    new_blocks = true;
                     if let (Some(request), Some(block)) = (request.as_ref(), sub.value()) {
                         let now = arrival_of(request, block, read);
                         if now > *arrival {
@@ -215,6 +222,7 @@ impl Watched {
                 }
             }
         }
+        new_blocks
     }
 }
 

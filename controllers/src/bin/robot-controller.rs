@@ -294,7 +294,15 @@ fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str 
         "arbiter not responding (its command is not re-stamped: it hangs, or the bus from its \
          computer is cut: a registry restarting, the network)"
     } else {
-        outcome.unwrap_or("not seen yet")
+        match outcome {
+            Some("expired") => {
+                "expired (the arbiter counts this controller's block as run out: this \
+                 computer's clock is behind the arbiter's computer's, or this process stalls; \
+                 the arbiter's log says which)"
+            }
+            Some(outcome) => outcome,
+            None => "not seen yet",
+        }
     }
 }
 
