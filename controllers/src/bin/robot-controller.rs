@@ -35,7 +35,8 @@ struct Args {
     /// Controller name (its place in the robot manager's priority list).
     #[arg(long, value_parser = controller_name)]
     name: String,
-    /// compromising: accept part of what is asked; non_compromising: all or nothing.
+    /// compromising: accept part of what is asked; non_compromising: all or nothing, per
+    /// arbiter (each decides for its own resources).
     #[arg(long, value_enum)]
     status: StatusArg,
     /// A command for one resource, e.g. arm/shoulder=0.3; repeat for several (each resource
