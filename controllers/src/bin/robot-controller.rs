@@ -103,8 +103,9 @@ fn controller_name(s: &str) -> Result<String, String> {
 fn run(args: &Args) -> Result<(), String> {
     let commands = &args.set;
     let stop = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicBool::new(false));
     // A plain flag: the main loop checks it between short waits and releases cleanly.
-    stop_on_signals(Arc::clone(&stop))?;
+    stop_on_signals(Arc::clone(&stop), Arc::clone(&running))?;
     let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let status = match args.status {
@@ -121,6 +122,7 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     controller.publish().map_err(|e| e.to_string())?;
+    running.store(true, Ordering::Relaxed);
     let end = args.duration_s.map(|d| Instant::now() + d);
     let mut printed = Vec::new();
     let mut said = None;
@@ -345,14 +347,24 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
-fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<(), String> {
+/// Sets `flag` on a stopping signal, which the main loop acts on once `running`; before that
+/// (joining the bus, whose calls wait up to seconds each for a registry that does not answer:
+/// stopped, or hung) the process exits at once. Whatever it may have published goes with it:
+/// its registry marks its writer gone, or its block expires.
+fn stop_on_signals(flag: Arc<AtomicBool>, running: Arc<AtomicBool>) -> Result<(), String> {
     // SIGINT and SIGTERM end the run, releasing the resources at once. SIGHUP does too when it
     // means the terminal closed (started from one, and not under `nohup`); otherwise (a
     // service: `systemctl kill -s HUP` aimed at the robot manager) it is ignored, since an
     // application stopped by it would count as stopped cleanly and stay down.
     let hangup_stops =
         std::io::stdin().is_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP);
-    daemon::on_stop_or_hangup(hangup_stops, move |_| flag.store(true, Ordering::Relaxed))
+    daemon::on_stop_or_hangup(hangup_stops, move |signal| {
+        flag.store(true, Ordering::Relaxed);
+        if !running.load(Ordering::Relaxed) {
+            tracing::info!("stopping on {signal} while joining the bus");
+            std::process::exit(0);
+        }
+    })
 }
 
 /// Whether `signal` was ignored when this process started (`nohup` ignores SIGHUP): from the
