@@ -124,7 +124,7 @@ fn run(args: &Args) -> Result<(), String> {
     controller.publish().map_err(|e| e.to_string())?;
     running.store(true, Ordering::Relaxed);
     let end = args.duration_s.map(|d| Instant::now() + d);
-    let mut printed = Vec::new();
+    let mut printed: Vec<String> = Vec::new();
     let mut said = None;
     // Until every command has been accepted by its running arbiter, a command an arbiter
     // refuses is a mistake on the command line (an arbiter that appears later is checked
@@ -185,14 +185,15 @@ fn run(args: &Args) -> Result<(), String> {
                 .iter()
                 .any(|f| f.arbiter == *a && f.arbiter_responding && f.outcome.is_some())
         });
-        if feedback != printed {
-            for f in &feedback {
-                if printed.contains(f) {
-                    continue;
-                }
-                print_feedback(args, f);
+        // Compared as printed: feedback that changed only where the line does not show
+        // (an arbiter not running and not listing this controller, either way) printed the
+        // same line again.
+        let lines: Vec<String> = feedback.iter().map(|f| feedback_line(args, f)).collect();
+        if lines != printed {
+            for line in lines.iter().filter(|l| !printed.contains(l)) {
+                say(line);
             }
-            printed = feedback;
+            printed = lines;
         }
     }
     release(args, &mut controller)?;
@@ -309,18 +310,17 @@ fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str 
     }
 }
 
-fn print_feedback(args: &Args, f: &controllers::Feedback) {
+/// The line `robot-controller` prints for `f` (one JSON object with `--json`).
+fn feedback_line(args: &Args, f: &controllers::Feedback) -> String {
     let outcome = outcome_name(f);
     let state = state_of(f, outcome.as_deref());
     if args.json {
-        say(
-            &serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
+        serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
             "outcome": outcome, "owned": f.owned, "clamped": f.clamped, "listed": f.listed, "joining": f.joining,
             "arbiter_running": f.arbiter_running, "arbiter_responding": f.arbiter_responding})
-            .to_string(),
-        );
+        .to_string()
     } else {
-        say(&format!(
+        format!(
             "{} {}: {} (owns: {})",
             args.name,
             f.arbiter,
@@ -336,7 +336,7 @@ fn print_feedback(args: &Args, f: &controllers::Feedback) {
                     f.clamped.join(", ")
                 )
             }
-        ));
+        )
     }
 }
 
