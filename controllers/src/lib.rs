@@ -108,6 +108,10 @@ pub struct Feedback {
     pub clamped: Vec<String>,
     /// Whether the arbiter's process runs (its feedback block has a live writer).
     pub arbiter_running: bool,
+    /// The computer the arbiter's block comes from, when another one (`None`: this
+    /// computer's, or none yet). An arbiter there that is "not running" may as well be cut off
+    /// by the network.
+    pub arbiter_host: Option<String>,
     /// Whether it answers: its command is re-stamped as its heartbeat says (`false` for an
     /// arbiter that runs but hangs, e.g. stopped with SIGSTOP: what it last said stands, but
     /// nothing changes any more). As of the last pull.
@@ -606,6 +610,17 @@ impl RobotController {
         self.watched.group.get(self.watched.manager).writer() == Some(bus::WriterState::Alive)
     }
 
+    /// The computer the robot manager's order comes from, when another one (`None`: this
+    /// computer's, or none yet): a manager "not running" there may as well be cut off by the
+    /// network.
+    pub fn manager_host(&self) -> Option<String> {
+        self.watched
+            .group
+            .get(self.watched.manager)
+            .meta()
+            .and_then(|m| m.origin)
+    }
+
     /// Whether a manager's order is on the bus (also when the manager that wrote it has
     /// stopped: the arbiters keep following it).
     pub fn manager_order_known(&self) -> bool {
@@ -689,6 +704,12 @@ impl RobotController {
                 Feedback {
                     arbiter: a.name.clone(),
                     arbiter_running,
+                    arbiter_host: self
+                        .watched
+                        .group
+                        .get(a.block)
+                        .meta()
+                        .and_then(|m| m.origin),
                     arbiter_responding: arbiter_running && a.command.responding(),
                     listed: listed || (!order_known && outcome.is_some()),
                     joining,

@@ -133,3 +133,54 @@ fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed
         },
     );
 }
+
+/// A payload computer cut off from the robot: its robot-controller said "arbiter not running"
+/// and "the robot manager is not running" (network audit), both of which run; the network is
+/// what is cut. Where the arbiter's and the manager's blocks come from another computer, it now
+/// says that the network may be the cause.
+#[test]
+fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let manager = lab.file(
+        "manager.toml",
+        "controllers = [\"payload\"]\narbiters = [\"arm\"]\n",
+    );
+    let arm = lab.file("arm.toml", ARM);
+    lab.spawn(A, "robot-manager", &["--config", &manager]);
+    lab.spawn(A, "arbiter", &["--config", &arm]);
+    let payload = lab.spawn(
+        B,
+        "robot-controller",
+        &[
+            "--name",
+            "payload",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=0.2",
+            "--duration-s",
+            "8",
+        ],
+    );
+    expect(
+        &lab,
+        "the payload controller on host B gets the turret",
+        json!({"turret": "payload", "shoulder": null}),
+        json!({"payload": "full"}),
+    );
+    // B forgets A after its forget time (3 s): the mirrors of A's slots lose their writer.
+    lab.set_connected(B, false);
+    let out = lab.finish(payload);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("payload arm: arbiter not running, or the network to its computer is cut"),
+        "{printed}"
+    );
+    assert!(
+        printed
+            .contains("the robot manager on host 'hA' is not running, or the network to it is cut"),
+        "{printed}"
+    );
+}

@@ -242,7 +242,13 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
         ))
     } else if !controller.manager_running() {
         Some(if controller.manager_order_known() {
-            "the robot manager is not running; its last order stays in force".to_owned()
+            match controller.manager_host() {
+                Some(host) => format!(
+                    "the robot manager on host '{host}' is not running, or the network to it \
+                     is cut; its last order stays in force"
+                ),
+                None => "the robot manager is not running; its last order stays in force".into(),
+            }
         } else {
             "waiting for the robot manager (nothing publishes /robot/manager)".to_owned()
         })
@@ -292,6 +298,8 @@ fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str 
         "joining the robot manager's order (unlisted, placed last)"
     } else if !f.listed {
         "not in the robot manager's order"
+    } else if !f.arbiter_running && f.arbiter_host.is_some() {
+        "arbiter not running, or the network to its computer is cut"
     } else if !f.arbiter_running {
         "arbiter not running"
     } else if !f.arbiter_responding {
@@ -317,7 +325,8 @@ fn feedback_line(args: &Args, f: &controllers::Feedback) -> String {
     if args.json {
         serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
             "outcome": outcome, "owned": f.owned, "clamped": f.clamped, "listed": f.listed, "joining": f.joining,
-            "arbiter_running": f.arbiter_running, "arbiter_responding": f.arbiter_responding})
+            "arbiter_running": f.arbiter_running, "arbiter_responding": f.arbiter_responding,
+            "arbiter_host": f.arbiter_host})
         .to_string()
     } else {
         format!(
