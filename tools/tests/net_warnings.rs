@@ -186,3 +186,30 @@ fn a_registry_of_another_wire_version_is_logged_with_both_versions() {
     let b = lab.log(B);
     assert_eq!(lines_with(&b, &said), 1, "{b}");
 }
+
+/// Two computers made from one image share a host name. On a network with a key, the robot's
+/// registry followed the later run and refused the other's datagrams as replays, blaming a
+/// clock set back (network audit). It now says that two registries use the host name, and
+/// where.
+#[test]
+fn two_registries_of_one_host_name_are_named_as_such() {
+    let mut lab = Lab::new(3);
+    let key = key_file(
+        &mut lab,
+        "key-dup",
+        "the key of the duplicate host name test",
+    );
+    lab.start_registry(A, &["--key-file", &key], &[]);
+    lab.start_registry(B, &["--key-file", &key], &[]);
+    let b_ip = lab.hosts[B].ip.clone();
+    eventually("A hears B", || lab.log(A).contains("discovered host 'hB'"));
+    lab.start_registry(C, &["--key-file", &key, "--host", "hB"], &[]);
+    let c_ip = lab.hosts[C].ip.clone();
+    eventually("A names the duplicate host name", || {
+        lab.log(A).contains(&format!(
+            "datagrams from {b_ip} name host 'hB', as do those from {c_ip} of a later run: two \
+             registries use the host name 'hB'"
+        ))
+    });
+    assert!(!lab.log(A).contains("clock set back"), "{}", lab.log(A));
+}

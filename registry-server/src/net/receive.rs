@@ -187,9 +187,31 @@ impl Net {
         // broken datagram must not shut its real sender out.
         if let Err(why) = st.replay.check(h.sender, stream, h.session, h.packet) {
             let heard = st.replay.session(h.sender, stream);
+            // The later run's host, heard from another address: a second registry with the
+            // same --host name (two computers made from one image), not a restart.
+            let later_elsewhere = st
+                .peers
+                .iter()
+                .find(|p| p.sender == h.sender && p.data_addr.ip() != ip)
+                .map(|p| (p.announce.host.clone(), p.data_addr.ip()));
             if heard.is_some_and(|s| h.session < s)
                 && self.warnings.due(Cause::OlderRun, &ip.to_string())
             {
+                if let Some((host, other)) = later_elsewhere {
+                    tracing::warn!(
+                        "datagrams from {ip} name host '{host}', as do those from {other} of a \
+                         later run: two registries use the host name '{host}' (give each \
+                         computer its own --host; the default is the computer's host name). \
+                         Those from {ip} are refused as replays until this registry restarts{} \
+                         (counted as replayed; said once a minute)",
+                        if self.key.is_some() {
+                            ""
+                        } else {
+                            " or forgets that host"
+                        }
+                    );
+                    return Err(why);
+                }
                 tracing::warn!(
                     "datagrams from {ip} belong to an older run of its registry than the one \
                      heard before: restarted with its clock set back (a computer without a \

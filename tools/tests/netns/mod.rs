@@ -106,7 +106,7 @@ impl Lab {
     }
 
     /// Starts host `host`'s registry with networking on (and extra arguments / environment;
-    /// a timing option among them replaces the lab's short default).
+    /// a timing option or `--host` among them replaces the lab's default).
     pub fn start_registry(&mut self, host: usize, extra: &[&str], env: &[(&str, &str)]) {
         assert!(
             self.hosts[host].registry.is_none(),
@@ -114,7 +114,10 @@ impl Lab {
         );
         let name = self.hosts[host].name.clone();
         let mut c = self.command(host, &bin("registry-server"));
-        c.args(["--domain", DOMAIN, "--net", "--host", &name]);
+        c.args(["--domain", DOMAIN, "--net"]);
+        if !extra.contains(&"--host") {
+            c.args(["--host", &name]);
+        }
         for (option, value) in [
             ("--announce-ms", "100"),
             ("--forget-ms", "1500"),
