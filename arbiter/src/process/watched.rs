@@ -32,6 +32,8 @@ pub(super) struct Watched {
     /// Per controller: how its last block arrived while its writer lives (a worse arrival
     /// than the one before is said once).
     arrival: Vec<Arrival>,
+    /// Per controller: its last block named another controller (said once).
+    misnamed: Vec<bool>,
 }
 
 /// How much of its time to live a controller's block had left when it was first read.
@@ -126,6 +128,7 @@ impl Watched {
             alive: vec![false; members.len()],
             read_at,
             arrival: vec![Arrival::OnTime; members.len()],
+            misnamed: vec![false; members.len()],
             controllers: members,
         })
     }
@@ -175,8 +178,9 @@ impl Watched {
             .iter_mut()
             .zip(&mut self.alive)
             .zip(&mut self.read_at)
-            .zip(&mut self.arrival);
-        for ((name, member), (((request, alive), read_at), arrival)) in
+            .zip(&mut self.arrival)
+            .zip(&mut self.misnamed);
+        for ((name, member), ((((request, alive), read_at), arrival), misnamed)) in
             self.controllers.iter().zip(cached)
         {
             let Some(member) = member else {
@@ -209,6 +213,18 @@ impl Watched {
                 if !*alive {
                     // The next process of this name is judged (and warned about) afresh.
                     *arrival = Arrival::OnTime;
+                }
+                if new_block {
+                    let other = sub.value().map(|b| b.name.as_str()).filter(|n| n != name);
+                    if let (Some(other), false) = (other, *misnamed) {
+                        tracing::warn!(
+                            "{arbiter}: the block in {} names controller '{other}': it counts \
+                             as {name}'s (the slot decides whose a block is); a tool or a \
+                             program writing another controller's slot?",
+                            controller_slot(name)
+                        );
+                    }
+                    *misnamed = other.is_some();
                 }
                 if new_block && *alive {
                     new_blocks = true;

@@ -1,4 +1,4 @@
-//! What holds while no registry runs to mark dead writers gone.
+//! Controller blocks written by hand (`bus-inspect put`): what the arbiter makes of them.
 
 #[path = "../../tools/tests/common/mod.rs"]
 mod common;
@@ -47,4 +47,40 @@ fn a_block_put_for_a_controller_that_died_unseen_is_not_obeyed() {
         assert_ne!(block["outcomes"]["x"], "full", "{block}");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A block whose `name` is another controller's, written into a controller's slot (by hand,
+/// or by a program that writes another's slot), counts as the slot's controller's; the arbiter
+/// took it without a word (chaos audit). It now says so, once.
+#[test]
+fn a_block_naming_another_controller_is_said() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let x = r.controller("x", "compromising", &["arm/shoulder=0.2"], 200);
+    r.expect(
+        "x holds the shoulder",
+        json!({"turret": null, "shoulder": "x", "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+    r.t.kill(x);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let block = format!(
+        r#"{{"name":"teleop","status":"compromising","commands":{{"arm/turret":1.0}},"stamp_ns":{stamp},"ttl_ms":200}}"#
+    );
+    for _ in 0..2 {
+        let out = r.t.inspect(&["put", "/robot/controller/x", &block]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    common::eventually("the arbiter says the block names teleop", || {
+        r.t.stderr_of(arbiter).contains(
+            "the block in /robot/controller/x names controller 'teleop': it counts as x's",
+        )
+    });
+    let log = r.t.stderr_of(arbiter);
+    assert_eq!(log.matches("names controller 'teleop'").count(), 1, "{log}");
 }
