@@ -126,6 +126,22 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     // Rates of a mirror come from the origin's write times.
     let r = json(&lab.inspect(B, &["hz", "/lab/x", "--window", "1", "--json"]));
     assert!(r["writes"].as_u64().unwrap() > 0, "{r}");
+
+    // Whom hB hears: hA, until hB's cable is pulled (every row above stays as it was; the
+    // network audit found doctor all "ok" with nothing reachable).
+    let c = checks(B);
+    assert_eq!(c["peers"]["status"], "ok", "{c:?}");
+    assert!(c["peers"]["detail"].as_str().unwrap().contains("hA at "));
+    lab.set_connected(B, false);
+    eventually("hB's doctor says it hears nobody", || {
+        let c = checks(B);
+        c["peers"]["status"] == "warn"
+            && c["peers"]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("this registry hears no other computer")
+    });
+    lab.set_connected(B, true);
 }
 
 /// `get`, `watch` and `info` of a name that only another host publishes, and nothing here

@@ -239,8 +239,51 @@ pub fn checks(domain: &Domain, registry: Option<u32>) -> Vec<Check> {
             format!("TTL {ttl}: datagrams cross up to {} router(s)", ttl - 1),
         ),
     });
+    checks.push(peers_heard(domain));
     checks.push(clock(domain));
     checks
+}
+
+/// Whom the registry hears, from its own statistics slot: the rows above say the network is
+/// set up, not that anything passes (a cut cable, a different key and a missing route on the
+/// other computer all look fine from here).
+fn peers_heard(domain: &Domain) -> Check {
+    let Some(own) = super::stats::read(domain).into_iter().find(|s| !s.mirrored) else {
+        return Check::new(
+            "peers",
+            Status::Skip,
+            "the registry's statistics slot holds no value yet".into(),
+        );
+    };
+    let peers = own.peers();
+    if peers.is_empty() {
+        let drops: Vec<String> = own.value["dropped"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+            .map(|(cause, n)| format!("{cause} {n}"))
+            .collect();
+        return Check::new(
+            "peers",
+            Status::Warn,
+            format!(
+                "this registry hears no other computer: none runs a registry of this domain \
+                 with --net, the network between is cut, or what they send is dropped ({}; \
+                 `bus-inspect stats` has the counters)",
+                if drops.is_empty() {
+                    "nothing dropped".to_owned()
+                } else {
+                    format!("dropped: {}", drops.join(", "))
+                }
+            ),
+        );
+    }
+    let heard: Vec<String> = peers
+        .iter()
+        .map(|p| format!("{} at {} ({} ms ago)", p.host, p.address, p.last_heard_ms))
+        .collect();
+    Check::new("peers", Status::Ok, format!("hears {}", heard.join(", ")))
 }
 
 /// What mirrored values tell about remote clocks. A mirror keeps its origin's write time, so
