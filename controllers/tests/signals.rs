@@ -259,28 +259,35 @@ fn blocks_that_arrive_late_are_said_before_control_comes_and_goes() {
     assert!(!log.contains("arrives already expired"), "{log}");
 }
 
-/// A robot-controller started while its registry hangs (stopped) waits seconds for each answer
-/// while it joins the bus; SIGTERM used to wait for them all (about 10 s under `systemctl
-/// stop`). It now exits at once: nothing it published outlives it (its block expires, or the
-/// registry marks its writer gone).
+/// A robot-controller or a robot manager started while its registry hangs (stopped) waits
+/// seconds for each answer while it joins the bus; SIGTERM used to wait for them all (about
+/// 10 s under `systemctl stop`). Both now exit at once: nothing a controller published outlives
+/// it (its block expires, or the registry marks its writer gone).
 #[test]
-fn sigterm_stops_a_controller_still_joining_a_hung_registry() {
+fn sigterm_stops_a_controller_and_a_manager_still_joining_a_hung_registry() {
     let mut r = Robot::new(&["x"]);
     r.t.start_registry();
     let registry = r.t.registry();
     r.t.signal(registry, Signal::SIGSTOP);
     let x = r.controller("x", "compromising", &["arm/turret=1"], 200);
+    let manager = r.manager();
     std::thread::sleep(std::time::Duration::from_millis(500));
     r.t.signal(x, Signal::SIGTERM);
-    // Well before the first of its registrations (5 s each) would have given up.
+    r.t.signal(manager, Signal::SIGTERM);
+    // Well before the first of their registrations (5 s each) would have given up.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while r.t.is_running(x) && std::time::Instant::now() < until {
+    while (r.t.is_running(x) || r.t.is_running(manager)) && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let still_running = r.t.is_running(x);
+    let still_running = [r.t.is_running(x), r.t.is_running(manager)];
     r.t.signal(registry, Signal::SIGCONT);
-    assert!(!still_running, "still joining 3 s after SIGTERM");
+    assert_eq!(
+        still_running,
+        [false, false],
+        "still joining 3 s after SIGTERM"
+    );
     assert!(r.t.finish(x).status.success());
+    assert!(r.t.finish(manager).status.success());
 }
 
 /// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a

@@ -4,6 +4,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,6 +90,13 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let block_hash = controller_block_hash()?;
     let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK)
         .map_err(|e| format!("signalfd: {e}"))?;
+    let starting = Arc::new(AtomicBool::new(true));
+    let hangup_while_starting = Arc::new(AtomicBool::new(false));
+    stop_while_starting(
+        *handled,
+        Arc::clone(&starting),
+        Arc::clone(&hangup_while_starting),
+    )?;
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(|e| format!("inotify: {e}"))?;
     // Watch the config's directory: editors replace files rather than write them in place.
@@ -157,6 +165,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // truncation and the reading of its event: an empty file was taken (and refused, with an
     // error) while a valid one was being written.
     let mut unconfirmed: Option<(Fingerprint, std::time::Instant)> = None;
+    starting.store(false, Ordering::SeqCst);
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -191,7 +200,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             // logging an order that is not in force.
             return Err(e.to_string());
         }
-        let mut reload = false;
+        let mut reload = hangup_while_starting.swap(false, Ordering::SeqCst);
         while let Ok(Some(signal)) = signals.read_signal() {
             if signal.ssi_signo == Signal::SIGHUP as u32 {
                 tracing::info!("SIGHUP: reloading {}", args.config.display());
@@ -388,6 +397,45 @@ fn order_too_large(size: usize, capacity: usize) -> String {
         "the new order takes {size} bytes, more than the {capacity} bytes {} holds",
         arbiter::protocol::MANAGER_SLOT
     )
+}
+
+/// Until `starting` is cleared, acts on the stopping signals itself: joining the bus waits up to
+/// seconds per call for a registry that does not answer (stopped, hung), and the main loop,
+/// which reads the signals, is not running yet; SIGTERM then waited for them all (about 10 s).
+/// A stop exits at once (nothing is published yet, or the order just published stays, as on any
+/// stop); a SIGHUP is passed on to the main loop through `hangup`. It reads through a signalfd of
+/// its own and only while `starting` holds: once the main loop runs, a signal is left pending
+/// for the main loop's signalfd.
+fn stop_while_starting(
+    signals: SigSet,
+    starting: Arc<AtomicBool>,
+    hangup: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let fd = SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| format!("signalfd: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals-at-start".into())
+        .spawn(move || {
+            while starting.load(Ordering::SeqCst) {
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                let _ = poll(&mut fds, PollTimeout::from(50u16));
+                if !starting.load(Ordering::SeqCst) {
+                    return;
+                }
+                while let Ok(Some(signal)) = fd.read_signal() {
+                    if signal.ssi_signo == Signal::SIGHUP as u32 {
+                        hangup.store(true, Ordering::SeqCst);
+                        continue;
+                    }
+                    let name = Signal::try_from(signal.ssi_signo as i32)
+                        .map_or("a signal", |s| s.as_str());
+                    tracing::info!("stopping on {name} while joining the bus");
+                    std::process::exit(0);
+                }
+            }
+        })
+        .map_err(|e| format!("starting the signal thread: {e}"))?;
+    Ok(())
 }
 
 /// One log line per rejected config (a TOML error's excerpt spans several).
