@@ -195,6 +195,18 @@ impl Allocation {
             && self.outcomes == other.outcomes
     }
 
+    /// Forgets where the resources sent their safe command were held: the next cycle holds
+    /// them where they are measured then. For a driver that restarted: a joint may have moved
+    /// (sagged, pushed by hand) while none ran, and holding the old position would move a
+    /// resource nobody owns.
+    pub fn forget_holds(&mut self) {
+        for (held, setpoint) in self.holding.iter_mut().zip(&mut self.setpoints) {
+            if *held {
+                (*held, *setpoint) = (false, None);
+            }
+        }
+    }
+
     /// The same result with names: `names[i]` is controller `i`'s name.
     pub fn to_decision(&self, resources: &[ResourceSpec], names: &[&str]) -> Decision {
         let mut decision = Decision {

@@ -94,6 +94,9 @@ pub fn run(
     let mut allocation = Allocation::default();
     let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
+    // The process of the driver whose state was read last (its writer's pid): another one is a
+    // driver restarted, whose resources are held where it measures them (`forget_holds`).
+    let mut driver: Option<u32> = None;
     let mut cycle = 0u64;
     // Set on start and whenever the watched list is rebuilt: the allocation's positions then
     // name other controllers, so the cycle publishes even if the allocation compares equal.
@@ -200,7 +203,26 @@ pub fn run(
             tracing::warn!("{name}: manager config: {e}");
         }
         if state_changed {
-            if let Some(s) = watched.group.get(watched.state).value() {
+            let sub = watched.group.get(watched.state);
+            let running = sub
+                .meta()
+                .filter(|m| m.writer == bus::WriterState::Alive && m.writer_pid != 0)
+                .map(|m| m.writer_pid);
+            if let (Some(now), Some(before)) = (running, driver) {
+                if now != before {
+                    tracing::info!(
+                        "{name}: the resource state comes from another driver process (pid \
+                         {now}, was {before}): resources sent their safe command are held \
+                         where it measures them"
+                    );
+                    state.clear();
+                    if let Some(p) = previous.as_mut() {
+                        p.forget_holds();
+                    }
+                }
+            }
+            driver = running.or(driver);
+            if let Some(s) = sub.value() {
                 state.clone_from(&s.values);
             }
         }

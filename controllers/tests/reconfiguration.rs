@@ -395,3 +395,41 @@ fn controllers_and_the_manager_follow_slots_made_anew() {
         r.t.stdout_of(y).contains("y arm: full (owns: shoulder)")
     });
 }
+
+/// A resource nobody owns is held where it was measured when released. Its driver restarted
+/// (the joint sagged, or was moved by hand, while none ran) measures it elsewhere: the arbiter
+/// kept sending the old position, and the new driver moved a joint no controller asked to move
+/// (chaos audit). The hold is now taken again where the new driver measures the joint.
+#[test]
+fn a_restarted_driver_holds_a_released_joint_where_it_measures_it() {
+    let mut r = Robot::running(&["x"]);
+    let shoulder_command = |r: &Robot| {
+        r.arm_block()
+            .and_then(|b| b["resources"]["shoulder"]["command"].as_f64())
+    };
+    let sim = r.t.spawn_bin("robot-sim", &[]);
+    let x = r.controller("x", "compromising", &["arm/shoulder=1.2"], 200);
+    eventually("the shoulder reaches 1.2", || {
+        r.arm_block().is_some_and(|b| {
+            b["resources"]["shoulder"]["state"]
+                .as_f64()
+                .is_some_and(|s| (s - 1.2).abs() < 0.01)
+        })
+    });
+    r.t.signal(x, Signal::SIGTERM);
+    eventually("released, the shoulder is held", || {
+        r.arm_block()
+            .is_some_and(|b| b["owners"]["shoulder"].is_null())
+    });
+    assert!(shoulder_command(&r).is_some_and(|c| (c - 1.2).abs() < 0.05));
+    // A new simulator starts with every joint at 0. Until the arbiter has read its first
+    // state it executes the hold it finds (a step or two towards 1.2, about 0.1 each).
+    r.t.kill(sim);
+    r.t.spawn_bin("robot-sim", &[]);
+    eventually("the hold follows the new driver's measurement", || {
+        shoulder_command(&r).is_some_and(|c| c < 0.4)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let c = shoulder_command(&r);
+    assert!(c.is_some_and(|c| c < 0.4), "{c:?}");
+}
