@@ -142,6 +142,16 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
                 .starts_with("this registry hears no other computer")
     });
     lab.set_connected(B, true);
+
+    // hB's registry restarted under another host name: its earlier run's statistics stay in
+    // their slot, marked as gone (they read as current).
+    lab.kill_registry(B);
+    lab.start_registry(B, &["--host", "hB2"], &[]);
+    eventually("hB's stats mark the earlier run's as gone", || {
+        let out = lab.inspect(B, &["stats"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("hB (gone)") && text.contains("hB2 ") && !text.contains("hB hears")
+    });
 }
 
 /// `get`, `watch` and `info` of a name that only another host publishes, and nothing here

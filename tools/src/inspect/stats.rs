@@ -23,6 +23,9 @@ pub struct NetSlot {
     pub host: String,
     /// `true` when the slot is a mirror of another host's statistics.
     pub mirrored: bool,
+    /// Whether the registry that wrote the statistics still runs: those of a registry gone (or
+    /// of an earlier run under another host name) are its last, not current.
+    pub writer_alive: bool,
     pub age_s: Option<f64>,
     /// The decoded `NetStats` value (datagrams, bytes, drops by cause, peers...).
     pub value: serde_json::Value,
@@ -71,6 +74,7 @@ pub fn read(domain: &Domain) -> Vec<NetSlot> {
                 slot: s.name,
                 host,
                 mirrored: s.mirrored,
+                writer_alive: s.writer_alive,
                 age_s: s.age_s,
                 value: reading.value,
             })
@@ -184,9 +188,10 @@ pub fn render(s: &Stats) -> String {
             .map_or(0, |m| m.values().map(n).sum());
         t.row(vec![
             format!(
-                "{}{}",
+                "{}{}{}",
                 slot.host,
-                if slot.mirrored { " (mirror)" } else { "" }
+                if slot.mirrored { " (mirror)" } else { "" },
+                if slot.writer_alive { "" } else { " (gone)" }
             ),
             if v["authenticated"] == true {
                 "key"
@@ -222,10 +227,17 @@ pub fn render(s: &Stats) -> String {
             out.push_str(&format!("{} dropped: {}\n", slot.host, drops.join(", ")));
         }
         for p in slot.peers() {
-            out.push_str(&format!(
-                "{} hears {} at {} (last {} ms ago)\n",
-                slot.host, p.host, p.address, p.last_heard_ms
-            ));
+            out.push_str(&if slot.writer_alive {
+                format!(
+                    "{} hears {} at {} (last {} ms ago)\n",
+                    slot.host, p.host, p.address, p.last_heard_ms
+                )
+            } else {
+                format!(
+                    "{} (its registry gone, as it last wrote) heard {} at {}\n",
+                    slot.host, p.host, p.address
+                )
+            });
         }
     }
     out
