@@ -458,6 +458,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every drop cause `bus-inspect stats` prints is explained in docs/debugging.md.
+    #[test]
+    fn every_drop_cause_is_explained_in_the_debugging_guide() {
+        let guide = include_str!("../../../docs/debugging.md");
+        for cause in Drop::ALL {
+            let row = format!("| `{}` |", cause.name());
+            assert!(guide.contains(&row), "docs/debugging.md has no row {row}");
+        }
+    }
+
     #[test]
     fn drop_causes_are_listed_in_declaration_order() {
         for (i, cause) in Drop::ALL.iter().enumerate() {
