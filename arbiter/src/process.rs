@@ -14,7 +14,7 @@ use bus::{Bus, BusError, Publication};
 use crate::algorithm::{allocate, Allocation, Decision, ResourceSpec};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
-    arbiter_slot, command_slot, ArbiterBlock, ResourceCommand, ResourceFeedback,
+    arbiter_slot, command_slot, ArbiterBlock, Outcome, ResourceCommand, ResourceFeedback,
 };
 
 mod watched;
@@ -501,8 +501,19 @@ fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision) 
             .cloned()
             .flatten();
         if before.as_ref() != owner.as_ref() {
+            // Why the owner before lost it, from its outcome now.
+            let why = before
+                .as_deref()
+                .map_or(String::new(), |b| match decision.outcomes.get(b) {
+                    Some(Outcome::Expired) => format!(
+                        " ({b}'s block expired, or its process is gone: not refreshed within its \
+                         time to live)"
+                    ),
+                    None => format!(" ({b} is no longer followed: not in the manager's order)"),
+                    Some(outcome) => format!(" ({b}'s outcome now: {})", outcome.as_str()),
+                });
             tracing::info!(
-                "{arbiter}/{resource}: {} -> {}",
+                "{arbiter}/{resource}: {} -> {}{why}",
                 before.as_deref().unwrap_or("(safe)"),
                 owner.as_deref().unwrap_or("(safe)")
             );

@@ -121,6 +121,19 @@ pub enum Outcome {
     Idle,
 }
 
+impl Outcome {
+    /// The name as in JSON (`bus-inspect get --json`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Full => "full",
+            Outcome::Partial => "partial",
+            Outcome::Denied => "denied",
+            Outcome::Expired => "expired",
+            Outcome::Idle => "idle",
+        }
+    }
+}
+
 /// Position or velocity bounds of a resource; commands are clamped into them.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
@@ -192,3 +205,21 @@ pub struct ResourceState {
 /// Nanoseconds since the Unix epoch on this process's wall clock (with the test switch of
 /// `clock`, offset as a test sets it).
 pub use crate::clock::wall_ns as now_ns;
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    #[test]
+    fn an_outcome_is_named_as_in_json() {
+        for o in [
+            Outcome::Full,
+            Outcome::Partial,
+            Outcome::Denied,
+            Outcome::Expired,
+            Outcome::Idle,
+        ] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+    }
+}

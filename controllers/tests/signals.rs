@@ -144,7 +144,8 @@ fn a_hung_controller_expires_on_time_when_the_clock_is_set_back() {
     std::fs::write(&offset, "0").unwrap();
     r.t.start_registry();
     r.manager();
-    r.arbiter_with_env(&[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())]);
+    let arbiter =
+        r.arbiter_with_env(&[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())]);
     let x = r.controller("x", "compromising", &["arm/turret=1"], 300);
     r.expect(
         "x holds the turret",
@@ -158,6 +159,11 @@ fn a_hung_controller_expires_on_time_when_the_clock_is_set_back() {
         serde_json::json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
         serde_json::json!({"x": "expired"}),
     );
+    // The log says why x lost the turret.
+    eventually("the arbiter says why", || {
+        r.t.stderr_of(arbiter)
+            .contains("arm/turret: x -> (safe) (x's block expired")
+    });
     r.t.signal(x, Signal::SIGCONT);
 }
 

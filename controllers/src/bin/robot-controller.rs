@@ -285,11 +285,7 @@ fn unanswered(
 }
 
 fn outcome_name(f: &controllers::Feedback) -> Option<String> {
-    f.outcome.map(|o| {
-        serde_json::to_value(o)
-            .map(|v| v.as_str().unwrap_or("?").to_owned())
-            .unwrap_or_default()
-    })
+    f.outcome.map(|o| o.as_str().to_owned())
 }
 
 /// Where this controller stands with one arbiter, in words.
