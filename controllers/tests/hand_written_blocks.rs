@@ -25,13 +25,7 @@ fn a_block_put_for_a_controller_that_died_unseen_is_not_obeyed() {
     r.t.kill_registry();
     r.t.kill(x);
     r.expect("x's block expired", nobody.clone(), json!({"x": "expired"}));
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let block = format!(
-        r#"{{"name":"x","status":"compromising","commands":{{"arm/turret":-2.0}},"stamp_ns":{stamp},"ttl_ms":3600000}}"#
-    );
+    let block = block_json("x", "arm/turret", -2.0, 3_600_000);
     let out = r.t.inspect(&["put", "/robot/controller/x", &block]);
     assert!(out.status.success(), "{out:?}");
     let get = r.t.inspect(&["get", "/robot/controller/x"]);
@@ -65,13 +59,7 @@ fn a_block_naming_another_controller_is_said() {
         json!({"x": "full"}),
     );
     r.t.kill(x);
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let block = format!(
-        r#"{{"name":"teleop","status":"compromising","commands":{{"arm/turret":1.0}},"stamp_ns":{stamp},"ttl_ms":200}}"#
-    );
+    let block = block_json("teleop", "arm/turret", 1.0, 200);
     for _ in 0..2 {
         let out = r.t.inspect(&["put", "/robot/controller/x", &block]);
         assert!(out.status.success(), "{out:?}");
@@ -83,4 +71,16 @@ fn a_block_naming_another_controller_is_said() {
     });
     let log = r.t.stderr_of(arbiter);
     assert_eq!(log.matches("names controller 'teleop'").count(), 1, "{log}");
+}
+
+/// A compromising controller block named `name`, commanding `resource` to `value`, stamped now,
+/// as JSON for `bus-inspect put`.
+fn block_json(name: &str, resource: &str, value: f64, ttl_ms: u64) -> String {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    json!({"name": name, "status": "compromising", "commands": {resource: value},
+        "stamp_ns": stamp as u64, "ttl_ms": ttl_ms})
+    .to_string()
 }

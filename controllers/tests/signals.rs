@@ -178,23 +178,7 @@ fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
     r.t.start_registry();
     r.manager();
     let arbiter = r.arbiter();
-    let start_x = |r: &mut Robot| {
-        r.t.spawn_with_env(
-            common::bin("robot-controller"),
-            &[
-                "--name",
-                "x",
-                "--status",
-                "compromising",
-                "--ttl-ms",
-                "500",
-                "--set",
-                "arm/turret=1",
-            ],
-            &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
-        )
-    };
-    let first = start_x(&mut r);
+    let first = x_with_clock_offset(&mut r, &offset, "500");
     r.expect(
         "x's blocks count as expired",
         serde_json::json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
@@ -214,7 +198,7 @@ fn a_block_that_arrives_expired_is_said_with_its_likely_cause() {
     // arbiter's decision does not change, but it acknowledges them; the controller used to say
     // "not seen yet" for ever, and the arbiter said nothing more.
     r.t.kill(first);
-    let second = start_x(&mut r);
+    let second = x_with_clock_offset(&mut r, &offset, "500");
     eventually("the second x says it is expired, and why", || {
         r.t.stdout_of(second)
             .contains("x arm: expired (the arbiter counts this controller's block as run out")
@@ -239,20 +223,7 @@ fn blocks_that_arrive_late_are_said_before_control_comes_and_goes() {
     r.t.start_registry();
     r.manager();
     let arbiter = r.arbiter();
-    r.t.spawn_with_env(
-        common::bin("robot-controller"),
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--ttl-ms",
-            "1400",
-            "--set",
-            "arm/turret=1",
-        ],
-        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
-    );
+    x_with_clock_offset(&mut r, &offset, "1400");
     eventually("the arbiter says the blocks come late", || {
         let log = r.t.stderr_of(arbiter);
         log.contains("controller x's block arrives with less than half of its time to live left")
@@ -327,4 +298,23 @@ fn sigterm_wakes_an_arbiter_without_heartbeat_for_its_safe_command() {
         r.t.stdout_of(x)
             .contains("x arm: arbiter not running (owns: nothing)")
     });
+}
+
+/// Starts robot-controller x (compromising, the turret at 1) with time to live `ttl_ms`, its
+/// wall clock offset by the seconds in `offset` (the clock test switch).
+fn x_with_clock_offset(r: &mut Robot, offset: &std::path::Path, ttl_ms: &str) -> usize {
+    r.t.spawn_with_env(
+        common::bin("robot-controller"),
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--ttl-ms",
+            ttl_ms,
+            "--set",
+            "arm/turret=1",
+        ],
+        &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
+    )
 }

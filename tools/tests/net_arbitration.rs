@@ -49,18 +49,24 @@ fn expect(lab: &Lab, what: &str, owners: Value, outcomes: Value) {
     }
 }
 
-#[test]
-fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed() {
+/// Two hosts with their registries: on A the robot manager (with `manager_toml`) and the arm's
+/// arbiter; B, the payload computer, runs nothing yet.
+fn robot_on_a_and_payload_b(manager_toml: &str) -> Lab {
     let mut lab = Lab::new(2);
     lab.start_registry(A, &[], &[]);
     lab.start_registry(B, &[], &[]);
-    let manager = lab.file(
-        "manager.toml",
-        "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
-    );
+    let manager = lab.file("manager.toml", manager_toml);
     let arm = lab.file("arm.toml", ARM);
     lab.spawn(A, "robot-manager", &["--config", &manager]);
     lab.spawn(A, "arbiter", &["--config", &arm]);
+    lab
+}
+
+#[test]
+fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed() {
+    let mut lab = robot_on_a_and_payload_b(
+        "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
+    );
     lab.spawn(
         A,
         "robot-controller",
@@ -140,16 +146,7 @@ fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed
 /// says that the network may be the cause.
 #[test]
 fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
-    let mut lab = Lab::new(2);
-    lab.start_registry(A, &[], &[]);
-    lab.start_registry(B, &[], &[]);
-    let manager = lab.file(
-        "manager.toml",
-        "controllers = [\"payload\"]\narbiters = [\"arm\"]\n",
-    );
-    let arm = lab.file("arm.toml", ARM);
-    lab.spawn(A, "robot-manager", &["--config", &manager]);
-    lab.spawn(A, "arbiter", &["--config", &arm]);
+    let mut lab = robot_on_a_and_payload_b("controllers = [\"payload\"]\narbiters = [\"arm\"]\n");
     let payload = lab.spawn(
         B,
         "robot-controller",
