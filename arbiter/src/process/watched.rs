@@ -270,9 +270,9 @@ fn warn_arrival(
             "{arbiter}: controller {name}'s block arrives with less than half of its time to \
              live left (stamped {behind_ms} ms before this computer's clock, for a time to live \
              of {ttl_ms} ms): its computer's clock is behind this one's, or its blocks come \
-             late (a slow network, a stalled process). A little more and each block expires before the next refresh comes, and \
-             the controller's control comes and goes: keep the computers' clocks synchronised, \
-             or give the controller a longer time to live"
+             late (a slow network, a stalled process). A little more and each block expires \
+             before the next refresh comes, and the controller's control comes and goes: keep \
+             the computers' clocks synchronised, or give the controller a longer time to live"
         ),
         Arrival::Expired => tracing::warn!(
             "{arbiter}: controller {name}'s block arrives already expired (stamped {behind_ms} \

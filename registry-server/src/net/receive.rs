@@ -187,16 +187,16 @@ impl Net {
         // broken datagram must not shut its real sender out.
         if let Err(why) = st.replay.check(h.sender, stream, h.session, h.packet) {
             let heard = st.replay.session(h.sender, stream);
-            // The later run's host, heard from another address: a second registry with the
-            // same --host name (two computers made from one image), not a restart.
-            let later_elsewhere = st
-                .peers
-                .iter()
-                .find(|p| p.sender == h.sender && p.data_addr.ip() != ip)
-                .map(|p| (p.announce.host.clone(), p.data_addr.ip()));
             if heard.is_some_and(|s| h.session < s)
                 && self.warnings.due(Cause::OlderRun, &ip.to_string())
             {
+                // The later run's host, heard from another address: a second registry with the
+                // same --host name (two computers made from one image), not a restart.
+                let later_elsewhere = st
+                    .peers
+                    .iter()
+                    .find(|p| p.sender == h.sender && p.data_addr.ip() != ip)
+                    .map(|p| (p.announce.host.clone(), p.data_addr.ip()));
                 if let Some((host, other)) = later_elsewhere {
                     tracing::warn!(
                         "datagrams from {ip} name host '{host}', as do those from {other} of a \
