@@ -167,6 +167,14 @@ fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
         json!({"turret": "payload", "shoulder": null}),
         json!({"payload": "full"}),
     );
+    // B's controller has heard the robot too (A deciding for it says nothing of B's mirrors).
+    netns::eventually("B mirrors the manager's order and the arm's block", || {
+        let heard = |name: &str| {
+            let out = lab.inspect(B, &["get", name, "--json"]);
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("payload")
+        };
+        heard("/robot/manager") && heard("/robot/arbiter/arm")
+    });
     // B forgets A after its forget time (3 s): the mirrors of A's slots lose their writer.
     lab.set_connected(B, false);
     let out = lab.finish(payload);
