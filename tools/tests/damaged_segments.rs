@@ -307,3 +307,33 @@ fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
     assert_eq!(code, Some(0), "{clean}");
     assert!(!std::path::Path::new(&path).exists(), "{clean}");
 }
+
+/// A segment the running registry cannot read (left by a build of another layout version, or
+/// damaged while no registry ran) is not adopted, and nothing uses it: `doctor` failed on it
+/// but called nothing stale, and `clean` left it while the registry ran (upgrade audit).
+#[test]
+fn a_segment_the_registry_could_not_adopt_is_stale_and_cleaned() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<u64>(NAME).expect("publish");
+    p.wait_bound(common::WATCHDOG).expect("bound");
+    p.write(&1).expect("write");
+    drop(p);
+    drop(bus);
+    t.kill_registry();
+    // Layout version 1 (this build reads 2): the word after the magic.
+    t.overwrite_segment(NAME, 8, &1u32.to_le_bytes());
+    t.start_registry();
+    let out = t.inspect(&["doctor"]);
+    let doctor = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        doctor
+            .lines()
+            .any(|l| l.starts_with("WARN") && l.contains("stale") && l.contains(NAME)),
+        "{doctor}"
+    );
+    let out = t.inspect(&["clean", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(size_of(&t.segment_path(NAME)), None, "{out:?}");
+}

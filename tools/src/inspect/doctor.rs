@@ -217,7 +217,13 @@ pub fn diagnose(domain: &Domain) -> Report {
             Some(w) => format!("writer pid {} gone", w.pid),
         };
         let is_stale = if registry_runs {
-            name.is_private() && !writer_runs && !with_endpoints.contains(name) && users.is_empty()
+            // A private slot nobody uses, or one whose header the registry could not read (so
+            // did not adopt: damaged, or another build's layout), which only a process using
+            // its name would have it replace.
+            (name.is_private() || writer.is_none())
+                && !writer_runs
+                && !with_endpoints.contains(name)
+                && users.is_empty()
         } else {
             !writer_runs && users.is_empty()
         };
@@ -225,7 +231,9 @@ pub fn diagnose(domain: &Domain) -> Report {
             stale.push(Stale {
                 name: name.to_string(),
                 path: path.clone(),
-                reason: if registry_runs {
+                reason: if registry_runs && writer.is_none() {
+                    format!("{what}: not adopted by the registry, no endpoint")
+                } else if registry_runs {
                     format!("private slot, {what}, no endpoint")
                 } else {
                     format!("no registry, {what}, mapped by no process")
