@@ -335,7 +335,10 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
     /// Blocks, without spinning, until a value newer than the one held exists (and pulls it:
     /// `Ok(true)`), or `timeout` passes (`Ok(false)`). `Duration::MAX` waits without end (as
-    /// does every timeout of the bus too long for the clock).
+    /// does every timeout of the bus too long for the clock). A writer that exits or dies
+    /// writes no newer value, so this does not return for it: to learn that a source stopped,
+    /// wait with a finite timeout and look at `writer()`, or wait in a `SubscriptionGroup`,
+    /// whose `wait_any` reports a member whose writer comes or goes.
     pub fn wait_update(&mut self, timeout: Duration) -> Result<bool, BusError> {
         let deadline = futex::deadline_after(timeout);
         loop {

@@ -4,6 +4,8 @@
 //! ```no_run
 //! use std::time::Duration;
 //! # fn main() -> Result<(), bus::BusError> {
+//! // Values reach the slots once the domain's `registry-server` runs: until then every call
+//! // succeeds and the endpoints wait for it (`Bus::wait_for_registry` waits, or says why not).
 //! let bus = bus::Bus::from_env()?;                       // BUS_DOMAIN, or "default"
 //! let mut pose = bus.publish::<(f64, f64)>("/robot/pose")?;
 //! let mut sub = bus.subscribe::<(f64, f64)>("/robot/pose")?;
