@@ -6,7 +6,7 @@
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
 //! 512    latest sequence (u64), notify word (u32), waiters (u64: epoch, count) (one cache line)
 //! 576    writer pid, state, start time, origin host, origin sequence, writer record version,
-//!        writer's first sequence, series, origin series                      (registry-maintained)
+//!        writer's first sequence, series, origin series, writer endpoint     (registry-maintained)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      `buffer_count` buffers, each: seq, len, write time (64 B) + `capacity` payload bytes
 //! ```
@@ -84,6 +84,9 @@ const OFF_WRITER_FIRST: usize = 688;
 const OFF_SERIES: usize = 696;
 /// In a mirror: the origin slot's series of the value held (see `origin_sequence`).
 const OFF_ORIGIN_SERIES: usize = 704;
+/// The recorded writer's endpoint number in its process (`set_writer`); 0: not known (segments
+/// made before it was kept, and the registry's own writes).
+const OFF_WRITER_ENDPOINT: usize = 712;
 pub(crate) const HEADER_SIZE: usize = 1024;
 const BUF_SEQ: usize = 0;
 const BUF_LEN: usize = 8;

@@ -224,3 +224,41 @@ fn a_new_publisher_does_not_revive_its_dead_predecessors_value() {
     assert_eq!(fresh.writer(), Some(bus::WriterState::Alive));
     t.signal(second, Signal::SIGKILL);
 }
+
+/// The same within one process: an application drops its publication (to let go) and later
+/// publishes the name again. Until the new publication writes, the value left is a gone
+/// writer's; it read as the live new one's (the registry took the same process for the same
+/// writer, as it must for one that registers again after a registry restart).
+#[test]
+fn a_new_publication_in_the_same_process_does_not_revive_the_dropped_ones_value() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<u64>("/revive/same").unwrap();
+    let mut first = bus.publish::<u64>("/revive/same").unwrap();
+    first.wait_bound(common::WATCHDOG).unwrap();
+    first.write(&1).unwrap();
+    common::eventually("the first value", || {
+        sub.update().is_ok() && sub.value() == Some(&1)
+    });
+    drop(first);
+    common::eventually("the dropped publication marked gone", || {
+        sub.writer() == Some(bus::WriterState::Gone)
+    });
+    let mut again = bus.publish::<u64>("/revive/same").unwrap();
+    again.wait_bound(common::WATCHDOG).unwrap();
+    let _ = sub.update();
+    assert_eq!(sub.value(), Some(&1));
+    assert_eq!(
+        sub.writer(),
+        Some(bus::WriterState::Gone),
+        "{:?}",
+        sub.meta()
+    );
+    again.write(&2).unwrap();
+    common::eventually("the new publication's value, alive", || {
+        sub.update().is_ok()
+            && sub.value() == Some(&2)
+            && sub.writer() == Some(bus::WriterState::Alive)
+    });
+}

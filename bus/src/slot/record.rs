@@ -8,8 +8,8 @@ use std::sync::atomic::{fence, Ordering};
 
 use super::{
     Slot, OFF_ORIGIN, OFF_ORIGIN_LEN, OFF_ORIGIN_SEQ, OFF_ORIGIN_SERIES, OFF_ORIGIN_SESSION,
-    OFF_SERIES, OFF_WRITER_FIRST, OFF_WRITER_PID, OFF_WRITER_START, OFF_WRITER_STATE,
-    OFF_WRITER_VERSION, ORIGIN_AREA,
+    OFF_SERIES, OFF_WRITER_ENDPOINT, OFF_WRITER_FIRST, OFF_WRITER_PID, OFF_WRITER_START,
+    OFF_WRITER_STATE, OFF_WRITER_VERSION, ORIGIN_AREA,
 };
 use crate::futex;
 use crate::shm::load_acquire32;
@@ -145,14 +145,19 @@ impl Slot {
     /// now on (`writer_state_of`); the value the slot holds, if any, is an earlier writer's (a
     /// mirror's registry dates what it holds with `set_writer_first_sequence`). The same live
     /// writer registering again (after a registry restart) changes nothing, so that its readers
-    /// never see it as anything but alive; the same process registering again after it was
-    /// marked gone (a registry that took it for dead, or closed its connection) keeps its first
-    /// sequence: the values it wrote are still its own.
-    pub fn set_writer(&self, pid: u32, start_time: u64) {
+    /// never see it as anything but alive; the same publication (`endpoint`, its number in its
+    /// process) registering again after it was marked gone (a registry that took it for dead, or
+    /// closed its connection) keeps its first sequence: the values it wrote are still its own.
+    /// Another publication of the same process does not: the values of the one it dropped are
+    /// a gone writer's until it writes. An `endpoint` of 0 (or one not recorded) is taken for
+    /// the same publication.
+    pub fn set_writer(&self, pid: u32, start_time: u64, endpoint: u64) {
         let version = self.word32(OFF_WRITER_VERSION);
         let was = version.load(Ordering::Relaxed);
-        let same_process =
-            self.load32(OFF_WRITER_PID) == pid && self.load64(OFF_WRITER_START) == start_time;
+        let recorded = self.load64(OFF_WRITER_ENDPOINT);
+        let same_process = self.load32(OFF_WRITER_PID) == pid
+            && self.load64(OFF_WRITER_START) == start_time
+            && (recorded == endpoint || recorded == 0 || endpoint == 0);
         if same_process && self.writer_state() == WriterState::Alive && was % 2 == 0 {
             return;
         }
@@ -162,6 +167,7 @@ impl Slot {
         fence(Ordering::Release);
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
+        self.store64(OFF_WRITER_ENDPOINT, endpoint);
         if !same_process {
             let first = self.latest_sequence().saturating_add(1);
             self.store64(OFF_WRITER_FIRST, first);

@@ -215,7 +215,7 @@ fn a_repair_never_leaves_a_live_waiter_asleep_uncounted() {
 #[test]
 fn the_writer_record_never_flickers() {
     let (_s, slot) = new_slot("writer");
-    slot.set_writer(10, 1000);
+    slot.set_writer(10, 1000, 1);
     // The state word keeps the values processes built before the record's version read.
     assert_eq!(slot.word32(OFF_WRITER_STATE).load(Ordering::Relaxed), 1);
     let reader = Slot::open(slot.segment(), false).unwrap();
@@ -223,7 +223,7 @@ fn the_writer_record_never_flickers() {
     std::thread::scope(|s| {
         s.spawn(|| {
             for _ in 0..200_000 {
-                slot.set_writer(10, 1000);
+                slot.set_writer(10, 1000, 1);
             }
             for i in 0..200_000u32 {
                 // Two writers whose pid and start time always go together. A moment between
@@ -231,7 +231,7 @@ fn the_writer_record_never_flickers() {
                 // its writer preempted mid-change on a loaded machine, reads as none: see
                 // `Slot::writer`).
                 let pid = 11 + i % 2;
-                slot.set_writer(pid, u64::from(pid) * 100);
+                slot.set_writer(pid, u64::from(pid) * 100, 1);
                 std::thread::yield_now();
             }
             done.store(true, Ordering::SeqCst);
@@ -297,12 +297,12 @@ fn a_slot_is_replaced_only_when_its_name_is_seen_to_stand_for_another_file() {
 #[test]
 fn a_record_that_never_settles_reads_as_none() {
     let (_s, slot) = new_slot("unsettled");
-    slot.set_writer(10, 1000);
+    slot.set_writer(10, 1000, 1);
     slot.word32(OFF_WRITER_VERSION).store(7, Ordering::Relaxed);
     assert_eq!(slot.writer().state, WriterState::None);
     assert_eq!(slot.writer_state(), WriterState::Alive);
     // The next registration settles it, also the same writer's.
-    slot.set_writer(10, 1000);
+    slot.set_writer(10, 1000, 1);
     let w = slot.writer();
     assert_eq!(
         (w.pid, w.start_time, w.state),
@@ -316,12 +316,12 @@ fn a_record_that_never_settles_reads_as_none() {
 #[test]
 fn a_value_from_before_the_writer_registered_is_a_gone_writers() {
     let (_s, slot) = new_slot("first");
-    slot.set_writer(10, 1000);
+    slot.set_writer(10, 1000, 1);
     slot.write(b"old").unwrap();
     slot.write(b"old").unwrap();
     assert_eq!(slot.writer_state_of(Some(2)), WriterState::Alive);
     slot.mark_writer_gone();
-    slot.set_writer(11, 1100);
+    slot.set_writer(11, 1100, 1);
     assert_eq!(slot.writer_state(), WriterState::Alive, "the record");
     assert_eq!(slot.writer_state_of(Some(2)), WriterState::Gone);
     assert_eq!(slot.writer_of(Some(2)).state, WriterState::Gone);
@@ -331,14 +331,21 @@ fn a_value_from_before_the_writer_registered_is_a_gone_writers() {
     assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
     // The same writer registering again (a registry restart) keeps its first sequence, also
     // after it was marked gone (a registry that took it for dead).
-    slot.set_writer(11, 1100);
+    slot.set_writer(11, 1100, 1);
     assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
     slot.mark_writer_gone();
-    slot.set_writer(11, 1100);
+    slot.set_writer(11, 1100, 1);
     assert_eq!(slot.writer_state_of(Some(3)), WriterState::Alive);
+    // Another publication of the same process (it dropped the one that wrote): the value
+    // held is a gone writer's until the new one writes (the API audit: it read as alive).
+    slot.mark_writer_gone();
+    slot.set_writer(11, 1100, 2);
+    assert_eq!(slot.writer_state_of(Some(3)), WriterState::Gone);
+    slot.write(b"newer").unwrap();
+    assert_eq!(slot.writer_state_of(Some(4)), WriterState::Alive);
     // Every value counts as the writer's with first sequence 0.
     slot.mark_writer_gone();
-    slot.set_writer(12, 1200);
+    slot.set_writer(12, 1200, 1);
     slot.set_writer_first_sequence(0);
     assert_eq!(slot.writer_state_of(Some(2)), WriterState::Alive);
 }

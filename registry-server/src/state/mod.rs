@@ -478,7 +478,7 @@ impl Registry {
 /// Makes this registry the writer of one of its own slots, written on this host.
 fn write_as_registry(slot: &Slot) {
     slot.set_origin("");
-    slot.set_writer(std::process::id(), bus::process::own_start_time());
+    slot.set_writer(std::process::id(), bus::process::own_start_time(), 0);
 }
 
 fn create_slot(

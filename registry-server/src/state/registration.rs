@@ -279,7 +279,7 @@ impl Registry {
                 }
                 // The value the slot holds, if any, is an earlier writer's: it does not count
                 // as this one's until it writes (`Slot::writer_state_of`).
-                slot.set_writer(peer.pid, peer.start_time);
+                slot.set_writer(peer.pid, peer.start_time, reg.endpoint);
                 entry.endpoints.push(EndpointRef {
                     conn,
                     endpoint: reg.endpoint,

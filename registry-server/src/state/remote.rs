@@ -318,7 +318,7 @@ impl Registry {
             // Undated first, so that no reader sees the value held as the live writer's in
             // between (`set_writer` keeps the first sequence for the same process).
             slot.set_writer_first_sequence(slot.latest_sequence().saturating_add(1));
-            slot.set_writer(std::process::id(), bus::process::own_start_time());
+            slot.set_writer(std::process::id(), bus::process::own_start_time(), 0);
         }
         out.extend(entry.bind_waiting(&segment));
         Ok((segment, out, created))
