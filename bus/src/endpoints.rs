@@ -145,13 +145,20 @@ pub struct PublicationBuilder {
 
 impl PublicationBuilder {
     /// Largest encoded value, in bytes (default 4 KiB for serde types, the type's size for
-    /// plain-old-data). Fixed when the slot is created.
+    /// plain-old-data). Fixed when the slot is created; 0 is refused by `create`.
     pub fn capacity(mut self, bytes: usize) -> Self {
         self.capacity = Some(bytes);
         self
     }
 
     pub fn create<T, C: Codec<T>>(self) -> Result<Publication<T, C>, BusError> {
+        if self.capacity == Some(0) {
+            // Every write would be refused as too large: said now, not at the first write.
+            return Err(BusError::ZeroCapacity {
+                name: self.name.to_string(),
+            });
+        }
+        // At least 1: a zero-sized type's slot still records that a value was written.
         let capacity = self.capacity.unwrap_or_else(C::default_capacity).max(1);
         let endpoint = self.bus.register(
             self.name,

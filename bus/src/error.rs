@@ -163,6 +163,9 @@ pub enum BusError {
     Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]
     GroupTooLarge { members: usize, max: usize },
+    /// `.capacity(0)`: every write would be refused as too large.
+    #[error("{name}: a capacity of 0 bytes holds no value; ask with .capacity() for the largest encoded value the type will hold")]
+    ZeroCapacity { name: String },
     #[error("{context}: {message}")]
     Io { context: String, message: String },
 }

@@ -161,6 +161,18 @@ fn an_oversized_value_is_refused_with_both_sizes() {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
+    // A capacity of 0 is refused when the publication is made (it was taken as 1, and every
+    // write refused afterwards).
+    let zero = bus
+        .publication("/zero")
+        .unwrap()
+        .capacity(0)
+        .create::<u64, bus::Serde>();
+    let err = zero.err().expect("capacity 0 refused");
+    assert!(
+        matches!(err, BusError::ZeroCapacity { .. }) && err.to_string().contains(".capacity()"),
+        "{err}"
+    );
     let mut small = bus
         .publication("/small")
         .unwrap()
