@@ -243,6 +243,20 @@ impl From<FlagSerde> for Flag {
     }
 }
 
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Serialize, Deserialize)]
+struct Aligned16 {
+    v: [f32; 4],
+}
+
+/// A type aligned beyond its fields, without padding (bytemuck refuses padding), is the C
+/// layout of its fields: it was refused as "not #[repr(C)]" (the API audit).
+#[test]
+fn an_over_aligned_type_without_padding_is_pod() {
+    let schema = Schema::of_pod::<Aligned16>().expect("repr(C, align(16)) without padding");
+    assert_eq!(schema.type_name(), std::any::type_name::<Aligned16>());
+}
+
 #[test]
 fn field_order_is_proven() {
     let error = Schema::of_pod::<Swapped>()
