@@ -26,6 +26,44 @@ struct Wheel {
     flags: u32,
 }
 
+/// Aligned beyond its fields (for SIMD), without padding.
+#[repr(C, align(16))]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    bytemuck::Pod,
+    bytemuck::Zeroable,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+struct Quaternion {
+    v: [f32; 4],
+}
+
+/// An over-aligned plain-old-data type (refused as "not #[repr(C)]" before) goes through and
+/// reads back, in a subscription and in the tool.
+#[test]
+fn an_over_aligned_pod_type_goes_through() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    // An over-aligned plain-old-data type goes through and reads back, here and in the tool.
+    let q = Quaternion {
+        v: [0.5, -0.5, 0.25, 1.0],
+    };
+    let mut qp = bus.publish_pod::<Quaternion>("/robot/attitude").unwrap();
+    let mut qs = bus.subscribe_pod::<Quaternion>("/robot/attitude").unwrap();
+    qp.wait_bound(WATCHDOG).unwrap();
+    qp.write(&q).unwrap();
+    assert!(qs.wait_update(WATCHDOG).unwrap());
+    assert_eq!(qs.value(), Some(&q));
+    let out = t.inspect(&["get", "/robot/attitude", "--json"]);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got, serde_json::to_value(q).unwrap());
+}
+
 #[test]
 fn list_and_get_decode_without_the_rust_type() {
     let mut t = TestBus::new();
