@@ -267,6 +267,26 @@ fn sigterm_stops_a_controller_and_a_manager_still_joining_a_hung_registry() {
     assert!(r.t.finish(manager).status.success());
 }
 
+/// A SIGHUP while the manager joins a hung registry is not lost: the manager reloads, and says
+/// so, once its main loop runs (it reloaded without a word).
+#[test]
+fn a_sighup_while_the_manager_joins_the_bus_reloads_once_it_runs() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    let registry = r.t.registry();
+    r.t.signal(registry, Signal::SIGSTOP);
+    let manager = r.manager();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    r.t.signal(manager, Signal::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    r.t.signal(registry, Signal::SIGCONT);
+    eventually("the manager reloads once it runs", || {
+        r.t.stderr_of(manager)
+            .contains("SIGHUP (while joining the bus): reloading")
+    });
+    assert!(r.t.is_running(manager), "{}", r.t.stderr_of(manager));
+}
+
 /// SIGTERM wakes the arbiter at once: also one with no heartbeat and only a controller with a
 /// long time to live (nothing else would wake it for a minute), it sends the safe command.
 #[test]

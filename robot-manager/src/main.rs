@@ -201,6 +201,12 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             return Err(e.to_string());
         }
         let mut reload = hangup_while_starting.swap(false, Ordering::SeqCst);
+        if reload {
+            tracing::info!(
+                "SIGHUP (while joining the bus): reloading {}",
+                args.config.display()
+            );
+        }
         while let Ok(Some(signal)) = signals.read_signal() {
             if signal.ssi_signo == Signal::SIGHUP as u32 {
                 tracing::info!("SIGHUP: reloading {}", args.config.display());
