@@ -25,6 +25,9 @@ pub const SHM_DIR: &str = "/dev/shm";
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Domain(String);
 
+/// What every Baton segment's file name in `/dev/shm` starts with, before its domain.
+const SEGMENT_FILE_PREFIX: &str = "baton.";
+
 impl Domain {
     pub fn new(name: &str) -> Result<Domain, NameError> {
         let ok = !name.is_empty()
@@ -82,7 +85,7 @@ impl Domain {
 
     /// File-name prefix (in `/dev/shm`) shared by every segment of this domain.
     pub fn segment_prefix(&self) -> String {
-        format!("baton.{}", self.0)
+        format!("{SEGMENT_FILE_PREFIX}{}", self.0)
     }
 
     /// POSIX shared-memory name (with the leading `/` that `shm_open` wants) of a slot.
@@ -93,7 +96,7 @@ impl Domain {
     /// The domain a file in `/dev/shm` is a segment of, if it is one: `segment_prefix`, then a
     /// slot's first mark (`~` for a public name, `%` for a private one).
     pub fn of_segment_file(file_name: &str) -> Option<Domain> {
-        let rest = file_name.strip_prefix("baton.")?;
+        let rest = file_name.strip_prefix(SEGMENT_FILE_PREFIX)?;
         let end = rest.find(['~', '%'])?;
         Domain::new(&rest[..end]).ok()
     }
@@ -282,8 +285,6 @@ mod tests {
         assert!(SlotName::public(&format!("/{}", "a".repeat(200))).is_err());
     }
 
-    /// Segments named under the older, looser rule (`/a//b` was a valid name) are still found
-    /// as this domain's, so that they are listed, adopted and cleaned.
     #[test]
     fn the_domain_of_a_segment_file_is_read_from_its_name() {
         let of = |f: &str| Domain::of_segment_file(f).map(|d| d.as_str().to_owned());
@@ -293,6 +294,8 @@ mod tests {
         assert_eq!(of("sem.other"), None);
     }
 
+    /// Segments named under the older, looser rule (`/a//b` was a valid name) are still found
+    /// as this domain's, so that they are listed, adopted and cleaned.
     #[test]
     fn segments_of_names_an_older_rule_allowed_are_still_found() {
         let d = Domain::new("d").unwrap();

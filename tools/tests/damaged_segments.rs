@@ -241,17 +241,21 @@ fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
     users_are_told_and_new_endpoints_bind(&mut t, users[0]);
 }
 
+/// `NAME` holds one value, its publication dropped.
+fn one_value_left(t: &TestBus) {
+    let bus = t.bus();
+    let mut p = bus.publish::<u64>(NAME).expect("publish");
+    p.wait_bound(common::WATCHDOG).expect("bound");
+    p.write(&1).expect("write");
+}
+
 /// A slot nobody uses any more, removed (by `bus-inspect clean`, or by hand): forgotten, not
 /// made anew empty under the hand that removed it.
 #[test]
 fn an_unused_slot_removed_is_forgotten_not_made_anew() {
     let mut t = TestBus::new();
     t.start_registry();
-    let bus = t.bus();
-    let mut p = bus.publish::<u64>(NAME).expect("publish");
-    p.wait_bound(common::WATCHDOG).expect("bound");
-    p.write(&1).expect("write");
-    drop(p);
+    one_value_left(&t);
     let path = t.segment_path(NAME);
     eventually("the writer is gone", || {
         let out = t.inspect(&["list", NAME, "--json"]);
@@ -315,12 +319,7 @@ fn a_fifo_in_place_of_a_segment_is_reported_and_cleaned_up_not_waited_on() {
 fn a_segment_the_registry_could_not_adopt_is_stale_and_cleaned() {
     let mut t = TestBus::new();
     t.start_registry();
-    let bus = t.bus();
-    let mut p = bus.publish::<u64>(NAME).expect("publish");
-    p.wait_bound(common::WATCHDOG).expect("bound");
-    p.write(&1).expect("write");
-    drop(p);
-    drop(bus);
+    one_value_left(&t);
     t.kill_registry();
     // Layout version 1 (this build reads 2): the word after the magic.
     t.overwrite_segment(NAME, 8, &1u32.to_le_bytes());

@@ -29,11 +29,18 @@ pub(super) struct Watched {
     /// block read again (its member reported for another reason) keeps its first read time,
     /// from which its expiry counts (`Request::expires_at_ns`).
     pub(super) read_at: Vec<Option<(u64, ReadAt)>>,
-    /// Per controller: how its last block arrived while its writer lives (a worse arrival
-    /// than the one before is said once).
-    arrival: Vec<Arrival>,
-    /// Per controller: its last block named another controller (said once).
-    misnamed: Vec<bool>,
+    /// Per controller: what its blocks were found to be, each said once.
+    said: Vec<Said>,
+}
+
+/// What was said of one controller's blocks.
+#[derive(Clone, Copy)]
+struct Said {
+    /// How its last block arrived while its writer lives (a worse arrival than the one before
+    /// is said).
+    arrival: Arrival,
+    /// Its last block named another controller.
+    misnamed: bool,
 }
 
 /// How much of its time to live a controller's block had left when it was first read.
@@ -127,8 +134,13 @@ impl Watched {
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
             read_at,
-            arrival: vec![Arrival::OnTime; members.len()],
-            misnamed: vec![false; members.len()],
+            said: vec![
+                Said {
+                    arrival: Arrival::OnTime,
+                    misnamed: false
+                };
+                members.len()
+            ],
             controllers: members,
         })
     }
@@ -178,9 +190,8 @@ impl Watched {
             .iter_mut()
             .zip(&mut self.alive)
             .zip(&mut self.read_at)
-            .zip(&mut self.arrival)
-            .zip(&mut self.misnamed);
-        for ((name, member), ((((request, alive), read_at), arrival), misnamed)) in
+            .zip(&mut self.said);
+        for ((name, member), (((request, alive), read_at), said)) in
             self.controllers.iter().zip(cached)
         {
             let Some(member) = member else {
@@ -212,11 +223,11 @@ impl Watched {
                 *alive = sub.writer() == Some(WriterState::Alive);
                 if !*alive {
                     // The next process of this name is judged (and warned about) afresh.
-                    *arrival = Arrival::OnTime;
+                    said.arrival = Arrival::OnTime;
                 }
                 if new_block {
                     let other = sub.value().map(|b| b.name.as_str()).filter(|n| n != name);
-                    if let (Some(other), false) = (other, *misnamed) {
+                    if let (Some(other), false) = (other, said.misnamed) {
                         tracing::warn!(
                             "{arbiter}: the block in {} names controller '{other}': it counts \
                              as {name}'s (the slot decides whose a block is); a tool or a \
@@ -224,16 +235,16 @@ impl Watched {
                             controller_slot(name)
                         );
                     }
-                    *misnamed = other.is_some();
+                    said.misnamed = other.is_some();
                 }
                 if new_block && *alive {
                     new_blocks = true;
                     if let (Some(request), Some(block)) = (request.as_ref(), sub.value()) {
                         let now = arrival_of(request, block, read);
-                        if now > *arrival {
+                        if now > said.arrival {
                             warn_arrival(arbiter, name, now, block, read);
                         }
-                        *arrival = now;
+                        said.arrival = now;
                     }
                 }
             }

@@ -277,19 +277,15 @@ fn unanswered(
         .iter()
         .filter_map(|a| match feedback.iter().find(|f| f.arbiter == *a) {
             Some(f) if f.arbiter_responding && f.outcome.is_some() => None,
-            Some(f) => Some(format!("{a}: {}", state_of(f, outcome_name(f).as_deref()))),
+            Some(f) => Some(format!("{a}: {}", state_of(f))),
             None => Some(format!("{a}: no such arbiter is running")),
         })
         .collect();
     (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
-fn outcome_name(f: &controllers::Feedback) -> Option<String> {
-    f.outcome.map(|o| o.as_str().to_owned())
-}
-
 /// Where this controller stands with one arbiter, in words.
-fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str {
+fn state_of(f: &controllers::Feedback) -> &'static str {
     if f.joining {
         "joining the robot manager's order (unlisted, placed last)"
     } else if !f.listed {
@@ -302,13 +298,13 @@ fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str 
         "arbiter not responding (its command is not re-stamped: it hangs, or the bus from its \
          computer is cut: a registry restarting, the network)"
     } else {
-        match outcome {
-            Some("expired") => {
+        match f.outcome {
+            Some(arbiter::protocol::Outcome::Expired) => {
                 "expired (the arbiter counts this controller's block as run out: this \
                  computer's clock is behind the arbiter's computer's, or this process stalls; \
                  the arbiter's log says which)"
             }
-            Some(outcome) => outcome,
+            Some(outcome) => outcome.as_str(),
             None => "not seen yet",
         }
     }
@@ -316,8 +312,8 @@ fn state_of<'a>(f: &controllers::Feedback, outcome: Option<&'a str>) -> &'a str 
 
 /// The line `robot-controller` prints for `f` (one JSON object with `--json`).
 fn feedback_line(args: &Args, f: &controllers::Feedback) -> String {
-    let outcome = outcome_name(f);
-    let state = state_of(f, outcome.as_deref());
+    let outcome = f.outcome.map(arbiter::protocol::Outcome::as_str);
+    let state = state_of(f);
     if args.json {
         serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
             "outcome": outcome, "owned": f.owned, "clamped": f.clamped, "listed": f.listed, "joining": f.joining,

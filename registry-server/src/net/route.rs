@@ -45,11 +45,6 @@ impl Net {
         let discovery = socket2::SockRef::from(&self.discovery);
         let sending = socket2::SockRef::from(&self.data);
         let old = address.0;
-        let described = match &self.interface.name {
-            Some(name) => format!("interface {name}"),
-            None if old.is_unspecified() => "the interface the route to the group uses".into(),
-            None => format!("interface {old}"),
-        };
         if let Some(name) = &self.interface.name {
             let Ok(new) = interface_address(name) else {
                 return;
@@ -76,6 +71,11 @@ impl Net {
         // Refused while still a member, or while there is no interface for the group (tried
         // again next time).
         if discovery.join_multicast_v4(group.ip(), &old).is_ok() {
+            let described = match &self.interface.name {
+                Some(name) => format!("interface {name}"),
+                None if old.is_unspecified() => "the interface the route to the group uses".into(),
+                None => format!("interface {old}"),
+            };
             // The membership had gone, so the interface was probably added again: the sending
             // socket's interface index is stale too.
             if !old.is_unspecified() {

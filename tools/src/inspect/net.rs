@@ -261,13 +261,7 @@ fn peers_heard(domain: &Domain) -> Check {
     };
     let peers = own.peers();
     if peers.is_empty() {
-        let drops: Vec<String> = own.value["dropped"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
-            .map(|(cause, n)| format!("{cause} {n}"))
-            .collect();
+        let drops = own.drops();
         return Check::new(
             "peers",
             Status::Warn,

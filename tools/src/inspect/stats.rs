@@ -40,6 +40,20 @@ pub struct Peer {
 }
 
 impl NetSlot {
+    /// The drop causes counted so far, as `cause count` (those never counted left out).
+    pub fn drops(&self) -> Vec<String> {
+        self.value["dropped"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(cause, n)| {
+                n.as_u64()
+                    .filter(|n| *n > 0)
+                    .map(|n| format!("{cause} {n}"))
+            })
+            .collect()
+    }
+
     pub fn peers(&self) -> Vec<Peer> {
         let Some(peers) = self.value["peers"].as_array() else {
             return Vec::new();
@@ -214,15 +228,7 @@ pub fn render(s: &Stats) -> String {
     }
     out.push_str(&t.render());
     for slot in &s.net {
-        let drops: Vec<String> = slot.value["dropped"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, c)| n(c) > 0)
-                    .map(|(k, c)| format!("{k} {}", n(c)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let drops = slot.drops();
         if !drops.is_empty() {
             out.push_str(&format!("{} dropped: {}\n", slot.host, drops.join(", ")));
         }
