@@ -21,6 +21,9 @@ pub struct Harness {
     registry: Option<Child>,
     raw_segments: Vec<String>,
     next: u32,
+    // Dropped after the registry and the segments (fields drop in order, after `Drop::drop`).
+    #[cfg(feature = "iceoryx2")]
+    _iceoryx2: super::ice::Leftovers,
 }
 
 impl Harness {
@@ -59,6 +62,8 @@ impl Harness {
             registry: Some(registry),
             raw_segments: Vec::new(),
             next: 0,
+            #[cfg(feature = "iceoryx2")]
+            _iceoryx2: super::ice::Leftovers::note(),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while bus::protocol::connect(&harness.domain).is_err() {

@@ -131,6 +131,60 @@ impl Ends {
     }
 }
 
+/// What iceoryx2 leaves behind on purpose: its node-id counter in `/dev/shm` (a 16-byte
+/// `iox2_*.global_mgmt` file every iceoryx2 process of the machine shares) and its empty
+/// `/tmp/iceoryx2` directories. A run removes those it made, never those that were there before
+/// it (another iceoryx2 program may use them); `Drop` does it, so a failed run cleans up too.
+pub struct Leftovers {
+    shm_before: Vec<std::ffi::OsString>,
+    /// `DIRS`, innermost first, that did not exist before the run.
+    dirs_made: Vec<&'static str>,
+}
+
+const SHM_DIR: &str = "/dev/shm";
+const DIRS: [&str; 3] = [
+    "/tmp/iceoryx2/nodes",
+    "/tmp/iceoryx2/services",
+    "/tmp/iceoryx2",
+];
+
+fn iceoryx2_shm_files() -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(SHM_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("iox2_"))
+        .collect()
+}
+
+impl Leftovers {
+    pub fn note() -> Leftovers {
+        Leftovers {
+            shm_before: iceoryx2_shm_files(),
+            dirs_made: DIRS
+                .into_iter()
+                .filter(|d| !std::path::Path::new(d).exists())
+                .collect(),
+        }
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for name in iceoryx2_shm_files() {
+            if !self.shm_before.contains(&name) {
+                let _ = std::fs::remove_file(std::path::Path::new(SHM_DIR).join(name));
+            }
+        }
+        // `remove_dir` removes only empty directories: whatever another program put there in
+        // the meantime stays.
+        for dir in &self.dirs_made {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 fn seq_of(payload: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     if let Some(head) = payload.get(..8) {
