@@ -596,6 +596,28 @@ fn a_user_outside_the_group_may_not_use_the_bus() {
         text.contains("this user (nobody) may not read and write"),
         "{text}"
     );
+    // Nor does it call the segments it may not read stale: it called every live segment
+    // "unreadable header: not adopted by the registry" and `clean` set out to remove them all.
+    assert!(
+        text.contains("cannot tell: the registry refuses this user") && !text.contains("stale:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cannot check: the registry refuses this user"),
+        "{text}"
+    );
+    let out = std::process::Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(&inspect)
+        .args(["--domain", t.domain.as_str(), "clean", "--yes"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot tell which segments") && err.contains("nothing removed"),
+        "{err}"
+    );
     // The registry's own user still may.
     let ok = t.inspect(&["stats"]);
     assert!(ok.status.success(), "{ok:?}");

@@ -545,6 +545,12 @@ fn rates(
 
 fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
     let report = doctor::diagnose(domain);
+    if let Some(why) = &report.stale_unknown {
+        return Err(format!(
+            "clean: cannot tell which segments of domain '{domain}' are stale: {why}; nothing \
+             removed"
+        ));
+    }
     if report.stale.is_empty() {
         if !json {
             say(&format!("nothing to clean in domain '{domain}'"));

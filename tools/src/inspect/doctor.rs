@@ -5,8 +5,9 @@
 //!
 //! A segment is *stale* when nothing can use it any more:
 //! - without a running registry: no process maps it and its writer does not run (or its header
-//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it. A
-//!   registry that refuses this user runs all the same (its maps are another user's).
+//!   is unreadable). A restarted registry would adopt it, but nobody is left to need it.
+//! - with a registry that refuses this user: none. Which slots have endpoints only the registry
+//!   can say, and a segment this user may not read tells nothing (not even its header).
 //! - with a running registry, which maps every slot: only a private slot (named `%<pid>-...`,
 //!   reachable by no one but its dead creator) whose writer does not run, for which the registry
 //!   lists no endpoint and which no other process maps. Public slots of a running registry are
@@ -41,6 +42,10 @@ pub struct Report {
     pub domain: String,
     pub checks: Vec<Check>,
     pub stale: Vec<Stale>,
+    /// Why no segment could be judged stale (the registry refuses this user), if so: `clean`
+    /// then removes nothing and says so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_unknown: Option<String>,
 }
 
 impl Report {
@@ -159,7 +164,8 @@ pub fn diagnose(domain: &Domain) -> Report {
         Err(none) => Check::new("registry", Status::Fail, none.to_string()),
     });
     let registry_pid = registry.as_ref().ok().copied();
-    let registry_runs = registry_pid.is_some() || registry.as_ref().is_err_and(|e| e.refuses);
+    let refused = registry.as_ref().is_err_and(|e| e.refuses);
+    let registry_runs = registry_pid.is_some() || refused;
     let listing = super::registry::listing(domain).ok();
     let with_endpoints: HashSet<SlotName> = listing
         .iter()
@@ -192,7 +198,10 @@ pub fn diagnose(domain: &Domain) -> Report {
         if let Err(nix::Error::EACCES | nix::Error::EPERM) =
             nix::unistd::eaccess(path.as_path(), rw)
         {
+            // Nothing is known of a segment this user may not read: neither its header nor
+            // (as a rule) which processes map it. The permissions row says why.
             denied += 1;
+            continue;
         }
         let users: Vec<u32> = mapped
             .get(&id)
@@ -216,7 +225,11 @@ pub fn diagnose(domain: &Domain) -> Report {
             Some(w) if w.state == WriterState::None => "never written".to_owned(),
             Some(w) => format!("writer pid {} gone", w.pid),
         };
-        let is_stale = if registry_runs {
+        let is_stale = if refused {
+            // Which slots have endpoints only the registry can say, and it does not answer
+            // this user: nothing counts as stale (the stale row says why).
+            false
+        } else if registry_runs {
             // A private slot nobody uses, or one whose header the registry could not read (so
             // did not adopt: damaged, or another build's layout), which only a process using
             // its name would have it replace.
@@ -262,7 +275,14 @@ pub fn diagnose(domain: &Domain) -> Report {
             format!("{seg_detail}; unreadable: {}", corrupt.join("; "))
         },
     ));
-    checks.push(if stale.is_empty() {
+    let stale_unknown = refused.then(|| {
+        "the registry refuses this user, so which slots are in use is not known here (run as \
+         root or as a member of the registry's --group)"
+            .to_owned()
+    });
+    checks.push(if let Some(why) = &stale_unknown {
+        Check::new("stale", Status::Skip, format!("cannot tell: {why}"))
+    } else if stale.is_empty() {
         Check::new("stale", Status::Ok, "no stale segment".into())
     } else {
         let names: Vec<&str> = stale.iter().map(|s| s.name.as_str()).collect();
@@ -285,11 +305,12 @@ pub fn diagnose(domain: &Domain) -> Report {
             format!("segments of other domains here: {}", others.join(", ")),
         ));
     }
-    checks.extend(net::checks(domain, registry_pid));
+    checks.extend(net::checks(domain, registry_pid, refused));
     Report {
         domain: domain.to_string(),
         checks,
         stale,
+        stale_unknown,
     }
 }
 

@@ -134,14 +134,18 @@ fn joined(igmp: &str, group: Ipv4Addr) -> Vec<String> {
     found
 }
 
-/// The network and clock checks.
-pub fn checks(domain: &Domain, registry: Option<u32>) -> Vec<Check> {
+/// The network and clock checks. `refused`: a registry runs but does not answer this user.
+pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Check> {
     let mut checks = Vec::new();
     let Some(pid) = registry else {
         checks.push(Check::new(
             "multicast",
             Status::Skip,
-            "cannot check without a running registry".into(),
+            if refused {
+                "cannot check: the registry refuses this user".into()
+            } else {
+                "cannot check without a running registry".into()
+            },
         ));
         checks.push(clock(domain));
         return checks;
