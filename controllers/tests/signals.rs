@@ -25,7 +25,22 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     let manager = r.manager();
     let arbiter = r.arbiter();
     let sim = r.t.spawn_bin("robot-sim", &[]);
-    let x = r.x_holding_the_turret("30");
+    // As a service: in a session of its own, without a controlling terminal (systemd starts
+    // each service so), also when the tests run in a terminal.
+    let x = r.t.spawn(
+        "setsid".into(),
+        &[
+            common::bin("robot-controller").to_str().unwrap(),
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=1",
+            "--duration-s",
+            "30",
+        ],
+    );
     eventually("x holds the turret", || {
         r.t.stdout_of(x).contains("x arm: full (owns: turret)")
     });
@@ -93,6 +108,10 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     // A robot-controller without a terminal (a service) lives through SIGHUP too; SIGTERM ends
     // it, releasing.
     r.t.signal(x, Signal::SIGHUP);
+    eventually("the robot-controller says it ignores SIGHUP", || {
+        r.t.stderr_of(x)
+            .contains("SIGHUP ignored: no terminal of this process closed")
+    });
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(r.t.is_running(x), "SIGHUP ended the robot-controller");
     r.t.signal(x, Signal::SIGTERM);
@@ -100,6 +119,47 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("x: released every resource"), "{text}");
+}
+
+/// A robot-controller started from a terminal ends when the terminal closes (SIGHUP), also
+/// with its input redirected, as `robot-controller ... &` in a script run there has it: it
+/// looked at its input only, and kept its command in force after the terminal went.
+#[test]
+fn a_controller_started_from_a_terminal_ends_when_it_closes() {
+    let mut r = Robot::new(&["y"]);
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let command = format!(
+        "exec {} --domain {} --name y --status compromising --set arm/turret=1 --duration-s 60 \
+         < /dev/null",
+        common::bin("robot-controller").display(),
+        r.t.domain.as_str()
+    );
+    // `script` runs the command on a terminal of its own (a pseudo-terminal): its controlling
+    // terminal. `exec` makes the controller script's child.
+    let terminal = r.t.spawn_with_args_only(
+        "script".into(),
+        &[
+            "--quiet",
+            "--flush",
+            "--return",
+            "--command",
+            &command,
+            "/dev/null",
+        ],
+    );
+    eventually("y holds the turret", || {
+        r.t.stdout_of(terminal)
+            .contains("y arm: full (owns: turret)")
+    });
+    let y = common::children_of(r.t.pid(terminal));
+    assert_eq!(y.len(), 1, "script's children: {y:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(y[0]), Signal::SIGHUP).unwrap();
+    let out = r.t.finish(terminal);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("y: released every resource"), "{text}");
 }
 
 /// A controller stopped (SIGSTOP, a suspended machine) for longer than its time to live lost

@@ -1,8 +1,9 @@
 //! What a service does on the signals systemd and a terminal send: SIGTERM (`systemctl stop`)
 //! and SIGINT (Ctrl-C) stop it, through the service's own `on_stop`, with a log line saying
-//! why; SIGHUP is logged and ignored. Only `robot-manager` reloads on SIGHUP (it handles the
-//! signal itself); killed by it, another service would count as stopped cleanly for systemd
-//! and not be restarted, which a `systemctl kill -s HUP 'baton-*'` meant for the manager did.
+//! why; SIGHUP is logged (a warning) and ignored. Only `robot-manager` reloads on SIGHUP (it
+//! handles the signal itself); killed by it, another service would count as stopped cleanly
+//! for systemd and not be restarted, which a `systemctl kill -s HUP 'baton-*'` meant for the
+//! manager did.
 //!
 //! The signals are blocked and waited for in a thread of their own (`sigwait`): no code runs
 //! in signal-handler context, and `on_stop` may log, lock and write to the bus.
@@ -16,13 +17,25 @@ use nix::sys::signal::{SigSet, Signal};
 /// thread (later signals wait: `timeout`, a terminal and systemd's control-group kill may each
 /// send one more). It should end the process, or make `main` end it.
 pub fn on_stop(on_stop: impl FnOnce(&'static str) + Send + 'static) -> Result<(), String> {
-    on_stop_or_hangup(false, on_stop)
+    on_stop_or_hangup(
+        Hangup::Ignored("this program has nothing to reload"),
+        on_stop,
+    )
 }
 
-/// `on_stop`, where SIGHUP stops too when `hangup_stops` (a program run from a terminal, which
-/// closing sends it).
+/// What SIGHUP does to a program that takes `on_stop_or_hangup`.
+#[derive(Clone, Copy, Debug)]
+pub enum Hangup {
+    /// It stops the program as SIGTERM does (a program run from a terminal, which closing
+    /// sends it).
+    Stops,
+    /// It is logged, a warning with this reason, and ignored.
+    Ignored(&'static str),
+}
+
+/// `on_stop`, where SIGHUP does what `hangup` says.
 pub fn on_stop_or_hangup(
-    hangup_stops: bool,
+    hangup: Hangup,
     on_stop: impl FnOnce(&'static str) + Send + 'static,
 ) -> Result<(), String> {
     let mut set = SigSet::empty();
@@ -36,8 +49,8 @@ pub fn on_stop_or_hangup(
         .spawn(move || {
             let mut on_stop = Some(on_stop);
             while let Ok(signal) = set.wait() {
-                if signal == Signal::SIGHUP && !hangup_stops {
-                    tracing::info!("SIGHUP ignored: this program has nothing to reload");
+                if let (Signal::SIGHUP, Hangup::Ignored(why)) = (signal, hangup) {
+                    tracing::warn!("SIGHUP ignored: {why}");
                 } else if let Some(stop) = on_stop.take() {
                     stop(signal.as_str());
                 }

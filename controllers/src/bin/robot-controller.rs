@@ -1,7 +1,6 @@
 //! `robot-controller`: a generic robot controller for scripts and people. Holds a set of
 //! commands until it ends and prints its outcomes whenever they change.
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -354,18 +353,33 @@ fn say(line: &str) {
 /// its registry marks its writer gone, or its block expires.
 fn stop_on_signals(flag: Arc<AtomicBool>, running: Arc<AtomicBool>) -> Result<(), String> {
     // SIGINT and SIGTERM end the run, releasing the resources at once. SIGHUP does too when it
-    // means the terminal closed (started from one, and not under `nohup`); otherwise (a
-    // service: `systemctl kill -s HUP` aimed at the robot manager) it is ignored, since an
+    // means the terminal closed: the process has a controlling terminal (started from one,
+    // also with its input redirected or in the background of a script run there), and not
+    // under `nohup`. A service has none (systemd starts each in a session of its own), and
+    // there SIGHUP (`systemctl kill -s HUP` aimed at the robot manager) is ignored, since an
     // application stopped by it would count as stopped cleanly and stay down.
-    let hangup_stops =
-        std::io::stdin().is_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP);
-    daemon::on_stop_or_hangup(hangup_stops, move |signal| {
+    let hangup =
+        if has_controlling_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP) {
+            daemon::Hangup::Stops
+        } else {
+            daemon::Hangup::Ignored(
+                "no terminal of this process closed (it has none, or it runs under nohup); Ctrl-C \
+             or SIGTERM end it",
+            )
+        };
+    daemon::on_stop_or_hangup(hangup, move |signal| {
         flag.store(true, Ordering::Relaxed);
         if !running.load(Ordering::Relaxed) {
             tracing::info!("stopping on {signal} while joining the bus");
             std::process::exit(0);
         }
     })
+}
+
+/// Whether this process has a controlling terminal, the one whose closing sends it SIGHUP:
+/// `/dev/tty` opens only then (ENXIO otherwise).
+fn has_controlling_terminal() -> bool {
+    std::fs::File::open("/dev/tty").is_ok()
 }
 
 /// Whether `signal` was ignored when this process started (`nohup` ignores SIGHUP): from the

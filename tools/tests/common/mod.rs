@@ -17,6 +17,22 @@ use bus::Domain;
 /// Longest any single wait in a test may take before the test fails.
 pub const WATCHDOG: Duration = Duration::from_secs(20);
 
+/// The processes `pid` started that still run (its threads' children).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
 pub fn bin(name: &str) -> PathBuf {
     // Cargo puts every workspace binary in the directory above the test executable's `deps/`.
     let test_exe = std::env::current_exe().expect("test executable path");
@@ -134,13 +150,27 @@ impl TestBus {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> usize {
-        let n = self.children.len();
-        let (out, err) = self.output_files(n);
-        let child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .args(["--domain", self.domain.as_str()])
             .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        self.spawn_command(command)
+    }
+
+    /// `spawn` without the domain added: for a program that starts a bus program itself (the
+    /// domain is then in `args`).
+    pub fn spawn_with_args_only(&mut self, program: PathBuf, args: &[&str]) -> usize {
+        let mut command = Command::new(program);
+        command.args(args).env("RUST_LOG", "info");
+        self.spawn_command(command)
+    }
+
+    fn spawn_command(&mut self, mut command: Command) -> usize {
+        let n = self.children.len();
+        let (out, err) = self.output_files(n);
+        let child = command
             .stdout(std::fs::File::create(&out).expect("stdout file"))
             .stderr(std::fs::File::create(&err).expect("stderr file"))
             .spawn()
