@@ -893,3 +893,52 @@ fn a_domain_without_a_registry_is_told_with_the_domains_in_use_here() {
         "{said}"
     );
 }
+
+/// Anyone may put a file in /dev/shm under a slot's name before the registry starts. A
+/// registry adopted any such file it could open, also one of another user open to all (only
+/// warning that it could not give it to its group), or a hard link to a segment of another bus:
+/// a user outside the bus's group could then write the slot (their arbiter's command driving
+/// this robot; security audit). It adopts neither (nor the segment linked to: both names share
+/// one memory); a publication of the name gets a slot of the registry's own making.
+#[test]
+fn a_segment_another_user_planted_is_never_adopted() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    require_root();
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/orig").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&7).unwrap();
+    drop(publication);
+    let domain = t.domain.clone();
+    let path = |name: &str| {
+        let slot = bus::SlotName::parse(name).unwrap();
+        format!("/dev/shm{}", domain.segment_name(&slot))
+    };
+    t.kill_registry();
+    // A copy of a good segment, as a user outside the bus's group (nobody) would leave it.
+    std::fs::copy(path("/orig"), path("/planted")).unwrap();
+    std::os::unix::fs::chown(path("/planted"), Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(path("/planted"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    // A second name of a segment, which shares its memory.
+    std::fs::hard_link(path("/orig"), path("/linked")).unwrap();
+    t.start_registry();
+    let bus = t.bus();
+    for name in ["/planted", "/linked", "/orig"] {
+        let mut sub = bus.subscribe::<u64>(name).unwrap();
+        let publication = bus.publish::<u64>(name).unwrap();
+        publication.wait_bound(WATCHDOG).unwrap();
+        sub.wait_bound(WATCHDOG).unwrap();
+        assert!(
+            !sub.update().unwrap(),
+            "{name}: the planted value was served"
+        );
+        let meta = std::fs::metadata(path(name)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.nlink(), meta.mode() & 0o777),
+            (0, 1, 0o660),
+            "{name}: a segment of the registry's own making"
+        );
+    }
+}

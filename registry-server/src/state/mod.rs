@@ -306,8 +306,18 @@ impl Registry {
             }
         };
         let (mut adopted, mut skipped, mut regrouped) = (0, 0, 0);
+        let group = self.group.unwrap_or_else(nix::unistd::getegid);
         for (name, _path) in files {
             let segment = self.domain.segment_name(&name);
+            if let Some(why) = foreign::unsafe_to_adopt(&segment, group) {
+                tracing::warn!(
+                    "not adopting {segment}: {why}; {name} cannot be served until it is removed \
+                     (as root: rm '{}{segment}')",
+                    bus::names::SHM_DIR
+                );
+                skipped += 1;
+                continue;
+            }
             match Slot::open(&segment, true) {
                 Ok(slot) => {
                     if let Some(group) = self.group {
@@ -491,9 +501,24 @@ fn create_slot(
     let capacity = capacity as usize;
     match Slot::create(segment, name, schema, capacity, group) {
         Err(bus::SegmentError::Io { message, .. }) if message.contains("EEXIST") => {
-            // A segment we did not adopt (corrupt header): replace it.
-            tracing::warn!("replacing unreadable segment {segment}");
-            let _ = bus::shm::unlink(segment);
+            // A segment we did not adopt (corrupt header, or not safe: another user's): replace
+            // it, if this user may remove it.
+            let foreign =
+                foreign::unsafe_to_adopt(segment, group.unwrap_or_else(nix::unistd::getegid));
+            match &foreign {
+                Some(why) => tracing::warn!("replacing segment {segment}: {why}"),
+                None => tracing::warn!("replacing unreadable segment {segment}"),
+            }
+            if let Err(e) = bus::shm::unlink(segment) {
+                return Err(bus::SegmentError::Io {
+                    segment: segment.to_owned(),
+                    message: format!(
+                        "{}{e}; {}",
+                        foreign.map_or(String::new(), |why| format!("{why}; ")),
+                        foreign::in_the_way(segment)
+                    ),
+                });
+            }
             Slot::create(segment, name, schema, capacity, group)
         }
         other => other,
@@ -502,6 +527,7 @@ fn create_slot(
 
 mod damage;
 mod directory;
+mod foreign;
 mod readers;
 pub mod reclaim;
 mod registration;

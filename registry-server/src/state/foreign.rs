@@ -1,0 +1,73 @@
+//! Segments in the registry's way that it did not make: `/dev/shm` is writable by every user,
+//! so anyone may put a file under a slot's name before the registry starts. Adopted, such a file
+//! would let a user outside the bus's group write a slot (a hard link to a segment of a bus of
+//! their own: their arbiter's command driving this robot). The registry adopts a segment only
+//! when no user outside the bus's group can write it or share its memory, and says whose a file
+//! is when it cannot remove it.
+
+use std::os::unix::fs::MetadataExt;
+
+use nix::unistd::Gid;
+
+/// What `ls -l` would say of the segment's file: owner, group, mode and links.
+fn describe(meta: &std::fs::Metadata) -> String {
+    format!(
+        "owner {}, group {}, mode {:04o}, {} link(s)",
+        bus::process::user_or_number(meta.uid()),
+        bus::process::group_or_number(meta.gid()),
+        meta.mode() & 0o7777,
+        meta.nlink()
+    )
+}
+
+fn metadata(segment: &str) -> Option<std::fs::Metadata> {
+    std::fs::symlink_metadata(format!("{}{segment}", bus::names::SHM_DIR)).ok()
+}
+
+/// Why the existing segment must not be adopted by a registry giving its slots to `group`, if
+/// so. Safe are files of a single name (a segment the registry makes has one link) that belong
+/// to this registry's user or to root (the registry sets their group and mode itself), or to
+/// another user of the bus: of `group` and closed to others, so that only the bus's users may
+/// write them (a user can give a file only to a group of their own).
+pub fn unsafe_to_adopt(segment: &str, group: Gid) -> Option<String> {
+    let meta = metadata(segment)?;
+    if !meta.file_type().is_file() {
+        // Not a slot at all; opening it says so.
+        return None;
+    }
+    if meta.nlink() > 1 {
+        return Some(format!(
+            "it has {} names (hard links; {}): another file shares its memory",
+            meta.nlink(),
+            describe(&meta)
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() == me || meta.uid() == 0 {
+        return None;
+    }
+    if meta.gid() == group.as_raw() && meta.mode() & 0o007 == 0 {
+        return None;
+    }
+    Some(format!(
+        "it belongs to another user, outside the bus's group or open to every user ({}): not \
+         made by a registry of this bus",
+        describe(&meta)
+    ))
+}
+
+/// What to do about a file in the way of a slot that this registry may not remove (`/dev/shm`
+/// lets only a file's owner and root remove it).
+pub fn in_the_way(segment: &str) -> String {
+    let path = format!("{}{segment}", bus::names::SHM_DIR);
+    match metadata(segment) {
+        Some(meta) => format!(
+            "a file of that name is in the way ({}), which this registry (user {}) may not \
+             remove: if no registry of this bus made it, remove it as root (rm '{path}'); \
+             otherwise run the registry as its owner or as root",
+            describe(&meta),
+            bus::process::user_or_number(nix::unistd::geteuid().as_raw())
+        ),
+        None => format!("a file of that name was in the way ({path})"),
+    }
+}
