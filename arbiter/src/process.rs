@@ -256,7 +256,15 @@ pub fn run(
             }
             let decision = allocation.to_decision(&config.resources, &watched.controller_names());
             if result_changed {
-                log_changes(name, previous_decision.as_ref(), &decision);
+                // Why a controller is followed no more, when one is.
+                let unfollowed = if stopping {
+                    "the arbiter is stopping"
+                } else if in_service_before == Some(false) {
+                    "the robot manager does not list this arbiter"
+                } else {
+                    "not in the manager's order"
+                };
+                log_changes(name, previous_decision.as_ref(), &decision, unfollowed);
                 warn_held_outside_limits(
                     name,
                     config,
@@ -493,8 +501,9 @@ fn warn_held_outside_limits(
     }
 }
 
-/// One log line per ownership change.
-fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision) {
+/// One log line per ownership change. `unfollowed`: why a controller without an outcome is
+/// followed no more.
+fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision, unfollowed: &str) {
     for (resource, owner) in &decision.owners {
         let before = previous
             .and_then(|p| p.owners.get(resource))
@@ -509,7 +518,7 @@ fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision) 
                         " ({b}'s block expired, or its process is gone: not refreshed within its \
                          time to live)"
                     ),
-                    None => format!(" ({b} is no longer followed: not in the manager's order)"),
+                    None => format!(" ({b} is no longer followed: {unfollowed})"),
                     Some(outcome) => format!(" ({b}'s outcome now: {})", outcome.as_str()),
                 });
             tracing::info!(

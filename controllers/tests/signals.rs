@@ -74,6 +74,11 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
         log.contains("every resource has its safe command; stopped"),
         "{log}"
     );
+    // The release is put down to the stop (it was put down to the manager's order).
+    assert!(
+        log.contains("arm/turret: x -> (safe) (x is no longer followed: the arbiter is stopping)"),
+        "{log}"
+    );
     let block = r.arm_block().unwrap();
     assert!(
         block["owners"]
