@@ -41,6 +41,13 @@ fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
     eventually("the wheels turn at the command", || {
         wheel(&mut state, "left").is_some_and(|v| (v - 0.5).abs() < 0.01)
     });
+    // The log says what it executes: the drive's command, not the arm's, of which no arbiter
+    // runs (its first line said both were executed).
+    let log = t.stderr_of(sim);
+    assert!(
+        log.contains("drive: executing its command") && !log.contains("arm: executing"),
+        "{log}"
+    );
 
     // A value that does not decode is reported and passed over; the simulator keeps going.
     let slot = bus::slot::Slot::open(&t.domain.segment_name(command.name()), true).unwrap();

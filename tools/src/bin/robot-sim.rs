@@ -131,7 +131,8 @@ fn run(args: &Args) -> Result<(), String> {
     // Names the slots followed, so that a mistyped arbiter name shows in the log (its
     // command never comes, and nothing else would say so).
     tracing::info!(
-        "arm: executing {} into {}; drive: executing {} into {}",
+        "arm: follows {} (executed once its arbiter writes it), state into {}; drive: follows \
+         {}, state into {}",
         command_slot(&args.arm),
         state_slot(&args.arm),
         command_slot(&args.drive),
@@ -141,7 +142,7 @@ fn run(args: &Args) -> Result<(), String> {
     let period = Duration::from_secs_f64(1.0 / args.rate_hz);
     let mut last_arm = None;
     let mut last_drive = None;
-    let (mut arm_seen, mut drive_seen) = (Followed::default(), Followed::default());
+    let (mut arm_seen, mut drive_seen) = (Followed::new(), Followed::new());
     let mut next = Instant::now();
     let mut first = true;
     let health = daemon::Health::new();
@@ -249,7 +250,7 @@ fn run(args: &Args) -> Result<(), String> {
 struct Followed {
     /// The command's sequence when first read, and when (see `live`).
     seen: Option<(u64, ReadAt)>,
-    /// Why the last command read was not executed (`None`: it was, or there was none).
+    /// Why the last command read was not executed (`None`: it was).
     refused: Option<NotExecuted>,
     /// A command without heartbeat was said (once).
     said_no_heartbeat: bool,
@@ -261,11 +262,20 @@ struct Followed {
 /// Why a command is not executed.
 #[derive(Clone, Copy, PartialEq)]
 enum NotExecuted {
+    /// No command read yet (its arbiter has not written one): the first one read is said.
+    NoneYet,
     ArbiterGone,
     Stale,
 }
 
 impl Followed {
+    fn new() -> Followed {
+        Followed {
+            refused: Some(NotExecuted::NoneYet),
+            ..Followed::default()
+        }
+    }
+
     /// The setpoints of `command` to execute: its arbiter runs, and (with a timeout) wrote it
     /// recently. Its age is taken from the wall clock when it is first read and counted on
     /// from there on the monotonic clock (`arbiter::clock`), so that the wall clock set back
@@ -326,6 +336,7 @@ impl Followed {
                     timeout.unwrap_or_default().as_millis()
                 ),
                 None => tracing::info!("{arbiter}: executing its command"),
+                Some(NotExecuted::NoneYet) => {}
             }
             self.refused = refused;
         }
