@@ -6,6 +6,8 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// The discovery port registries announce on, and the port a `--peer` given without one gets.
 const DEFAULT_PORT: u16 = 7447;
+/// The smallest `--mtu` (without a key; a key's MAC takes more, checked at start).
+const LEAST_MTU: u64 = registry::net::wire::least_mtu(false) as u64;
 /// The largest UDP datagram over IPv4, bytes: no `--mtu` above it can be sent.
 const MAX_UDP: u64 = 65_507;
 /// The largest `--max-value`: a message (the value, its name and fields) has a 32-bit length.
@@ -80,9 +82,10 @@ struct NetArgs {
     peers: Vec<PeerArg>,
     /// Path MTU in bytes, at most 65507: no datagram is larger; bigger values are fragmented.
     /// Lowered at start to the MTU of the route to the multicast group and to each --peer, when
-    /// that is smaller (said in the log). (Too small an MTU to hold a datagram's header and 64
-    /// bytes is refused at start.)
-    #[arg(long, default_value_t = 1500, value_parser = daemon::whole_number(0, MAX_UDP, "bytes"))]
+    /// that is smaller (said in the log). At least room for a datagram's headers and 64 bytes:
+    /// 164 bytes, 180 with --key-file (its MAC).
+    #[arg(long, default_value_t = 1500,
+          value_parser = daemon::whole_number(LEAST_MTU, MAX_UDP, "bytes"))]
     mtu: u64,
     /// Announcement interval, milliseconds (at least 10).
     #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"))]
@@ -423,7 +426,8 @@ mod tests {
             Args::try_parse_from(["registry-server", "--net", option, value]).map(|_| ())
         };
         for (option, bad, expected) in [
-            ("--mtu", "65508", "expected bytes from 0 to 65507"),
+            ("--mtu", "65508", "expected bytes from 164 to 65507"),
+            ("--mtu", "163", "expected bytes from 164 to 65507"),
             ("--mcast-port", "0", "0 is not in 1..=65535"),
             ("--reassembly-limit", "0", "expected bytes from 65536 to"),
             ("--host", "bad/host", "must be 1 or more letters, digits"),

@@ -324,9 +324,7 @@ impl Net {
         }
         let mtu = mtu_for_paths(cfg.mtu, cfg.group, cfg.port, iface, &cfg.peers);
         let chunk = wire::chunk_for_mtu(mtu, cfg.key.is_some()).ok_or_else(|| {
-            let least = (64..)
-                .find(|m| wire::chunk_for_mtu(*m, cfg.key.is_some()).is_some())
-                .unwrap_or(0);
+            let least = wire::least_mtu(cfg.key.is_some());
             OpenError::Config(format!(
                 "MTU {mtu} leaves no room for a datagram: at least {least} bytes{}",
                 if cfg.key.is_some() {

@@ -264,11 +264,19 @@ pub fn encode_header(h: &Header, out: &mut Vec<u8>) {
     }
 }
 
+/// Fewest payload bytes a fragment carries: a smaller MTU is refused.
+const LEAST_CHUNK: usize = 64;
+
 /// Payload bytes per fragment for a path MTU (`None` if the MTU leaves no room).
 pub fn chunk_for_mtu(mtu: usize, authenticated: bool) -> Option<usize> {
+    mtu.checked_sub(least_mtu(authenticated) - LEAST_CHUNK)
+        .filter(|c| *c >= LEAST_CHUNK)
+}
+
+/// The smallest MTU a datagram fits in (its headers, its MAC with a key, `LEAST_CHUNK` bytes).
+pub const fn least_mtu(authenticated: bool) -> usize {
     let mac = if authenticated { MAC_LEN } else { 0 };
-    mtu.checked_sub(IP_UDP_OVERHEAD + HEADER_LEN + mac)
-        .filter(|c| *c >= 64)
+    IP_UDP_OVERHEAD + HEADER_LEN + mac + LEAST_CHUNK
 }
 
 /// One public publication as announced.
