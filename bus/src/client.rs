@@ -381,7 +381,9 @@ impl ClientShared {
             // The error, then the wake-up.
             if let Some(e) = &error {
                 if ep.replaced.set(e.clone()).is_ok() {
-                    tracing::error!("{e}");
+                    // A warning: the application is told (`BusError::Replaced`) and decides;
+                    // the arbiter, for one, subscribes again by itself.
+                    tracing::warn!("{e}");
                     // Waiters on the old memory (this process's, and others') would sleep for
                     // ever: wake them, to find the error.
                     slot.wake_all_waiters();
