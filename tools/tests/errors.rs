@@ -942,3 +942,79 @@ fn a_segment_another_user_planted_is_never_adopted() {
         );
     }
 }
+
+/// A registry run as another user than the one whose segments it adopted (by hand as one user,
+/// then as the service's) may not remove them: /dev/shm lets only a file's owner and root
+/// remove it. It said it "forgot" a slot whose file stayed (unseen by --keep-unused from then
+/// on), and refused the name's next publication with "shm_open(create): EEXIST" (multi-user
+/// audit). It says that the file stays, whose it is and what to do.
+#[test]
+fn a_registry_says_whose_segment_it_may_not_remove() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let mut t = TestBus::new();
+    let daemon = nix::unistd::Group::from_name("daemon")
+        .unwrap()
+        .expect("group daemon");
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/left").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&7).unwrap();
+    drop(publication);
+    let path = format!(
+        "/dev/shm{}",
+        t.domain
+            .segment_name(&bus::SlotName::parse("/left").unwrap())
+    );
+    t.kill_registry();
+    // The registry's own directory is made again by the next one.
+    let directory = bus::SlotName::parse(bus::directory::DIRECTORY_SLOT).unwrap();
+    std::fs::remove_file(format!("/dev/shm{}", t.domain.segment_name(&directory))).unwrap();
+    // Another member's segment: group daemon, closed to others, so it is adopted.
+    std::os::unix::fs::chown(&path, Some(65534), Some(daemon.gid.as_raw())).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let registry = runnable_by_anyone(&t, "registry-server");
+    let as_daemon = format!(
+        "--reuid={}",
+        nix::unistd::User::from_name("daemon").unwrap().unwrap().uid
+    );
+    let regid = format!("--regid={}", daemon.gid);
+    let r = t.spawn(
+        "setpriv".into(),
+        &[
+            &as_daemon,
+            &regid,
+            "--clear-groups",
+            registry.to_str().unwrap(),
+            "--group",
+            "daemon",
+            "--keep-unused",
+            "0",
+        ],
+    );
+    common::eventually_or(
+        "the slot is forgotten, its file left",
+        || t.stderr_of(r),
+        || {
+            t.stderr_of(r).contains(
+            "/left: forgotten, but its segment stays: shm_unlink: EACCES: Permission denied; \
+             a file of that name is in the way (owner nobody, group daemon, mode 0660, 1 link(s)), \
+             which this registry (user daemon) may not remove",
+        )
+        },
+    );
+    assert!(std::path::Path::new(&path).exists());
+    // The name's next publication is refused, saying why.
+    let bus = t.bus();
+    let e = match bus.publish::<u64>("/left") {
+        Ok(publication) => publication.wait_bound(WATCHDOG).unwrap_err(),
+        Err(e) => e,
+    }
+    .to_string();
+    assert!(
+        e.contains("which this registry (user daemon) may not remove") && !e.contains("EEXIST"),
+        "{e}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

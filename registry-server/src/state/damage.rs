@@ -54,7 +54,9 @@ impl Registry {
             if let Some(old) = entry.slot.take() {
                 old.mark_writer_gone();
                 if old.names_its_file() {
-                    let _ = bus::shm::unlink(&segment);
+                    if let Err(e) = super::foreign::remove(&segment) {
+                        tracing::warn!("{name}: forgotten, but its segment stays: {e}");
+                    }
                 }
             }
             self.slots.remove(name);

@@ -58,7 +58,7 @@ pub fn unsafe_to_adopt(segment: &str, group: Gid) -> Option<String> {
 
 /// What to do about a file in the way of a slot that this registry may not remove (`/dev/shm`
 /// lets only a file's owner and root remove it).
-pub fn in_the_way(segment: &str) -> String {
+fn in_the_way(segment: &str) -> String {
     let path = format!("{}{segment}", bus::names::SHM_DIR);
     match metadata(segment) {
         Some(meta) => format!(
@@ -69,5 +69,21 @@ pub fn in_the_way(segment: &str) -> String {
             bus::process::user_or_number(nix::unistd::geteuid().as_raw())
         ),
         None => format!("a file of that name was in the way ({path})"),
+    }
+}
+
+/// Removes a segment's name (processes that map it keep their memory); a name already gone is
+/// no error. `Err`: why the file stays, whose it is and what to do.
+pub fn remove(segment: &str) -> Result<(), String> {
+    match bus::shm::unlink(segment) {
+        Ok(()) => Ok(()),
+        Err(_) if metadata(segment).is_none() => Ok(()),
+        Err(e) => {
+            let e = match e {
+                bus::SegmentError::Io { message, .. } => message,
+                other => other.to_string(),
+            };
+            Err(format!("{e}; {}", in_the_way(segment)))
+        }
     }
 }

@@ -509,13 +509,12 @@ fn create_slot(
                 Some(why) => tracing::warn!("replacing segment {segment}: {why}"),
                 None => tracing::warn!("replacing unreadable segment {segment}"),
             }
-            if let Err(e) = bus::shm::unlink(segment) {
+            if let Err(e) = foreign::remove(segment) {
                 return Err(bus::SegmentError::Io {
                     segment: segment.to_owned(),
                     message: format!(
-                        "{}{e}; {}",
-                        foreign.map_or(String::new(), |why| format!("{why}; ")),
-                        foreign::in_the_way(segment)
+                        "{}{e}",
+                        foreign.map_or(String::new(), |why| format!("{why}; "))
                     ),
                 });
             }

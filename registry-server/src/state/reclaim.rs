@@ -92,7 +92,10 @@ impl Registry {
         self.unused_since.remove(name);
         if let Some(slot) = self.slots.remove(name).and_then(|e| e.slot) {
             slot.mark_writer_gone();
-            let _ = bus::shm::unlink(slot.segment());
+            if let Err(e) = super::foreign::remove(slot.segment()) {
+                // Known no more, it would stay in /dev/shm unseen by the limits.
+                tracing::warn!("{name}: forgotten, but its segment stays: {e}");
+            }
         }
     }
 

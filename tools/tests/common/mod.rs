@@ -296,10 +296,19 @@ pub fn summary(out: &Output) -> serde_json::Value {
 }
 
 /// Polls `cond` until it holds, failing the test after the watchdog.
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+pub fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    eventually_or(what, String::new, cond);
+}
+
+/// `eventually`, saying what `context` gives (a process's log, say) when it times out.
+pub fn eventually_or(what: &str, context: impl Fn() -> String, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + WATCHDOG;
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}\n{}",
+            context()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
