@@ -825,14 +825,25 @@ fn an_unknown_group_is_refused_at_start() {
 /// has created anything in /dev/shm.
 #[test]
 fn a_bad_network_configuration_is_refused_before_anything_is_created() {
+    use std::os::unix::fs::PermissionsExt;
     let t = TestBus::new();
+    // Room for a datagram without a key, not with one (its MAC).
+    let key = t.dir().join("net.key");
+    std::fs::write(&key, "a key of the bad configuration test").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = std::process::Command::new(common::bin("registry-server"))
-        .args(["--domain", t.domain.as_str(), "--net", "--mtu", "10"])
+        .args(["--domain", t.domain.as_str(), "--net", "--mtu", "170"])
+        .arg("--key-file")
+        .arg(&key)
         .output()
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("MTU 10 leaves no room"), "{stderr}");
+    assert!(
+        stderr
+            .contains("MTU 170 leaves no room for a datagram: at least 180 bytes with a key file"),
+        "{stderr}"
+    );
     assert_eq!(
         t.domain.segment_files().unwrap().len(),
         0,
@@ -998,10 +1009,10 @@ fn a_registry_says_whose_segment_it_may_not_remove() {
         || t.stderr_of(r),
         || {
             t.stderr_of(r).contains(
-            "/left: forgotten, but its segment stays: shm_unlink: EACCES: Permission denied; \
+                "/left: forgotten, but its segment stays: shm_unlink: EACCES: Permission denied; \
              a file of that name is in the way (owner nobody, group daemon, mode 0660, 1 link(s)), \
              which this registry (user daemon) may not remove",
-        )
+            )
         },
     );
     assert!(std::path::Path::new(&path).exists());
