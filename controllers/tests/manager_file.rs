@@ -146,6 +146,39 @@ fn the_manager_never_takes_a_half_written_file() {
     write_in_place_in_two_steps(&r, &path, &["b", "a"], json!(["a", "b"]));
 }
 
+/// A SIGHUP (`systemctl reload`) while the file is written in place waits for its close: it
+/// applied the half written so far (multi-user and config audit).
+#[test]
+fn a_sighup_while_the_file_is_written_waits_until_it_is_closed() {
+    use std::io::Write;
+    let mut r = Robot::new(&["a", "b"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    r.arbiter();
+    eventually("the first order", || order_is(&r, json!(["a", "b"])));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&r.manager_file)
+        .unwrap();
+    file.write_all(b"controllers = [\"b\", \"a\"]\narbiters = [\"arm\"]\n")
+        .unwrap();
+    file.sync_data().unwrap();
+    r.t.signal(manager, nix::sys::signal::Signal::SIGHUP);
+    eventually("the manager says it waits", || {
+        r.t.stderr_of(manager)
+            .contains("is being written (changed, not closed yet): reloading it once it is closed")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(order_is(&r, json!(["a", "b"])), "{:?}", manager_order(&r));
+    file.write_all(b"unlisted = \"last\"\n").unwrap();
+    drop(file);
+    eventually("the whole new file", || {
+        manager_order(&r)
+            .is_some_and(|m| m["controllers"] == json!(["b", "a"]) && m["unlisted"] == "last")
+    });
+}
+
 /// A change inotify does not report (the file written through a hard link in another
 /// directory) found by a look that falls between the truncation and the rest of the write
 /// (here: the wake for a controller that appears) is not taken half-done: it is taken once it

@@ -307,6 +307,15 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         }
         let now = Fingerprint::of(&args.config);
         let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
+        if reload && half_written {
+            // A SIGHUP (`systemctl reload` fired by a tool) while the file is written in place:
+            // what is there is half of it. Its close event reloads it.
+            tracing::info!(
+                "{} is being written (changed, not closed yet): reloading it once it is closed",
+                args.config.display()
+            );
+            reload = false;
+        }
         // A change found without an event waits until the file is watched (SIGHUP does not).
         let waiting_for_directory = unwatched.as_ref().is_some_and(|e| e.missing);
         if now == fingerprint {
