@@ -150,7 +150,8 @@ impl ArbiterConfig {
     }
 
     pub fn parse(text: &str) -> Result<ArbiterConfig, String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| daemon::config_error_text(&e.to_string()))?;
         if !is_valid_name(&raw.name) {
             return Err(format!("arbiter name {:?}: {NAME_RULE}", raw.name));
         }

@@ -41,9 +41,51 @@ pub fn read_config(path: &Path) -> io::Result<String> {
     Ok(text)
 }
 
+/// Longest line of a parse error kept for the log: the TOML parser quotes the offending line
+/// and whatever value it names, which a file of one long line makes a megabyte per reload.
+const ERROR_LINE_CHARS: usize = 200;
+
+/// A parse error of a configuration file as it goes to the log and the terminal: control
+/// characters (from the file) escaped, so that they cannot rewrite the line or the terminal,
+/// and each line cut to `ERROR_LINE_CHARS` characters, saying how many more there were.
+pub fn config_error_text(error: &str) -> String {
+    let line = |l: &str| {
+        let mut out: String = l
+            .chars()
+            .take(ERROR_LINE_CHARS)
+            .map(|c| match c {
+                '\t' => c.to_string(),
+                c if c.is_control() => c.escape_unicode().to_string(),
+                c => c.to_string(),
+            })
+            .collect();
+        let more = l.chars().count().saturating_sub(ERROR_LINE_CHARS);
+        if more > 0 {
+            out.push_str(&format!("... ({more} more characters)"));
+        }
+        out
+    };
+    error.split('\n').map(line).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_errors_are_cut_and_escaped_for_the_log() {
+        let long = format!("unlisted = \"{}\"", "x".repeat(1000));
+        let text = config_error_text(&format!("line 3\n{long}\n\u{1b}[2J"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "line 3");
+        assert!(
+            lines[1].starts_with("unlisted = \"xxx")
+                && lines[1].ends_with("... (813 more characters)"),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(lines[2], "\\u{1b}[2J");
+    }
 
     #[test]
     fn a_fifo_a_device_and_an_oversized_file_are_refused_a_toml_file_is_read() {

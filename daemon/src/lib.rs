@@ -15,7 +15,7 @@ mod args;
 mod config_file;
 mod stop;
 pub use args::whole_number;
-pub use config_file::{read_config, MAX_CONFIG_BYTES};
+pub use config_file::{config_error_text, read_config, MAX_CONFIG_BYTES};
 pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup, Hangup};
 
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape

@@ -43,23 +43,10 @@ fn check_names(what: &str, names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `text` with its control characters other than line breaks and tabs escaped (`\u{1}`): a
-/// TOML error quotes the line it failed on, and a binary file's bytes would otherwise reach the
-/// terminal or the journal as they are.
-fn without_control_characters(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '\n' | '\t' => c.to_string(),
-            c if c.is_control() => c.escape_unicode().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
 impl ManagerFile {
     pub fn parse(text: &str) -> Result<ManagerFile, String> {
         let file: ManagerFile =
-            toml::from_str(text).map_err(|e| without_control_characters(&e.to_string()))?;
+            toml::from_str(text).map_err(|e| daemon::config_error_text(&e.to_string()))?;
         if file.controllers.len() > MAX_CONTROLLERS {
             return Err(format!(
                 "{} controllers listed; an arbiter follows at most {MAX_CONTROLLERS}",
