@@ -137,6 +137,9 @@ fn main() {
 fn run(args: Args, net_settings_given: &[String]) -> Result<(), String> {
     let domain = args.domain.clone();
     let group = args.group.as_deref().map(parse_group).transpose()?;
+    if let Some(gid) = group {
+        may_give_to(gid)?;
+    }
     check_net_options(&args.net, net_settings_given)?;
     // Before the socket: a configuration that cannot work stops here, having created nothing.
     let net = args
@@ -343,6 +346,26 @@ fn net_config(a: &NetArgs, domain: &bus::Domain) -> Result<registry::net::NetCon
         faults,
         session_file,
     })
+}
+
+/// Whether this process may give its segments to `group`: root may give them to any group,
+/// another user only to a group of their own (the kernel's rule for chown), which otherwise
+/// failed at the first segment with a bare "fchown: EPERM".
+fn may_give_to(group: nix::unistd::Gid) -> Result<(), String> {
+    use nix::unistd::{getegid, geteuid, getgroups};
+    if geteuid().is_root() || getegid() == group {
+        return Ok(());
+    }
+    if getgroups().is_ok_and(|groups| groups.contains(&group)) {
+        return Ok(());
+    }
+    let user = bus::process::user_or_number(geteuid().as_raw());
+    let name = bus::process::group_or_number(group.as_raw());
+    Err(format!(
+        "--group {name}: this user ({user}) is not in that group, so it may not give segments \
+         to it; run the registry as root or as a member of {name} (usermod -aG {name} {user}, \
+         then start it again)"
+    ))
 }
 
 fn parse_group(group: &str) -> Result<nix::unistd::Gid, String> {

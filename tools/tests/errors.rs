@@ -821,6 +821,28 @@ fn an_unknown_group_is_refused_at_start() {
     }
 }
 
+/// A registry whose user is not in --group cannot give segments to it: said at start, before
+/// anything is made (it failed at the first segment with a bare "fchown: EPERM").
+#[test]
+fn a_group_the_registry_user_is_not_in_is_refused_at_start() {
+    require_root();
+    let t = TestBus::new();
+    let registry = runnable_by_anyone(&t, "registry-server");
+    let out = output_within_watchdog(
+        std::process::Command::new("setpriv")
+            .args(AS_NOBODY)
+            .arg(&registry)
+            .args(["--domain", t.domain.as_str(), "--group", "daemon"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--group daemon: this user (nobody) is not in that group"),
+        "{stderr}"
+    );
+    assert_eq!(t.domain.segment_files().unwrap().len(), 0, "nothing made");
+}
+
 /// A network configuration that cannot work stops the registry with one clear line before it
 /// has created anything in /dev/shm.
 #[test]
