@@ -199,14 +199,33 @@ pub fn bind(domain: &Domain) -> std::io::Result<UnixListener> {
             std::io::Error::new(
                 e.kind(),
                 format!(
-                    "a registry-server already serves domain '{domain}' (socket @{} in use)",
-                    domain.registry_socket()
+                    "a registry-server already serves domain '{domain}' (socket @{} in use{})",
+                    domain.registry_socket(),
+                    holder(&addr)
                 ),
             )
         } else {
             e
         }
     })
+}
+
+/// Who holds the socket at `addr`, as its credentials say (`, by pid N (program) of user U`):
+/// an abstract socket has no file permissions, so any user may have taken the name.
+fn holder(addr: &SocketAddr) -> String {
+    let Ok(stream) = std::os::unix::net::UnixStream::connect_addr(addr) else {
+        return String::new();
+    };
+    match getsockopt(&stream, PeerCredentials) {
+        Ok(c) => format!(
+            ", by pid {}{} of user {}",
+            c.pid(),
+            std::fs::read_to_string(format!("/proc/{}/comm", c.pid()))
+                .map_or(String::new(), |p| format!(" ({})", p.trim())),
+            bus::process::user_or_number(c.uid())
+        ),
+        Err(_) => String::new(),
+    }
 }
 
 /// Adopts existing slots, then serves `listener` forever. `ready` runs once the registry
