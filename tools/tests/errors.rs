@@ -1060,3 +1060,56 @@ fn a_registry_says_whose_segment_it_may_not_remove() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `doctor` and `clean` run by a member of the bus's group on segments of another user: the
+/// stale reason says what this user can see, and `clean` says whose a segment it may not
+/// remove is (it said "mapped by no process" after "the maps of N processes are unreadable",
+/// and a bare "Operation not permitted").
+#[test]
+fn clean_by_a_member_says_whose_segment_it_may_not_remove() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/members").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&1).unwrap();
+    drop(publication);
+    t.kill_registry();
+    let daemon = nix::unistd::Group::from_name("daemon")
+        .unwrap()
+        .expect("group daemon");
+    for (_, path) in t.domain.segment_files().unwrap() {
+        std::os::unix::fs::chown(&path, None, Some(daemon.gid.as_raw())).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    }
+    let inspect = runnable_by_anyone(&t, "bus-inspect");
+    let as_member = |args: &[&str]| {
+        output_within_watchdog(
+            std::process::Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    &format!("--regid={}", daemon.gid),
+                    "--clear-groups",
+                ])
+                .arg(&inspect)
+                .args(["--domain", t.domain.as_str()])
+                .args(args),
+        )
+    };
+    let out = as_member(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("mapped by no process this user can see"),
+        "{text}"
+    );
+    let out = as_member(&["clean", "--yes"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("it belongs to root; run clean as root"),
+        "{text}"
+    );
+}

@@ -248,6 +248,8 @@ pub fn diagnose(domain: &Domain) -> Report {
                     format!("{what}: not adopted by the registry, no endpoint")
                 } else if registry_runs {
                     format!("private slot, {what}, no endpoint")
+                } else if !root && !unreadable.is_empty() {
+                    format!("no registry, {what}, mapped by no process this user can see")
                 } else {
                     format!("no registry, {what}, mapped by no process")
                 },
@@ -391,7 +393,21 @@ pub fn clean(stale: &[Stale]) -> Vec<Removed> {
         .map(|s| {
             let same = std::fs::metadata(&s.path).is_ok_and(|m| (m.dev(), m.ino()) == s.id);
             let result = if same {
-                std::fs::remove_file(&s.path).map_err(|e| e.to_string())
+                std::fs::remove_file(&s.path).map_err(|e| {
+                    if e.kind() != std::io::ErrorKind::PermissionDenied {
+                        return e.to_string();
+                    }
+                    // /dev/shm is sticky: only a file's owner and root may remove it.
+                    let owner = std::fs::metadata(&s.path).map_or("another user".into(), |m| {
+                        bus::process::user_or_number(m.uid())
+                    });
+                    let who = if owner == "root" {
+                        owner.clone()
+                    } else {
+                        format!("{owner} or as root")
+                    };
+                    format!("{e}: it belongs to {owner}; run clean as {who}")
+                })
             } else {
                 Err("changed since it was found stale; left alone".into())
             };
