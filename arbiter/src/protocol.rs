@@ -11,7 +11,7 @@ pub const MANAGER_SLOT: &str = "/robot/manager";
 
 /// What a controller, arbiter or resource name may be: it becomes one segment of a slot name
 /// (`/robot/controller/<name>`) or of a command key (`<arbiter>/<resource>`).
-pub const NAME_RULE: &str = "use 1 to 64 letters, digits, _ - . (not . or .. alone)";
+pub const NAME_RULE: &str = "use 1 to 64 ASCII letters, digits, _ - . (not . or .. alone)";
 
 /// Whether `name` follows [`NAME_RULE`].
 pub fn is_valid_name(name: &str) -> bool {

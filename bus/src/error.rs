@@ -17,8 +17,8 @@ pub enum NameError {
     DomainFromEnv { name: String },
     #[error(
         "invalid slot name {name:?}: a public name starts with '/', is at most 200 bytes, uses \
-         only letters, digits and _ - . /, and has no empty, '.' or '..' part between slashes \
-         (no '//', no '/' at the end){}",
+         only ASCII letters, digits and _ - . /, and has no empty, '.' or '..' part between \
+         slashes (no '//', no '/' at the end){}",
         length_note(name)
     )]
     Slot { name: String },
