@@ -394,3 +394,24 @@ fn a_file_made_readable_by_its_mode_alone_is_taken() {
         order_is(&r, json!(["b"]))
     });
 }
+
+/// A manager started before the registry says its order is not in force yet, and says when it
+/// is: it logged "priority order: [..]" as if the arbiters followed it (config audit).
+#[test]
+fn a_manager_started_first_says_when_its_order_is_in_force() {
+    let mut r = Robot::new(&["a", "b"]);
+    let manager = r.manager();
+    eventually("the manager says its order waits", || {
+        r.t.stderr_of(manager).contains(
+            "priority order: [\"a\", \"b\"] (not in force yet: on /robot/manager once \
+             registry-server runs and takes it)",
+        )
+    });
+    r.t.start_registry();
+    eventually("the manager says its order is in force", || {
+        r.t.stderr_of(manager).contains(
+            "the registry took the priority order (revision 1): in force on /robot/manager",
+        )
+    });
+    eventually("the order on the bus", || order_is(&r, json!(["a", "b"])));
+}

@@ -453,7 +453,11 @@ mod tests {
             ("--mtu", "163", "expected bytes from 164 to 65507"),
             ("--mcast-port", "0", "0 is not in 1..=65535"),
             ("--reassembly-limit", "0", "expected bytes from 65536 to"),
-            ("--host", "bad/host", "must be 1 or more ASCII letters, digits"),
+            (
+                "--host",
+                "bad/host",
+                "must be 1 or more ASCII letters, digits",
+            ),
             ("--announce-ms", "0", "expected milliseconds from 10 to"),
             ("--refresh-ms", "0", "expected milliseconds from 10 to"),
             ("--forget-ms", "0", "expected milliseconds from 50 to"),

@@ -143,7 +143,13 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     })?;
     // The controllers of the last order found too large for the slot: said once.
     let mut too_large: Option<Vec<String>> = None;
-    tracing::info!("priority order: {:?}", published.controllers);
+    tracing::info!(
+        "priority order: {:?}{}",
+        published.controllers,
+        not_in_force_yet(&publication)
+    );
+    // Whether the order was said not to be in force yet: said again when it is.
+    let mut said_unbound = !publication.is_bound();
     daemon::ready("publishing /robot/manager");
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
@@ -199,6 +205,13 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             // Two managers started before the registry: the one refused must not go on
             // logging an order that is not in force.
             return Err(e.to_string());
+        }
+        if said_unbound && publication.is_bound() {
+            said_unbound = false;
+            tracing::info!(
+                "the registry took the priority order (revision {revision}): in force on {}",
+                arbiter::protocol::MANAGER_SLOT
+            );
         }
         let mut reload = hangup_while_starting.swap(false, Ordering::SeqCst);
         if reload {
@@ -364,9 +377,11 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                     revision += 1;
                     published = next;
                     tracing::info!(
-                        "priority order (revision {revision}): {:?}",
-                        published.controllers
+                        "priority order (revision {revision}): {:?}{}",
+                        published.controllers,
+                        not_in_force_yet(&publication)
                     );
+                    said_unbound |= !publication.is_bound();
                 }
                 Err(bus::BusError::TooLarge { size, capacity, .. }) => {
                     let why = order_too_large(size, capacity);
@@ -625,4 +640,16 @@ fn watch_directory(bus: &bus::Bus) -> Result<(LatestDirectory, UnixStream), Stri
         })
         .map_err(|e| format!("starting the directory thread: {e}"))?;
     Ok((latest, woken))
+}
+
+/// What a log line of the order adds while no registry has taken it: it is on the bus, and in
+/// force, only once one has.
+fn not_in_force_yet(
+    publication: &bus::Publication<arbiter::protocol::ManagerConfig>,
+) -> &'static str {
+    if publication.is_bound() {
+        ""
+    } else {
+        " (not in force yet: on /robot/manager once registry-server runs and takes it)"
+    }
 }
