@@ -64,6 +64,27 @@ impl ManagerFile {
         Ok(file)
     }
 
+    /// What the file does that is valid but takes control away from every application, each
+    /// said as a caution (`--check`, and the log when the file is taken): a one-line accident.
+    pub fn cautions(&self) -> Vec<String> {
+        let mut cautions = Vec::new();
+        if self.arbiters.is_empty() {
+            cautions.push(
+                "no arbiter listed: every arbiter is out of service and sends each of its \
+                 resources its safe command"
+                    .to_owned(),
+            );
+        }
+        if self.controllers.is_empty() && self.unlisted == Unlisted::Ignore {
+            cautions.push(
+                "no controller listed, and unlisted ones ignored: no controller gets any \
+                 resource"
+                    .to_owned(),
+            );
+        }
+        cautions
+    }
+
     /// One line saying what the file sets (`robot-manager --check`).
     pub fn summary(&self) -> String {
         let list = |names: &[String]| {

@@ -61,6 +61,9 @@ fn main() {
         match ManagerFile::load(&args.config) {
             Ok(file) => {
                 println!("{}: valid: {}", args.config.display(), file.summary());
+                for caution in file.cautions() {
+                    println!("caution: {caution}");
+                }
                 return;
             }
             Err(e) => daemon::exit_on_error("robot-manager", e),
@@ -87,6 +90,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     // Before the load: an edit made between the two is then seen as a change.
     let mut fingerprint = Fingerprint::of(&args.config);
     let mut file = ManagerFile::load(&args.config)?;
+    warn_cautions(&args.config, &file);
     let block_hash = controller_block_hash()?;
     let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK)
         .map_err(|e| format!("signalfd: {e}"))?;
@@ -355,7 +359,10 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         let mut candidate = None;
         if reload {
             match ManagerFile::load(&args.config) {
-                Ok(new) => candidate = Some(new),
+                Ok(new) => {
+                    warn_cautions(&args.config, &new);
+                    candidate = Some(new);
+                }
                 Err(e) => keep_previous(&e),
             }
         }
@@ -651,5 +658,11 @@ fn not_in_force_yet(
         ""
     } else {
         " (not in force yet: on /robot/manager once registry-server runs and takes it)"
+    }
+}
+
+fn warn_cautions(path: &std::path::Path, file: &ManagerFile) {
+    for caution in file.cautions() {
+        tracing::warn!("{}: {caution}", path.display());
     }
 }

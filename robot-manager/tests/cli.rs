@@ -41,6 +41,16 @@ fn check_validates_a_file_and_exits() {
         said.contains("controllers, highest priority first: teleop, auto; arbiters: arm; unlisted controllers ignored"),
         "{said}"
     );
+    assert!(!said.contains("caution"), "{said}");
+    // Valid, but no application gets anything: said as cautions.
+    let out = check("controllers = []\narbiters = []\n");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("caution: no arbiter listed: every arbiter is out of service")
+            && said.contains("caution: no controller listed, and unlisted ones ignored"),
+        "{said}"
+    );
     let out = check("controllers = [\"a\", \"a\"]\narbiters = []\n");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
