@@ -27,20 +27,10 @@ fn sighup_stops_no_service_and_sigterm_stops_each_cleanly() {
     let sim = r.t.spawn_bin("robot-sim", &[]);
     // As a service: in a session of its own, without a controlling terminal (systemd starts
     // each service so), also when the tests run in a terminal.
-    let x = r.t.spawn(
-        "setsid".into(),
-        &[
-            common::bin("robot-controller").to_str().unwrap(),
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/turret=1",
-            "--duration-s",
-            "30",
-        ],
-    );
+    let robot_controller = common::bin("robot-controller");
+    let mut args = vec![robot_controller.to_str().unwrap()];
+    args.extend(robot::x_holding_the_turret_args("30"));
+    let x = r.t.spawn("setsid".into(), &args);
     eventually("x holds the turret", || {
         r.t.stdout_of(x).contains("x arm: full (owns: turret)")
     });

@@ -243,10 +243,7 @@ fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
 
 /// `NAME` holds one value, its publication dropped.
 fn one_value_left(t: &TestBus) {
-    let bus = t.bus();
-    let mut p = bus.publish::<u64>(NAME).expect("publish");
-    p.wait_bound(common::WATCHDOG).expect("bound");
-    p.write(&1).expect("write");
+    t.leave_value(NAME, 1);
 }
 
 /// A slot nobody uses any more, removed (by `bus-inspect clean`, or by hand): forgotten, not

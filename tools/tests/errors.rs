@@ -948,23 +948,15 @@ fn a_segment_another_user_planted_is_never_adopted() {
     require_root();
     let mut t = TestBus::new();
     t.start_registry();
-    let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/orig").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    publication.write(&7).unwrap();
-    drop(publication);
-    let domain = t.domain.clone();
-    let path = |name: &str| {
-        let slot = bus::SlotName::parse(name).unwrap();
-        format!("/dev/shm{}", domain.segment_name(&slot))
-    };
+    t.leave_value("/orig", 7);
     t.kill_registry();
     // A copy of a good segment, as a user outside the bus's group (nobody) would leave it.
-    std::fs::copy(path("/orig"), path("/planted")).unwrap();
-    std::os::unix::fs::chown(path("/planted"), Some(65534), Some(65534)).unwrap();
-    std::fs::set_permissions(path("/planted"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let planted = t.segment_path("/planted");
+    std::fs::copy(t.segment_path("/orig"), &planted).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
     // A second name of a segment, which shares its memory.
-    std::fs::hard_link(path("/orig"), path("/linked")).unwrap();
+    std::fs::hard_link(t.segment_path("/orig"), t.segment_path("/linked")).unwrap();
     t.start_registry();
     let bus = t.bus();
     for name in ["/planted", "/linked", "/orig"] {
@@ -976,7 +968,7 @@ fn a_segment_another_user_planted_is_never_adopted() {
             !sub.update().unwrap(),
             "{name}: the planted value was served"
         );
-        let meta = std::fs::metadata(path(name)).unwrap();
+        let meta = std::fs::metadata(t.segment_path(name)).unwrap();
         assert_eq!(
             (meta.uid(), meta.nlink(), meta.mode() & 0o777),
             (0, 1, 0o660),
@@ -999,16 +991,8 @@ fn a_registry_says_whose_segment_it_may_not_remove() {
         .unwrap()
         .expect("group daemon");
     t.start_registry();
-    let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/left").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    publication.write(&7).unwrap();
-    drop(publication);
-    let path = format!(
-        "/dev/shm{}",
-        t.domain
-            .segment_name(&bus::SlotName::parse("/left").unwrap())
-    );
+    t.leave_value("/left", 7);
+    let path = t.segment_path("/left");
     t.kill_registry();
     // The registry's own directory is made again by the next one.
     let directory = bus::SlotName::parse(bus::directory::DIRECTORY_SLOT).unwrap();
@@ -1071,11 +1055,7 @@ fn clean_by_a_member_says_whose_segment_it_may_not_remove() {
     require_root();
     let mut t = TestBus::new();
     t.start_registry();
-    let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/members").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    publication.write(&1).unwrap();
-    drop(publication);
+    t.leave_value("/members", 1);
     t.kill_registry();
     let daemon = nix::unistd::Group::from_name("daemon")
         .unwrap()

@@ -107,19 +107,8 @@ impl Robot {
 
     /// `robot-controller` x, compromising, asking for the turret for `seconds`.
     pub fn x_holding_the_turret(&mut self, seconds: &str) -> usize {
-        self.t.spawn_bin(
-            "robot-controller",
-            &[
-                "--name",
-                "x",
-                "--status",
-                "compromising",
-                "--set",
-                "arm/turret=1",
-                "--duration-s",
-                seconds,
-            ],
-        )
+        self.t
+            .spawn_bin("robot-controller", &x_holding_the_turret_args(seconds))
     }
 
     /// The patents' three controllers.
@@ -190,4 +179,18 @@ pub fn manager_order(r: &Robot) -> Option<Value> {
 /// Whether the manager's order lists exactly `controllers`.
 pub fn order_is(r: &Robot, controllers: Value) -> bool {
     manager_order(r).is_some_and(|m| m["controllers"] == controllers)
+}
+
+/// The arguments of `Robot::x_holding_the_turret`.
+pub fn x_holding_the_turret_args(seconds: &str) -> [&str; 8] {
+    [
+        "--name",
+        "x",
+        "--status",
+        "compromising",
+        "--set",
+        "arm/turret=1",
+        "--duration-s",
+        seconds,
+    ]
 }

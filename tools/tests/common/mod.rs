@@ -237,6 +237,15 @@ impl TestBus {
     }
 
     /// The file in /dev/shm of public slot `name`'s segment.
+    /// Publishes `value` on public slot `name` (once the registry bound it), and drops the
+    /// publication: the slot keeps the value, its writer gone.
+    pub fn leave_value(&self, name: &str, value: u64) {
+        let bus = self.bus();
+        let mut p = bus.publish::<u64>(name).expect("publish");
+        p.wait_bound(WATCHDOG).expect("bound");
+        p.write(&value).expect("write");
+    }
+
     pub fn segment_path(&self, name: &str) -> String {
         let segment = self
             .domain
