@@ -94,9 +94,10 @@ pub fn run(
     let mut allocation = Allocation::default();
     let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
-    // The process of the driver whose state was read last (its writer's pid): another one is a
-    // driver restarted, whose resources are held where it measures them (`forget_holds`).
-    let mut driver: Option<u32> = None;
+    // The driver whose state was read last (its writer): another one is a driver restarted,
+    // whose resources are held where it measures them (`forget_holds`). A mirror's writer is
+    // told apart by its origin's publisher, its pid being its registry's.
+    let mut driver: Option<bus::WriterId> = None;
     let mut cycle = 0u64;
     // Set on start and whenever the watched list is rebuilt: the allocation's positions then
     // name other controllers, so the cycle publishes even if the allocation compares equal.
@@ -204,16 +205,22 @@ pub fn run(
         }
         if state_changed {
             let sub = watched.group.get(watched.state);
-            let running = sub
+            let meta = sub
                 .meta()
-                .filter(|m| m.writer == bus::WriterState::Alive && m.writer_pid != 0)
-                .map(|m| m.writer_pid);
+                .filter(|m| m.writer == bus::WriterState::Alive && m.writer_pid != 0);
+            let running = meta.as_ref().map(|m| m.writer_id);
             if let (Some(now), Some(before)) = (running, driver) {
                 if now != before {
+                    let which = match meta.as_ref().and_then(|m| m.origin.as_deref()) {
+                        Some(host) => format!("on host '{host}' (a driver restarted there)"),
+                        None => format!(
+                            "process (pid {})",
+                            meta.as_ref().map_or(0, |m| m.writer_pid)
+                        ),
+                    };
                     tracing::info!(
-                        "{name}: the resource state comes from another driver process (pid \
-                         {now}, was {before}): resources sent their safe command are held \
-                         where it measures them"
+                        "{name}: the resource state comes from another driver {which}: \
+                         resources sent their safe command are held where it measures them"
                     );
                     state.clear();
                     if let Some(p) = previous.as_mut() {

@@ -12,7 +12,7 @@ use crate::futex;
 use crate::names::{Domain, SlotName};
 use crate::protocol::{EndpointKind, Registration};
 use crate::schema::Schema;
-use crate::slot::{ReadInfo, Slot, WriterState};
+use crate::slot::{ReadInfo, Slot, WriterId, WriterState};
 use crate::value::{Codec, Pod, Serde};
 
 /// A handle on one bus domain. Cheap to clone; endpoints keep the connection alive.
@@ -254,6 +254,9 @@ pub struct ValueMeta {
     /// publication has taken the slot since but not written yet (`Slot::writer_state_of`).
     pub writer: WriterState,
     pub writer_pid: u32,
+    /// Which writer that is: another id under the same pid is another writer (a process
+    /// restarted, or, in a mirror, the publisher on the origin host restarted).
+    pub writer_id: WriterId,
     /// Host the value came from; `None` for values written on this computer.
     pub origin: Option<String>,
 }
@@ -393,6 +396,7 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             write_time: info.write_time(),
             writer: writer.state,
             writer_pid: writer.pid,
+            writer_id: writer.id(),
             origin: (!origin.is_empty()).then_some(origin),
         })
     }

@@ -41,5 +41,5 @@ pub use endpoints::{Bus, Publication, PublicationBuilder, Subscription, ValueMet
 pub use error::{BusError, NameError, SegmentError};
 pub use group::{GroupWaker, Member, Released, SubscriptionGroup};
 pub use names::{Domain, SlotName};
-pub use slot::WriterState;
+pub use slot::{WriterId, WriterState};
 pub use value::{Codec, Pod, Serde, DEFAULT_CAPACITY};

@@ -576,5 +576,5 @@ mod segment;
 mod tests;
 mod waiters;
 
-pub use record::{WriterInfo, WriterState};
+pub use record::{WriterId, WriterInfo, WriterState};
 pub use waiters::{WaiterTicket, STALE_AFTER};

@@ -189,3 +189,69 @@ fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
         "{printed}"
     );
 }
+
+/// The shoulder's held command in the arm's memory block on host A.
+fn shoulder_command(lab: &Lab) -> Option<f64> {
+    arm_block(lab).and_then(|b| b["resources"]["shoulder"]["command"].as_f64())
+}
+
+/// A driver restarted on another computer (the simulator on host B, the arbiter on A) is
+/// another driver for the arbiter too: a released joint is held where the new one measures it.
+/// The arbiter told drivers apart by the state's writer pid, which in a mirror is its
+/// registry's: it kept sending the old hold, and the new driver moved a joint nobody asked to
+/// move.
+#[test]
+fn a_driver_restarted_on_another_host_holds_a_released_joint_where_it_measures_it() {
+    let mut lab = robot_on_a_and_payload_b("controllers = [\"x\"]\narbiters = [\"arm\"]\n");
+    let sim = lab.spawn(B, "robot-sim", &[]);
+    let x = lab.spawn(
+        A,
+        "robot-controller",
+        &[
+            "--name",
+            "x",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/shoulder=1.2",
+            "--ttl-ms",
+            "200",
+        ],
+    );
+    let deadline = std::time::Instant::now() + common::WATCHDOG;
+    while !arm_block(&lab).is_some_and(|b| {
+        b["resources"]["shoulder"]["state"]
+            .as_f64()
+            .is_some_and(|s| (s - 1.2).abs() < 0.01)
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            arm_block(&lab)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    lab.kill(x);
+    expect(
+        &lab,
+        "the shoulder released",
+        json!({"turret": null, "shoulder": null}),
+        json!({"x": "expired"}),
+    );
+    assert!(shoulder_command(&lab).is_some_and(|c| (c - 1.2).abs() < 0.05));
+    // A new simulator starts with every joint at 0.
+    lab.kill(sim);
+    lab.spawn(B, "robot-sim", &[]);
+    let deadline = std::time::Instant::now() + common::WATCHDOG;
+    while !shoulder_command(&lab).is_some_and(|c| c < 0.4) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hold stays where the old driver left it: {:?}",
+            arm_block(&lab)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let c = shoulder_command(&lab);
+    assert!(c.is_some_and(|c| c < 0.4), "{c:?}");
+}

@@ -33,10 +33,33 @@ pub enum WriterState {
 pub struct WriterInfo {
     pub pid: u32,
     pub start_time: u64,
+    /// The publication's number in its process (`set_writer`; 0: not known); for a mirror,
+    /// its registry's number for the origin host's publisher.
+    pub endpoint: u64,
     pub state: WriterState,
 }
 
+/// Which writer wrote a value, beyond its pid: its process's start time and its publication's
+/// number in that process; for a mirror of another host's slot, which of that host's
+/// publishers. Another `WriterId` is another writer, also under the same pid: a process
+/// restarted, another publication of the same process, or the publisher on the origin host
+/// restarted (the mirror's pid, its registry's, stays the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WriterId {
+    pid: u32,
+    start_time: u64,
+    endpoint: u64,
+}
+
 impl WriterInfo {
+    pub fn id(&self) -> WriterId {
+        WriterId {
+            pid: self.pid,
+            start_time: self.start_time,
+            endpoint: self.endpoint,
+        }
+    }
+
     /// Whether the writer is marked alive and its process still runs. A writer marked alive
     /// whose process died while no registry ran to notice is not running.
     pub fn is_running(&self) -> bool {
@@ -61,6 +84,7 @@ impl Slot {
             let v1 = load_acquire32(version);
             let pid = self.load32(OFF_WRITER_PID);
             let start_time = self.load64(OFF_WRITER_START);
+            let endpoint = self.load64(OFF_WRITER_ENDPOINT);
             let state = self.writer_state();
             // Pairs with `set_writer`'s Release fence: if a load above saw a later record's pid
             // or start time, this load sees that record's odd version (or later).
@@ -71,6 +95,7 @@ impl Slot {
                 return WriterInfo {
                     pid,
                     start_time,
+                    endpoint,
                     state,
                 };
             }
@@ -78,6 +103,7 @@ impl Slot {
                 return WriterInfo {
                     pid,
                     start_time,
+                    endpoint,
                     state: WriterState::None,
                 };
             }
@@ -152,12 +178,24 @@ impl Slot {
     /// a gone writer's until it writes. An `endpoint` of 0 (or one not recorded) is taken for
     /// the same publication.
     pub fn set_writer(&self, pid: u32, start_time: u64, endpoint: u64) {
+        self.record_writer(pid, start_time, endpoint, false);
+    }
+
+    /// `set_writer` for a mirror's registry, whose writer process stays the same while the
+    /// origin host's publisher changes: `endpoint` (its number for that publisher, not 0) is
+    /// recorded, and another one is another writer (`WriterId`), also when 0 was recorded.
+    pub fn set_mirror_writer(&self, pid: u32, start_time: u64, endpoint: u64) {
+        self.record_writer(pid, start_time, endpoint, true);
+    }
+
+    fn record_writer(&self, pid: u32, start_time: u64, endpoint: u64, strict: bool) {
         let version = self.word32(OFF_WRITER_VERSION);
         let was = version.load(Ordering::Relaxed);
         let recorded = self.load64(OFF_WRITER_ENDPOINT);
+        let same_endpoint = recorded == endpoint || (!strict && (recorded == 0 || endpoint == 0));
         let same_process = self.load32(OFF_WRITER_PID) == pid
             && self.load64(OFF_WRITER_START) == start_time
-            && (recorded == endpoint || recorded == 0 || endpoint == 0);
+            && same_endpoint;
         if same_process && self.writer_state() == WriterState::Alive && was % 2 == 0 {
             return;
         }

@@ -172,6 +172,9 @@ struct Mirror {
     /// The origin's running publisher as last dated (`date_held`): the series and the first
     /// sequence of its values; `None` while the origin announces none.
     publisher: Option<(u64, u64)>,
+    /// The latest publisher dated in the series followed (its first sequence), also once gone:
+    /// a value of a later one is a publisher restarted at the origin (`Value::writer_first`).
+    newest_first: u64,
 }
 
 impl Mirror {
@@ -181,6 +184,7 @@ impl Mirror {
     fn follow_series(&mut self, series: u64) {
         if self.series != series {
             self.series = series;
+            self.newest_first = 0;
             self.last_sequence = if self.slot.origin_series() == series {
                 self.slot.origin_sequence()
             } else {
@@ -189,15 +193,54 @@ impl Mirror {
         }
     }
 
+    /// Whether a value written by the publisher whose first sequence is `first` (in the series
+    /// followed) comes from a publisher started at the origin after every one dated here.
+    fn written_by_a_newer_publisher(&self, first: u64) -> bool {
+        first != 0 && first > self.newest_first
+    }
+
+    /// Whether an announcement from `host` that its publisher of this name does not run is
+    /// older than a value that came here since: the value's publisher started after the one
+    /// it names, or it is that publisher, which had not written yet (and is not gone: `kept`
+    /// would say so) when it was announced.
+    fn has_values_newer_than(&self, host: &str, info: &wire::PubInfo) -> bool {
+        if info.writer_alive || self.origin != host || self.series != info.series {
+            return false;
+        }
+        let first = info.writer_first.max(1);
+        self.newest_first > first
+            || (self.newest_first == first
+                && !info.kept
+                && self.publisher.is_some()
+                && self.slot.origin_series() == info.series
+                && self.slot.origin_sequence() >= first)
+    }
+
     /// Tells whether the value held is the running publisher's at the origin, whose values
     /// start at `first` in the origin slot's series `series`, before the mirror reads as
     /// written by it: the value held counts only if it came from that series at or after
     /// `first`. (A value of an earlier publisher, of this origin or of another host, or of a
     /// slot since made anew, reads as its gone writer's until the next value comes.)
     fn date_held(&mut self, series: u64, first: u64) {
+        // 0 ("every value") and 1 date alike; one number for both, so that an announcement
+        // and a value (`Value::writer_first`, never 0) name the same publisher alike.
+        let first = first.max(1);
+        if series == self.series {
+            self.newest_first = self.newest_first.max(first);
+        }
         if self.publisher.replace((series, first)) == Some((series, first)) {
             return;
         }
+        // The origin's publisher is the mirror's writer as readers tell writers apart
+        // (`WriterId`): a driver restarted on its host is another writer here too, though the
+        // mirror's writer process stays this registry. Its number: the series and first
+        // sequence the origin gives that publisher (never 0, "not known").
+        let number = match series.rotate_left(32) ^ first {
+            0 => u64::MAX,
+            n => n,
+        };
+        self.slot
+            .set_mirror_writer(std::process::id(), bus::process::own_start_time(), number);
         let latest = self.slot.latest_sequence();
         // Sequence 0 is never a value: an origin sequence of 0 is one not known.
         let current = latest != 0

@@ -383,6 +383,12 @@ impl Net {
         if v.bytes.len() > m.slot.capacity() {
             return Err(Drop::Oversized);
         }
+        if m.written_by_a_newer_publisher(v.writer_first) {
+            // A publisher restarted at the origin, whose values come before the announcement
+            // that says it runs: its value reads as its own, alive, and as another writer's
+            // than the one before (a driver restarted there).
+            m.date_held(v.series, v.writer_first);
+        }
         if m.publisher
             .is_some_and(|(series, first)| series == m.series && v.sequence < first)
         {

@@ -25,7 +25,7 @@ impl Net {
         // Every conflict still present in this pass; the others leave `st.logged` at the end,
         // so a conflict that comes back is logged and counted again.
         let mut current = BTreeSet::new();
-        let claims = st.peers.claims(&mut |name, first, second| {
+        let mut claims = st.peers.claims(&mut |name, first, second| {
             if st_log(&mut st.logged, &mut current, name, second) {
                 tracing::warn!(
                     "conflict: hosts '{first}' and '{second}' both publish {name}; using '{first}'"
@@ -33,6 +33,21 @@ impl Net {
                 Counters::add(&self.counters.conflicts, 1);
             }
         });
+        // A value came here from a publisher the announcement held does not know runs (one
+        // started at the origin since: `Value::writer_first`): the announcement is older than
+        // the value, and its publisher's not running is not news. The next one says so.
+        for (name, c) in claims.iter_mut() {
+            let newer_seen = st
+                .mirrors
+                .get(name.as_str())
+                .is_some_and(|m| m.has_values_newer_than(&c.claim.host, &c.info));
+            if newer_seen {
+                c.info.writer_alive = true;
+                c.info.kept = false;
+                c.claim.writer_alive = true;
+                c.claim.kept = false;
+            }
+        }
         // Names published both here and remotely: the local one keeps working here. Which
         // publisher the bus follows is `peers::keeps` (decided alike on every host, from what
         // each announces); a local one that loses is told (`set_published_elsewhere`): it goes
@@ -146,6 +161,7 @@ impl Net {
                                     series,
                                     last_sequence,
                                     publisher: None,
+                                    newest_first: 0,
                                 };
                                 mirror.follow_series(c.info.series);
                                 if c.info.writer_alive {

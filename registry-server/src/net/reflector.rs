@@ -188,6 +188,14 @@ impl Net {
             }
             return;
         }
+        // Which publisher wrote it, if it runs: a mirror elsewhere tells a restarted one by it
+        // before the next announcement (0 for a value of a gone writer, or of an earlier one
+        // than the running publisher, which has not written yet).
+        let writer_first = if r.slot.writer_state_of(Some(read.sequence)) == WriterState::Alive {
+            r.slot.writer_first_sequence().max(1)
+        } else {
+            0
+        };
         // The write time read with the value: a separate read could pair this value with the
         // time of a newer write.
         wire::encode_value(
@@ -197,6 +205,7 @@ impl Net {
                 write_time_ns: read.write_time_ns,
                 schema_hash: r.hash,
                 series: r.slot.series(),
+                writer_first,
                 bytes: value,
             },
             message,

@@ -28,8 +28,9 @@ pub const MAGIC: [u8; 4] = *b"BTNW";
 /// subscribers it is made for, whose hash matched the announced one); a wanted name carries
 /// the series of the mirror that wants it (`Want`). Version 6: a publication whose publisher is
 /// gone is announced while its host keeps the value (`PubInfo::kept`). Version 7: a host asks
-/// for a publication's schema (`Want::schema`) and is sent it (`Message::Schema`).
-pub const VERSION: u8 = 7;
+/// for a publication's schema (`Want::schema`) and is sent it (`Message::Schema`). Version 8: a
+/// value says which publisher wrote it (`Value::writer_first`).
+pub const VERSION: u8 = 8;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
@@ -46,8 +47,9 @@ pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 const KIND_ANNOUNCE: u8 = 1;
 const KIND_VALUE: u8 = 2;
 const KIND_SCHEMA: u8 = 3;
-/// A value message: kind, sequence, write time, schema hash, series, name length.
-const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 8 + 2;
+/// A value message: kind, sequence, write time, schema hash, series, writer's first sequence,
+/// name length.
+const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 8 + 8 + 2;
 
 /// Why a datagram was dropped (or a value not sent); each has a counter in the registry's
 /// statistics.
@@ -350,6 +352,11 @@ pub struct Value<'a> {
     /// The series of the slot the value was read from (`Slot::series`): `sequence` counts
     /// within it.
     pub series: u64,
+    /// The first sequence of the publisher that wrote it, as `PubInfo::writer_first` (but
+    /// never 0: 1 for every value), when that publisher was running as it was read; 0 when it
+    /// was not (a kept value, refreshed). A receiver tells by it a publisher restarted on this
+    /// host before the next announcement says so.
+    pub writer_first: u64,
     pub bytes: &'a [u8],
 }
 
@@ -385,6 +392,7 @@ pub fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&v.write_time_ns.to_le_bytes());
     out.extend_from_slice(&v.schema_hash.to_le_bytes());
     out.extend_from_slice(&v.series.to_le_bytes());
+    out.extend_from_slice(&v.writer_first.to_le_bytes());
     out.extend_from_slice(&(v.name.len() as u16).to_le_bytes());
     out.extend_from_slice(v.name.as_bytes());
     out.extend_from_slice(v.bytes);
@@ -410,7 +418,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
             if bytes.len() < VALUE_FIXED {
                 return Err(Drop::Truncated);
             }
-            let name_len = usize::from(u16::from_le_bytes([bytes[33], bytes[34]]));
+            let name_len = usize::from(u16::from_le_bytes([bytes[41], bytes[42]]));
             let rest = &bytes[VALUE_FIXED..];
             if rest.len() < name_len {
                 return Err(Drop::Truncated);
@@ -422,6 +430,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
                 write_time_ns: u64_at(bytes, 9),
                 schema_hash: u64_at(bytes, 17),
                 series: u64_at(bytes, 25),
+                writer_first: u64_at(bytes, 33),
                 bytes: &rest[name_len..],
             }))
         }
@@ -536,6 +545,7 @@ mod tests {
             write_time_ns: 10,
             schema_hash: 11,
             series: 12,
+            writer_first: 13,
             bytes: b"xyz",
         };
         let mut out = Vec::new();
@@ -616,9 +626,11 @@ mod tests {
         /// Encoded values decode to themselves.
         #[test]
         fn values_round_trip(name in "/[a-z]{1,20}", seq: u64, t: u64, h: u64, series: u64,
+                             writer_first: u64,
                              bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let v = Value {
-                name: &name, sequence: seq, write_time_ns: t, schema_hash: h, series, bytes: &bytes,
+                name: &name, sequence: seq, write_time_ns: t, schema_hash: h, series,
+                writer_first, bytes: &bytes,
             };
             let mut out = Vec::new();
             encode_value(&v, &mut out);
