@@ -359,3 +359,41 @@ fn a_watch_shows_a_name_another_host_publishes_later() {
     let seen = json(&out);
     assert_eq!(seen["value"]["sequence"], 2, "{seen}");
 }
+
+/// A watch on the computer that published a name, when another computer publishes it next:
+/// the registry here forgets its kept value (the name is the other host's now), and the watch,
+/// holding the local slot's memory, went silent for good (network chaos audit). It follows the
+/// name to the other host.
+#[test]
+fn a_watch_follows_a_name_that_moves_to_another_host() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    let here = lab.write_from(A, "/lab/moves", "1", "0", "16");
+    eventually("the value is written here", || {
+        lab.list_row(A, "/lab/moves")["sequence"] == 1
+    });
+    let args = [
+        "watch",
+        "/lab/moves",
+        "--count",
+        "2",
+        "--json",
+        "--timeout",
+        "15",
+    ];
+    let watch = lab.spawn(A, "bus-inspect", &args);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    lab.kill(here);
+    eventually("the publisher here is gone", || {
+        lab.list_row(A, "/lab/moves")["writer_alive"] == false
+    });
+    // Announced so (every 100 ms in the lab): B may publish the name.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    lab.write_every(B, "/lab/moves", "50", "16");
+    let out = lab.finish(watch);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["origin"], "hB", "{text}");
+}

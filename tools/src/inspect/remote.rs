@@ -125,8 +125,10 @@ impl MirrorHold {
             return false;
         }
         self.next_check = Some(now + self.pause);
-        if slot.is_some_and(|s| s.origin().is_empty()) {
-            // Published on this computer: nothing to hold.
+        if slot.is_some_and(|s| s.origin().is_empty() && s.is_current()) {
+            // Published on this computer: nothing to hold. (One whose file went, the registry
+            // having forgotten its value since another computer publishes the name, is
+            // followed there now.)
             self.following = None;
             return false;
         }
