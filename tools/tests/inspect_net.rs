@@ -397,3 +397,27 @@ fn a_watch_follows_a_name_that_moves_to_another_host() {
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(last["origin"], "hB", "{text}");
 }
+
+/// A computer renamed (its registry restarted with another `--host`) keeps its old name's
+/// statistics slot, writer gone: `list` named the local slots by whichever statistics slot it
+/// found first, the old name's as often as not (network chaos audit). The running registry's
+/// name is the one.
+#[test]
+fn list_names_local_slots_by_the_running_registrys_host_name() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--host", "aaa-old"], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("A's statistics under its old name", || {
+        lab.list_row(A, "/baton/registry/aaa-old/net")["sequence"].as_u64() > Some(0)
+    });
+    lab.kill_registry(A);
+    lab.start_registry(A, &[], &[]);
+    lab.write_from(A, "/lab/named", "1", "0", "16");
+    eventually("the local slot is named by the new host name", || {
+        let out = lab.inspect(A, &["list", "/lab/named"]);
+        String::from_utf8_lossy(&out.stdout).contains("hA (local)")
+    });
+    let out = lab.inspect(A, &["list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("aaa-old (local)"), "{text}");
+}

@@ -144,7 +144,9 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 /// given `--host`), otherwise the host name, which is the registry's default.
 pub fn local_host(domain: &Domain) -> String {
     let files = domain.segment_files().unwrap_or_default();
-    files
+    // (whether its registry writes it now, host): a computer renamed keeps the statistics of
+    // its old name, their writer gone; the running registry's are the ones that count.
+    let mut own: Vec<(bool, String)> = files
         .iter()
         .filter_map(|(name, _)| {
             let host = name
@@ -152,10 +154,14 @@ pub fn local_host(domain: &Domain) -> String {
                 .strip_prefix("/baton/registry/")?
                 .strip_suffix("/net")?;
             let slot = open(domain, name).ok()?;
-            slot.origin().is_empty().then(|| host.to_owned())
+            let running = slot.writer().is_running();
+            slot.origin().is_empty().then(|| (running, host.to_owned()))
         })
+        .collect();
+    own.sort_by_key(|(running, _)| !running);
+    own.into_iter()
         .next()
-        .unwrap_or_else(hostname)
+        .map_or_else(hostname, |(_, host)| host)
 }
 
 /// This computer's host name.
