@@ -146,3 +146,34 @@ fn a_restarted_remote_publishers_first_value_reads_alive() {
     lab.kill(second);
     lab.kill(reader);
 }
+
+/// A mirror holding a gone publisher's value while a publisher on another host has taken the
+/// name but not written yet names the host the value came from: it named the new host, which
+/// wrote nothing (network chaos audit).
+#[test]
+fn a_mirror_names_the_host_its_value_came_from_not_the_next_publishers() {
+    const C: usize = 2;
+    let mut lab = Lab::new(3);
+    for host in [A, B, C] {
+        lab.start_registry(host, &[], &[]);
+    }
+    let reader = lab.read_for(C, "/handed", "60");
+    let first = lab.write_from(A, "/handed", "1", "0", "16");
+    eventually("C mirrors A's value", || {
+        let row = lab.list_row(C, "/handed");
+        row["writer_alive"] == true && row["origin"] == "hA"
+    });
+    lab.kill(first);
+    eventually("C reads A's publisher as gone", || {
+        lab.list_row(C, "/handed")["writer_alive"] == false
+    });
+    // Taken on B, nothing written yet.
+    let next = lab.write_from(B, "/handed", "0", "0", "16");
+    lab.wait_listed(C, "/handed", "hB");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let row = lab.list_row(C, "/handed");
+    assert_eq!(row["origin"], "hA", "{row}");
+    assert_eq!(row["writer_alive"], false, "{row}");
+    lab.kill(next);
+    lab.kill(reader);
+}

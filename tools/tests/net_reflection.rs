@@ -638,12 +638,12 @@ fn a_name_taken_over_on_another_host_does_not_revive_the_dead_publishers_value()
         !alive_on_b_says_a(&lab)
     });
     let idle = lab.write_from(A, "/moved", "0", "0", "16");
-    eventually("B mirrors A's publication", || {
-        writer_on_b(&lab).is_some_and(|row| row["origin"] == "hA")
-    });
+    lab.wait_listed(B, "/moved", "hA");
     std::thread::sleep(Duration::from_millis(300));
     let row = writer_on_b(&lab).unwrap();
     assert_eq!(row["writer_alive"], false, "{row}");
+    // The value held is still the one written here, and says so (A wrote nothing yet).
+    assert_eq!(row["origin"], "hB", "{row}");
     lab.kill(idle);
     lab.write_from(A, "/moved", "5", "0", "16");
     eventually("A's new writer's value is live on B", || {

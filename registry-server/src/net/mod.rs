@@ -172,6 +172,9 @@ struct Mirror {
     /// The origin's running publisher as last dated (`date_held`): the series and the first
     /// sequence of its values; `None` while the origin announces none.
     publisher: Option<(u64, u64)>,
+    /// Whether the slot names `origin` as where its value came from: not before that host's
+    /// first value (`Registry::ensure_mirror`).
+    origin_in_slot: bool,
     /// The latest publisher dated in the series followed (its first sequence), also once gone:
     /// a value of a later one is a publisher restarted at the origin (`Value::writer_first`).
     newest_first: u64,

@@ -398,6 +398,11 @@ impl Net {
             m.slot.set_writer_first_sequence(latest.saturating_add(2));
         }
         m.last_sequence = v.sequence;
+        if !m.origin_in_slot {
+            // The first value of this origin in the slot (`Registry::ensure_mirror`).
+            m.slot.set_origin(&m.origin);
+            m.origin_in_slot = true;
+        }
         m.slot.set_origin_session(session);
         m.slot.set_origin_series(v.series);
         m.slot.set_origin_sequence(v.sequence);

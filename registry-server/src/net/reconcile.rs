@@ -153,8 +153,10 @@ impl Net {
                                 let last_sequence = slot.origin_sequence();
                                 let origin_session = slot.origin_session();
                                 let series = slot.origin_series();
+                                let origin_in_slot = slot.origin() == c.claim.host;
                                 let mut mirror = Mirror {
                                     slot,
+                                    origin_in_slot,
                                     origin: c.claim.host.clone(),
                                     hash: c.claim.schema_hash,
                                     origin_session,

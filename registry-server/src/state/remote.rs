@@ -296,13 +296,18 @@ impl Registry {
         if entry.origin.as_deref() != Some(claim.host.as_str()) || slot.origin() != claim.host {
             if slot.origin() != claim.host {
                 // The ordering kept in the slot (session, series, sequence) was another host's, and so
-                // is the value it holds: none of this origin's publisher's yet.
+                // is the value it holds: none of this origin's publisher's yet. The slot's origin
+                // stays the host that wrote a value held until the new one's first value
+                // (`net::receive`): it names where a value came from, not who may write next.
                 slot.set_origin_session(0);
                 slot.set_origin_series(0);
                 slot.set_origin_sequence(0);
                 slot.set_writer_first_sequence(slot.latest_sequence().saturating_add(1));
+                if slot.latest_sequence() == 0 {
+                    // Nothing held to misname: a mirror of that host from the start.
+                    slot.set_origin(&claim.host);
+                }
             }
-            slot.set_origin(&claim.host);
             entry.origin = Some(claim.host.clone());
         }
         // Whether a mirror's value is its origin's running publisher's is what the origin
