@@ -262,3 +262,31 @@ fn a_new_publication_in_the_same_process_does_not_revive_the_dropped_ones_value(
             && sub.writer() == Some(bus::WriterState::Alive)
     });
 }
+
+/// A writer restarted numbers its values from 1 again: `bus-stress read` counted that as a value
+/// read backwards and failed the run (exit 2; network chaos audit). It counts another writer.
+#[test]
+fn a_reader_takes_a_restarted_writer_for_another_writer_not_for_values_read_backwards() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let reader = t.spawn_stress(&["read", "--name", "/restarts", "--seconds", "3", "--wait"]);
+    let write = |t: &mut TestBus| {
+        let w = t.spawn_stress(&[
+            "write",
+            "--name",
+            "/restarts",
+            "--count",
+            "20",
+            "--interval-ms",
+            "10",
+        ]);
+        assert!(t.finish(w).status.success());
+    };
+    write(&mut t);
+    write(&mut t);
+    let out = t.finish(reader);
+    let s = summary(&out);
+    assert_eq!(s["backwards"], 0, "{s}");
+    assert_eq!(s["writers_changed"], 1, "{s}");
+    assert!(out.status.success(), "{s}");
+}

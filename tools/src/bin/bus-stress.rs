@@ -45,7 +45,10 @@ enum Command {
         #[arg(long, default_value_t = 0.0, value_parser = seconds)]
         linger: f64,
     },
-    /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read.
+    /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read: a
+    /// value whose checksum fails, or one numbered below the one before from the same writer
+    /// (a writer restarted numbers from 1 again: counted in `writers_changed`, not as read
+    /// backwards).
     Read {
         /// Public name of the slot to subscribe to.
         #[arg(long)]
@@ -132,6 +135,9 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             let end = Instant::now() + Duration::from_secs_f64(seconds);
             let (mut reads, mut bad, mut last, mut backwards) = (0u64, 0u64, 0u64, 0u64);
             let mut slot_sequence = 0u64;
+            // The writer of the values read, and how often it changed: a writer restarted
+            // numbers its values from 1 again, which is no value read backwards.
+            let (mut writer_id, mut restarts) = (None, 0u64);
             while Instant::now() < end {
                 let changed = if wait {
                     group.wait_any(end.saturating_duration_since(Instant::now()))
@@ -149,11 +155,15 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 let gone = sub.writer() == Some(bus::WriterState::Gone);
                 let fresh = sub
                     .meta()
-                    .map(|m| m.sequence)
-                    .filter(|s| *s != slot_sequence);
-                if let (Some(seq), Some(value)) = (fresh, sub.value()) {
+                    .map(|m| (m.sequence, m.writer_id))
+                    .filter(|(s, _)| *s != slot_sequence);
+                if let (Some((seq, id)), Some(value)) = (fresh, sub.value()) {
                     slot_sequence = seq;
                     reads += 1;
+                    if writer_id.replace(id).is_some_and(|before| before != id) {
+                        restarts += 1;
+                        last = 0;
+                    }
                     if !value.is_valid() {
                         bad += 1;
                     }
@@ -171,7 +181,7 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 .writer()
                 .map_or("unbound".to_owned(), |w| format!("{w:?}"));
             println!(
-                "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\"}}"
+                "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\",\"writers_changed\":{restarts}}}"
             );
             Ok(if bad > 0 || backwards > 0 { 2 } else { 0 })
         }
