@@ -784,3 +784,21 @@ fn of_two_kept_values_the_newer_is_followed() {
     let row = lab.list_row(A, "/twice");
     assert_eq!(row["origin"], "hB", "{row}");
 }
+
+/// Under the test switch's loss, a value whose datagram the injection dropped is not counted as
+/// reflected: it was (more values reflected than datagrams sent; network chaos audit).
+#[test]
+fn values_lost_to_fault_injection_are_not_counted_as_reflected() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[("BATON_NET_FAULTS", "loss=0.5,seed=3")]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/lossy", "400", "5", "16");
+    let r = lab.read_until(B, "/lossy", "400", "20");
+    lab.finish(r);
+    let stats = lab.stats(A).expect("A's statistics");
+    let (reflected, sent) = (
+        stats["values_reflected"].as_u64().unwrap(),
+        stats["datagrams_sent"].as_u64().unwrap(),
+    );
+    assert!(reflected > 0 && reflected <= sent, "{stats}");
+}

@@ -45,6 +45,8 @@ impl Net {
             let mut gso = std::mem::take(&mut s.gso_buffer);
             gso.clear();
             let mut in_batch = 0;
+            // Whether the fault injection (a test switch) let every datagram go.
+            let mut none_injected_lost = true;
             for (i, part) in padded.chunks(self.chunk).enumerate() {
                 s.packet += 1;
                 let header = Header {
@@ -78,7 +80,7 @@ impl Net {
                     let mut d = std::mem::take(&mut s.datagram);
                     d.clear();
                     self.append_datagram(&mut d, &header, part);
-                    self.transmit(&mut s, &d, *dest);
+                    none_injected_lost &= self.transmit(&mut s, &d, *dest);
                     s.datagram = d;
                 }
             }
@@ -86,7 +88,7 @@ impl Net {
                 self.send_batch(&mut s, &gso, in_batch, *dest);
             }
             s.gso_buffer = gso;
-            if self.counters.send_errors.load(Ordering::Relaxed) == errors {
+            if self.counters.send_errors.load(Ordering::Relaxed) == errors && none_injected_lost {
                 sent += 1;
             }
         }
@@ -146,13 +148,20 @@ impl Net {
         }
     }
 
-    fn transmit(&self, s: &mut SendState, d: &[u8], to: SocketAddr) {
+    /// Sends one datagram through the fault injection, if on; `false` when it dropped it (a
+    /// datagram it holds back goes with the next one).
+    fn transmit(&self, s: &mut SendState, d: &[u8], to: SocketAddr) -> bool {
         let action = match s.faults.as_mut() {
             Some(f) => f.decide(Instant::now()),
             None => Action::Send,
         };
         match action {
-            Action::Drop => {}
+            Action::Drop => {
+                if let Some((held, to)) = s.faults.as_mut().and_then(Faults::take_held) {
+                    self.send_to(&held, to);
+                }
+                return false;
+            }
             Action::Send => {
                 self.send_to(d, to);
             }
@@ -164,12 +173,13 @@ impl Net {
                 if let Some(f) = s.faults.as_mut() {
                     f.hold(d, to);
                 }
-                return;
+                return true;
             }
         }
         if let Some((held, to)) = s.faults.as_mut().and_then(Faults::take_held) {
             self.send_to(&held, to);
         }
+        true
     }
 
     /// Sends one datagram, counted; the error when it failed (counted and said already).

@@ -74,7 +74,8 @@ pub struct NetStats {
     /// by cause.
     pub dropped: std::collections::BTreeMap<String, u64>,
     /// Values sent to remote subscribers (each value once per receiving host), counted when
-    /// the kernel took all of its datagrams (a failed send counts in `send_errors` only).
+    /// the kernel took all of its datagrams (a failed send counts in `send_errors` only; one
+    /// the test switch's fault injection dropped a datagram of, in neither).
     pub values_reflected: u64,
     /// Remote values written into local mirror slots.
     pub values_mirrored: u64,
