@@ -124,7 +124,19 @@ struct NetArgs {
 fn main() {
     daemon::init_logging("info");
     // Its state is in shared memory, which the next registry adopts: nothing to save.
-    if let Err(e) = daemon::on_stop(daemon::exit_on_stop("registry-server")) {
+    let exit = daemon::exit_on_stop("registry-server");
+    // Other computers forget this one at once rather than after --forget-ms. On a thread of
+    // its own, waited for a moment only: a registry that hangs still stops.
+    let stop = move |signal| {
+        let (said, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            registry::server::farewell();
+            let _ = said.send(());
+        });
+        let _ = done.recv_timeout(std::time::Duration::from_millis(200));
+        exit(signal);
+    };
+    if let Err(e) = daemon::on_stop(stop) {
         daemon::exit_on_error("registry-server", e);
     }
     let matches = Args::command().get_matches();

@@ -147,6 +147,17 @@ impl Shared {
 }
 
 /// Starts reflecting through `net`, now open.
+/// The network of this process, once it runs: for `farewell`, from the signal thread.
+static RUNNING_NET: std::sync::OnceLock<Arc<crate::net::Net>> = std::sync::OnceLock::new();
+
+/// Tells the other computers that this registry stops (`Net::farewell`), if it reflects: call
+/// it on SIGTERM, before exiting.
+pub fn farewell() {
+    if let Some(net) = RUNNING_NET.get() {
+        net.farewell();
+    }
+}
+
 fn start_network(shared: &Arc<Shared>, net: Arc<crate::net::Net>) -> std::io::Result<()> {
     if net.is_authenticated() {
         tracing::info!("network: datagrams authenticated with the key file");
@@ -158,6 +169,7 @@ fn start_network(shared: &Arc<Shared>, net: Arc<crate::net::Net>) -> std::io::Re
     }
     net.start(shared)?;
     tracing::info!("network: reflecting as host '{}'", net.host());
+    let _ = RUNNING_NET.set(Arc::clone(&net));
     let _ = shared.net.set(net);
     shared.changed();
     Ok(())

@@ -177,3 +177,34 @@ fn a_mirror_names_the_host_its_value_came_from_not_the_next_publishers() {
     lab.kill(next);
     lab.kill(reader);
 }
+
+/// A computer renamed: its registry stopped (SIGTERM) and started again under another --host.
+/// The other computers kept the old name for --forget-ms, its publications still running, and
+/// took the new name for a second publisher of the same names: a false conflict, and, when the
+/// old name sorts first, no value from the new one meanwhile (network chaos audit). A registry
+/// that stops says so, and is forgotten at once.
+#[test]
+fn a_computer_renamed_is_followed_under_its_new_name_at_once() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--host", "aaa-old", "--forget-ms", "20000"], &[]);
+    lab.start_registry(B, &["--forget-ms", "20000"], &[]);
+    let reader = lab.read_for(B, "/renamed", "60");
+    let writer = lab.write_every(A, "/renamed", "20", "16");
+    eventually("B mirrors aaa-old's value", || {
+        lab.list_row(B, "/renamed")["origin"] == "aaa-old"
+    });
+    lab.kill(writer);
+    lab.stop_registry(A);
+    eventually("B hears that aaa-old left", || {
+        lab.log(B)
+            .contains("host 'aaa-old' left: its registry stopped")
+    });
+    lab.start_registry(A, &["--forget-ms", "20000"], &[]);
+    lab.write_every(A, "/renamed", "20", "16");
+    eventually("B mirrors hA's values", || {
+        let row = lab.list_row(B, "/renamed");
+        row["origin"] == "hA" && row["writer_alive"] == true
+    });
+    assert!(!lab.log(B).contains("conflict"), "{}", lab.log(B));
+    lab.kill(reader);
+}

@@ -63,9 +63,27 @@ pub struct Claim {
 pub struct Peers {
     by_host: BTreeMap<String, PeerEntry>,
     host_of_sender: HashMap<u64, String>,
+    /// (sender, session) of registries that said they stop (`leave`): an announcement of that
+    /// run coming late (reordered) does not bring the host back.
+    left: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Peers {
+    /// Forgets `host`, whose registry said it stops (an announcement expecting no next one,
+    /// `Reflector::farewell`) in `session`; returns its sender id if it was known.
+    pub fn leave(&mut self, host: &str, session: u64) -> Option<u64> {
+        let sender = super::wire::fnv1a(host.as_bytes());
+        self.left.insert((sender, session));
+        let p = self.by_host.remove(host)?;
+        self.host_of_sender.remove(&p.sender);
+        Some(p.sender)
+    }
+
+    /// Whether the run `session` of `sender` said it stops (`leave`).
+    pub fn has_left(&self, sender: u64, session: u64) -> bool {
+        self.left.contains(&(sender, session))
+    }
+
     /// Takes one part of a host's announcement (see `announce.rs`) heard in `session`.
     pub fn heard(
         &mut self,

@@ -306,6 +306,22 @@ impl Net {
         {
             return Err(Drop::Malformed);
         }
+        if st.peers.has_left(d.header.sender, d.header.session) {
+            // Of a run that said it stops, come late.
+            return Ok(());
+        }
+        if a.interval_ms == 0 {
+            // Its registry stops (`Reflector::farewell`): forgotten now, not after
+            // --forget-ms, so that the same computer back under another --host is not taken
+            // for a second publisher of its names.
+            if let Some(sender) = st.peers.leave(&a.host, d.header.session) {
+                tracing::info!("host '{}' left: its registry stopped", a.host);
+                self.forget_sender(st, sender);
+                st.dirty = true;
+                self.wake();
+            }
+            return Ok(());
+        }
         let addr = SocketAddr::new(from.ip(), a.data_port);
         let host = a.host.clone();
         let change = st.peers.heard(a, d.header.session, addr, Instant::now());

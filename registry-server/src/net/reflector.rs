@@ -226,14 +226,7 @@ impl Net {
                      announcement intervals",
                     self.forget_after
                 );
-                if self.key.is_some() {
-                    st.replay.forget(*sender);
-                } else {
-                    // Without a key a window keeps out nothing that could not be forged, and
-                    // a forged session far ahead would shut the real host out for ever.
-                    st.replay.remove(*sender);
-                }
-                st.reassembly.forget(*sender);
+                self.forget_sender(&mut st, *sender);
             }
             let aged = st.reassembly.expire(now, REASSEMBLY_AGE);
             for _ in 0..aged {
@@ -296,6 +289,56 @@ impl Net {
         }
     }
 
+    /// Drops what is held for a host forgotten (it went silent, or left): its replay window
+    /// (with a key only the sessions it had; without, everything) and its reassemblies.
+    pub(super) fn forget_sender(&self, st: &mut NetState, sender: u64) {
+        if self.key.is_some() {
+            st.replay.forget(sender);
+        } else {
+            // Without a key a window keeps out nothing that could not be forged, and a forged
+            // session far ahead would shut the real host out for ever.
+            st.replay.remove(sender);
+        }
+        st.reassembly.forget(sender);
+    }
+
+    /// Says to every host that this registry stops: one announcement that expects no next one
+    /// (`interval_ms` 0), with nothing published or wanted. They forget this host at once (its
+    /// publishers with it) instead of after --forget-ms: a computer renamed and back at once
+    /// is not taken for a second publisher of its own names meanwhile.
+    pub fn farewell(&self) {
+        let generation = lock(&self.state).generation + 1;
+        let farewell = wire::Announce {
+            host: self.host.clone(),
+            data_port: self.data_port,
+            interval_ms: 0,
+            generation,
+            part: 0,
+            parts: 1,
+            publications: Vec::new(),
+            wants: Vec::new(),
+        };
+        let mut message = Vec::new();
+        if wire::encode_announce(&farewell, &mut message).is_ok() {
+            let to = self.announce_destinations();
+            self.send_message(wire::ANNOUNCE_CHANNEL, &message, &to);
+        }
+    }
+
+    /// Where announcements go: the group, the --peer hosts, and the hosts whose --peer names
+    /// this one, unless ours names them too (they would get each announcement twice).
+    fn announce_destinations(&self) -> Vec<SocketAddr> {
+        let mut to = vec![self.group];
+        to.extend(self.unicast_peers.iter().copied());
+        let answers: Vec<SocketAddr> = lock(&self.state)
+            .peers
+            .unicast_answers()
+            .filter(|a| !self.unicast_peers.iter().any(|p| p.ip() == a.ip()))
+            .collect();
+        to.extend(answers);
+        to
+    }
+
     /// Announces what this registry publishes and wants, in parts that each fit a datagram;
     /// the generation grows when that changed since the last announcement.
     fn announce(&self, shared: &Shared, message: &mut Vec<u8>) {
@@ -307,16 +350,7 @@ impl Net {
             }
             st.generation
         };
-        let mut to = vec![self.group];
-        to.extend(self.unicast_peers.iter().copied());
-        // Hosts whose --peer names this one, unless ours names them too (they would get
-        // each announcement twice).
-        let answers: Vec<SocketAddr> = lock(&self.state)
-            .peers
-            .unicast_answers()
-            .filter(|a| !self.unicast_peers.iter().any(|p| p.ip() == a.ip()))
-            .collect();
-        to.extend(answers);
+        let to = self.announce_destinations();
         for part in announce::split(&whole, generation, self.chunk) {
             if let Err(e) = wire::encode_announce(&part, message) {
                 tracing::warn!("cannot encode the announcement: {e}");

@@ -163,6 +163,14 @@ impl Lab {
         let _ = child.wait();
     }
 
+    /// Stops host `host`'s registry as systemd does (SIGTERM) and waits for it.
+    pub fn stop_registry(&mut self, host: usize) {
+        let mut child = self.hosts[host].registry.take().expect("registry running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = child.wait();
+    }
+
     /// Runs `program args` in host `host` with the lab's domain, stdout and stderr captured.
     pub fn spawn(&mut self, host: usize, program: &str, args: &[&str]) -> usize {
         let child = self
