@@ -125,8 +125,8 @@ pub fn stats_slot_name(host: &str) -> Result<SlotName, String> {
         .flatten();
     name.ok_or_else(|| {
         format!(
-            "host name {host:?} must be 1 or more ASCII letters, digits, '_', '-' or '.' (not . or \
-                 .. alone)"
+            "host name {host:?} must be 1 or more ASCII letters, digits, '_', '-' or '.' (not \
+                 . or .. alone)"
         )
     })
 }

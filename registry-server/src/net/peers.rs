@@ -70,7 +70,7 @@ pub struct Peers {
 
 impl Peers {
     /// Forgets `host`, whose registry said it stops (an announcement expecting no next one,
-    /// `Reflector::farewell`) in `session`; returns its sender id if it was known.
+    /// `Net::farewell`) in `session`; returns its sender id if it was known.
     pub fn leave(&mut self, host: &str, session: u64) -> Option<u64> {
         let sender = super::wire::fnv1a(host.as_bytes());
         self.left.insert((sender, session));

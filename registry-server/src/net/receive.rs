@@ -311,7 +311,7 @@ impl Net {
             return Ok(());
         }
         if a.interval_ms == 0 {
-            // Its registry stops (`Reflector::farewell`): forgotten now, not after
+            // Its registry stops (`Net::farewell`): forgotten now, not after
             // --forget-ms, so that the same computer back under another --host is not taken
             // for a second publisher of its names.
             if let Some(sender) = st.peers.leave(&a.host, d.header.session) {
