@@ -84,7 +84,8 @@ const OFF_WRITER_FIRST: usize = 688;
 const OFF_SERIES: usize = 696;
 /// In a mirror: the origin slot's series of the value held (see `origin_sequence`).
 const OFF_ORIGIN_SERIES: usize = 704;
-/// The recorded writer's endpoint number in its process (`set_writer`); 0: not known (segments
+/// The recorded writer's endpoint number in its process (`set_writer`); in a mirror, its
+/// registry's number for the origin's publisher (`set_mirror_writer`); 0: not known (segments
 /// made before it was kept, and the registry's own writes).
 const OFF_WRITER_ENDPOINT: usize = 712;
 pub(crate) const HEADER_SIZE: usize = 1024;

@@ -614,11 +614,12 @@ impl RobotController {
     /// computer's, or none yet): a manager "not running" there may as well be cut off by the
     /// network.
     pub fn manager_host(&self) -> Option<String> {
-        self.watched
-            .group
-            .get(self.watched.manager)
-            .meta()
-            .and_then(|m| m.origin)
+        self.origin_of(self.watched.manager)
+    }
+
+    /// The computer the value of `member` comes from, when another one.
+    fn origin_of<T: 'static, C: bus::Codec<T>>(&self, member: bus::Member<T, C>) -> Option<String> {
+        self.watched.group.get(member).meta().and_then(|m| m.origin)
     }
 
     /// Whether a manager's order is on the bus (also when the manager that wrote it has
@@ -704,12 +705,7 @@ impl RobotController {
                 Feedback {
                     arbiter: a.name.clone(),
                     arbiter_running,
-                    arbiter_host: self
-                        .watched
-                        .group
-                        .get(a.block)
-                        .meta()
-                        .and_then(|m| m.origin),
+                    arbiter_host: self.origin_of(a.block),
                     arbiter_responding: arbiter_running && a.command.responding(),
                     listed: listed || (!order_known && outcome.is_some()),
                     joining,

@@ -125,15 +125,9 @@ fn main() {
     daemon::init_logging("info");
     // Its state is in shared memory, which the next registry adopts: nothing to save.
     let exit = daemon::exit_on_stop("registry-server");
-    // Other computers forget this one at once rather than after --forget-ms. On a thread of
-    // its own, waited for a moment only: a registry that hangs still stops.
+    // Other computers forget this one at once rather than after --forget-ms.
     let stop = move |signal| {
-        let (said, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            registry::server::farewell();
-            let _ = said.send(());
-        });
-        let _ = done.recv_timeout(std::time::Duration::from_millis(200));
+        registry::server::farewell_within(std::time::Duration::from_millis(200));
         exit(signal);
     };
     if let Err(e) = daemon::on_stop(stop) {

@@ -146,18 +146,25 @@ impl Shared {
     }
 }
 
-/// Starts reflecting through `net`, now open.
 /// The network of this process, once it runs: for `farewell`, from the signal thread.
 static RUNNING_NET: std::sync::OnceLock<Arc<crate::net::Net>> = std::sync::OnceLock::new();
 
-/// Tells the other computers that this registry stops (`Net::farewell`), if it reflects: call
-/// it on SIGTERM, before exiting.
-pub fn farewell() {
-    if let Some(net) = RUNNING_NET.get() {
+/// Tells the other computers that this registry stops (`Net::farewell`), if it reflects, taking
+/// at most `limit`: call it on SIGTERM, before exiting. It runs on a thread of its own, so that
+/// a registry that hangs (a lock held) still stops.
+pub fn farewell_within(limit: Duration) {
+    let Some(net) = RUNNING_NET.get() else {
+        return;
+    };
+    let (said, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         net.farewell();
-    }
+        let _ = said.send(());
+    });
+    let _ = done.recv_timeout(limit);
 }
 
+/// Starts reflecting through `net`, now open.
 fn start_network(shared: &Arc<Shared>, net: Arc<crate::net::Net>) -> std::io::Result<()> {
     if net.is_authenticated() {
         tracing::info!("network: datagrams authenticated with the key file");

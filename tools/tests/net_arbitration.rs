@@ -8,7 +8,7 @@
 mod common;
 mod netns;
 
-use netns::Lab;
+use netns::{eventually, Lab};
 use serde_json::{json, Value};
 
 const A: usize = 0;
@@ -62,42 +62,46 @@ fn robot_on_a_and_payload_b(manager_toml: &str) -> Lab {
     lab
 }
 
+/// Starts `robot-controller` `name` on `host` with `status`, a `--set` for each of `sets`, and
+/// `extra` arguments.
+fn controller(
+    lab: &mut Lab,
+    host: usize,
+    name: &str,
+    status: &str,
+    sets: &[&str],
+    extra: &[&str],
+) -> usize {
+    let mut args = vec!["--name", name, "--status", status];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    args.extend(extra);
+    lab.spawn(host, "robot-controller", &args)
+}
+
 #[test]
 fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed() {
     let mut lab = robot_on_a_and_payload_b(
         "controllers = [\"a\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n",
     );
-    lab.spawn(
+    controller(
+        &mut lab,
         A,
-        "robot-controller",
-        &[
-            "--name",
-            "a",
-            "--status",
-            "non_compromising",
-            "--set",
-            "arm/shoulder=0.3",
-            "--ttl-ms",
-            "500",
-        ],
+        "a",
+        "non_compromising",
+        &["arm/shoulder=0.3"],
+        &["--ttl-ms", "500"],
     );
     // A time to live far beyond the watchdog: only the writer-gone state can free its
     // resources within the test.
-    let payload = lab.spawn(
+    let payload = controller(
+        &mut lab,
         B,
-        "robot-controller",
-        &[
-            "--name",
-            "payload",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/shoulder=0.1",
-            "--set",
-            "arm/turret=0.2",
-            "--ttl-ms",
-            "600000",
-        ],
+        "payload",
+        "compromising",
+        &["arm/shoulder=0.1", "arm/turret=0.2"],
+        &["--ttl-ms", "600000"],
     );
     expect(
         &lab,
@@ -147,19 +151,13 @@ fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed
 #[test]
 fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
     let mut lab = robot_on_a_and_payload_b("controllers = [\"payload\"]\narbiters = [\"arm\"]\n");
-    let payload = lab.spawn(
+    let payload = controller(
+        &mut lab,
         B,
-        "robot-controller",
-        &[
-            "--name",
-            "payload",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/turret=0.2",
-            "--duration-s",
-            "8",
-        ],
+        "payload",
+        "compromising",
+        &["arm/turret=0.2"],
+        &["--duration-s", "8"],
     );
     expect(
         &lab,
@@ -204,33 +202,21 @@ fn shoulder_command(lab: &Lab) -> Option<f64> {
 fn a_driver_restarted_on_another_host_holds_a_released_joint_where_it_measures_it() {
     let mut lab = robot_on_a_and_payload_b("controllers = [\"x\"]\narbiters = [\"arm\"]\n");
     let sim = lab.spawn(B, "robot-sim", &[]);
-    let x = lab.spawn(
+    let x = controller(
+        &mut lab,
         A,
-        "robot-controller",
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/shoulder=1.2",
-            "--ttl-ms",
-            "200",
-        ],
+        "x",
+        "compromising",
+        &["arm/shoulder=1.2"],
+        &["--ttl-ms", "200"],
     );
-    let deadline = std::time::Instant::now() + common::WATCHDOG;
-    while !arm_block(&lab).is_some_and(|b| {
-        b["resources"]["shoulder"]["state"]
-            .as_f64()
-            .is_some_and(|s| (s - 1.2).abs() < 0.01)
-    }) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            arm_block(&lab)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eventually("the shoulder reaches 1.2", || {
+        arm_block(&lab).is_some_and(|b| {
+            b["resources"]["shoulder"]["state"]
+                .as_f64()
+                .is_some_and(|s| (s - 1.2).abs() < 0.01)
+        })
+    });
     lab.kill(x);
     expect(
         &lab,
@@ -242,15 +228,9 @@ fn a_driver_restarted_on_another_host_holds_a_released_joint_where_it_measures_i
     // A new simulator starts with every joint at 0.
     lab.kill(sim);
     lab.spawn(B, "robot-sim", &[]);
-    let deadline = std::time::Instant::now() + common::WATCHDOG;
-    while !shoulder_command(&lab).is_some_and(|c| c < 0.4) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the hold stays where the old driver left it: {:?}",
-            arm_block(&lab)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eventually("the hold follows the new driver's measurement", || {
+        shoulder_command(&lab).is_some_and(|c| c < 0.4)
+    });
     std::thread::sleep(std::time::Duration::from_millis(300));
     let c = shoulder_command(&lab);
     assert!(c.is_some_and(|c| c < 0.4), "{c:?}");

@@ -193,10 +193,10 @@ impl Slot {
         let was = version.load(Ordering::Relaxed);
         let recorded = self.load64(OFF_WRITER_ENDPOINT);
         let same_endpoint = recorded == endpoint || (!strict && (recorded == 0 || endpoint == 0));
-        let same_process = self.load32(OFF_WRITER_PID) == pid
+        let same_writer = self.load32(OFF_WRITER_PID) == pid
             && self.load64(OFF_WRITER_START) == start_time
             && same_endpoint;
-        if same_process && self.writer_state() == WriterState::Alive && was % 2 == 0 {
+        if same_writer && self.writer_state() == WriterState::Alive && was % 2 == 0 {
             return;
         }
         let changing = was | 1;
@@ -206,7 +206,7 @@ impl Slot {
         self.store32(OFF_WRITER_PID, pid);
         self.store64(OFF_WRITER_START, start_time);
         self.store64(OFF_WRITER_ENDPOINT, endpoint);
-        if !same_process {
+        if !same_writer {
             let first = self.latest_sequence().saturating_add(1);
             self.store64(OFF_WRITER_FIRST, first);
         }

@@ -358,15 +358,16 @@ fn stop_on_signals(flag: Arc<AtomicBool>, running: Arc<AtomicBool>) -> Result<()
     // under `nohup`. A service has none (systemd starts each in a session of its own), and
     // there SIGHUP (`systemctl kill -s HUP` aimed at the robot manager) is ignored, since an
     // application stopped by it would count as stopped cleanly and stay down.
-    let hangup =
-        if has_controlling_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP) {
-            daemon::Hangup::Stops
-        } else {
-            daemon::Hangup::Ignored(
-                "no terminal of this process closed (it has none, or it runs under nohup); Ctrl-C \
+    let from_terminal =
+        has_controlling_terminal() && !ignored_at_start(nix::sys::signal::Signal::SIGHUP);
+    let hangup = if from_terminal {
+        daemon::Hangup::Stops
+    } else {
+        daemon::Hangup::Ignored(
+            "no terminal of this process closed (it has none, or it runs under nohup); Ctrl-C \
              or SIGTERM end it",
-            )
-        };
+        )
+    };
     daemon::on_stop_or_hangup(hangup, move |signal| {
         flag.store(true, Ordering::Relaxed);
         if !running.load(Ordering::Relaxed) {

@@ -57,12 +57,14 @@ impl Net {
                 {
                     Ok(()) => {
                         tracing::info!(
-                            "network: interface {name} has address {new} now (was {old});                              multicast follows it"
+                            "network: interface {name} has address {new} now (was {old}); \
+                             multicast follows it"
                         );
                         address.0 = new;
                     }
                     Err(e) => tracing::warn!(
-                        "network: interface {name} has address {new} now, but multicast cannot                          use it yet: {e}"
+                        "network: interface {name} has address {new} now, but multicast cannot \
+                         use it yet: {e}"
                     ),
                 }
                 return;
