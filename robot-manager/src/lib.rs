@@ -13,6 +13,8 @@
 
 use std::path::Path;
 
+pub mod config_watch;
+
 use arbiter::process::{MAX_ARBITERS, MAX_CONTROLLERS};
 use arbiter::protocol::{ManagerConfig, Unlisted};
 use serde::Deserialize;

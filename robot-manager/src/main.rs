@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,9 +11,9 @@ use std::time::Duration;
 use bus::directory::{Directory, DIRECTORY_SLOT};
 use clap::Parser;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use robot_manager::config_watch::{ConfigWatch, Fingerprint, LOOK_EVERY};
 use robot_manager::{controller_block_hash, controllers_in, merge_discovered, ManagerFile};
 
 #[derive(Parser)]
@@ -88,7 +88,7 @@ fn main() {
 fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let domain = args.domain.clone();
     // Before the load: an edit made between the two is then seen as a change.
-    let mut fingerprint = Fingerprint::of(&args.config);
+    let loaded = Fingerprint::of(&args.config);
     let mut file = ManagerFile::load(&args.config)?;
     warn_cautions(&args.config, &file);
     let block_hash = controller_block_hash()?;
@@ -101,24 +101,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         Arc::clone(&starting),
         Arc::clone(&hangup_while_starting),
     )?;
-    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-        .map_err(|e| format!("inotify: {e}"))?;
-    // Watch the config's directory: editors replace files rather than write them in place.
-    // A config that is a symlink is watched where it points too (a deployment tool may edit
-    // the target).
-    // Not IN_CREATE: a file just created is usually still empty; its close comes next.
-    // IN_MODIFY only says a write is under way (see `writing` below). A watched directory
-    // moved or removed no longer holds the config: its watch is dropped and the directory
-    // now at the path watched (IN_IGNORED comes without asking). IN_ATTRIB: a file this
-    // process may not read becomes readable by a change of its mode or owner alone.
-    let changes = AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_MODIFY
-        | AddWatchFlags::IN_ATTRIB
-        | AddWatchFlags::IN_MOVE_SELF
-        | AddWatchFlags::IN_DELETE_SELF;
-    let mut watches = Vec::new();
-    watch_config(&inotify, &mut watches, &args.config, changes).map_err(|e| e.message)?;
+    let mut config_watch = ConfigWatch::new(&args.config, loaded)?;
 
     let bus = bus::Bus::open(domain.clone()).map_err(|e| e.to_string())?;
     let mut publication = bus
@@ -158,48 +141,19 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
-    // Since when someone writes the config in place (modified, not closed yet): a change the
-    // periodic look finds then is a half-written file, and its close event comes next. A
-    // close never seen (the file written through a link elsewhere) stops counting after
-    // `WRITE_UNFINISHED_FOR`.
-    let mut writing: Option<std::time::Instant> = None;
-    // Why a directory of the config is not watched now, as last logged. While it is missing
-    // (removed, to be replaced) the file is looked at only once its directory is watched again
-    // (tried every `WATCH_AGAIN_EVERY`), so that no write in place goes unseen between the two;
-    // another failure (no permission, the inotify watch limit) leaves the periodic look to
-    // find changes, as it cannot be waited out.
-    let mut unwatched: Option<WatchError> = None;
-    // A change of the file found without an event for it (a look, or a wake for another
-    // reason), and since when: taken once the file has stayed so for `CONFIRM_AFTER`. A write
-    // in place truncates the file before it writes, and a look can fall between the
-    // truncation and the reading of its event: an empty file was taken (and refused, with an
-    // error) while a valid one was being written.
-    let mut unconfirmed: Option<(Fingerprint, std::time::Instant)> = None;
     starting.store(false, Ordering::SeqCst);
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-            PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(config_watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(directory_wake.as_fd(), PollFlags::POLLIN),
         ];
-        // inotify misses some replacements (the config's directory replaced, a symlink on
-        // the way re-pointed); a look at the file every few seconds catches those. Until the
-        // registry has bound the order's slot, also look for its refusal.
-        let timeout = if unwatched.as_ref().is_some_and(|e| e.missing) {
-            WATCH_AGAIN_EVERY
+        // Until the registry has bound the order's slot, also look for its refusal.
+        let timeout = config_watch.timeout(if publication.is_bound() {
+            LOOK_EVERY
         } else {
-            let look = if publication.is_bound() {
-                LOOK_EVERY
-            } else {
-                REFUSAL_LOOK_EVERY
-            };
-            // A change waiting to be confirmed: looked at again when it has held long enough
-            // (whole milliseconds, rounded up: a poll that ends early only looks again).
-            unconfirmed.as_ref().map_or(look, |(_, since)| {
-                let left = CONFIRM_AFTER.saturating_sub(since.elapsed());
-                u16::try_from(left.as_millis() + 1).map_or(look, |ms| ms.min(look))
-            })
-        };
+            REFUSAL_LOOK_EVERY
+        });
         match poll(&mut fds, PollTimeout::from(timeout)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(format!("poll: {e}")),
@@ -217,8 +171,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                 arbiter::protocol::MANAGER_SLOT
             );
         }
-        let mut reload = hangup_while_starting.swap(false, Ordering::SeqCst);
-        if reload {
+        let mut hangup = hangup_while_starting.swap(false, Ordering::SeqCst);
+        if hangup {
             tracing::info!(
                 "SIGHUP (while joining the bus): reloading {}",
                 args.config.display()
@@ -227,7 +181,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         while let Ok(Some(signal)) = signals.read_signal() {
             if signal.ssi_signo == Signal::SIGHUP as u32 {
                 tracing::info!("SIGHUP: reloading {}", args.config.display());
-                reload = true;
+                hangup = true;
             } else {
                 // The order stays in its slot: arbiters follow it until a manager writes again.
                 let name =
@@ -243,61 +197,6 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                     );
                 }
                 return Ok(());
-            }
-        }
-        match inotify.read_events() {
-            Ok(events) => {
-                for event in events {
-                    let gone = AddWatchFlags::IN_IGNORED
-                        | AddWatchFlags::IN_MOVE_SELF
-                        | AddWatchFlags::IN_DELETE_SELF;
-                    if event.mask.intersects(gone) {
-                        if !event.mask.contains(AddWatchFlags::IN_IGNORED) {
-                            let _ = inotify.rm_watch(event.wd);
-                        }
-                        watches.retain(|(wd, ..)| *wd != event.wd);
-                        continue;
-                    }
-                    // A lost event (queue overflow) may have been the config's: reload.
-                    let ours = watches
-                        .iter()
-                        .any(|(wd, _, name, _)| event.wd == *wd && event.name == *name);
-                    if ours && event.mask == AddWatchFlags::IN_MODIFY {
-                        writing.get_or_insert_with(std::time::Instant::now);
-                    } else if ours || event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                        writing = None;
-                        reload = true;
-                    }
-                }
-            }
-            Err(nix::errno::Errno::EAGAIN) => {}
-            Err(e) => {
-                tracing::warn!("watching the config: {e}; reloading it to be safe");
-                reload = true;
-            }
-        }
-        // The symlink may point elsewhere now, or a directory be a new one: watch where it
-        // leads, before looking at the file (a failure here is a reason to try again soon,
-        // not a reason to stop).
-        match watch_config(&inotify, &mut watches, &args.config, changes) {
-            Ok(()) => {
-                if unwatched.take().is_some() {
-                    tracing::info!("watching {} again", args.config.display());
-                }
-            }
-            Err(e) => {
-                if unwatched.as_ref() != Some(&e) {
-                    if e.missing {
-                        tracing::warn!("{}; trying again every {WATCH_AGAIN_EVERY} ms", e.message);
-                    } else {
-                        tracing::warn!(
-                            "{}; looking at the file every {} s instead",
-                            e.message,
-                            LOOK_EVERY / 1000
-                        );
-                    }
-                }
-                unwatched = Some(e);
             }
         }
         // Drain the wake-ups; the latest directory is what counts.
@@ -322,40 +221,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                 }
             }
         }
-        let now = Fingerprint::of(&args.config);
-        let half_written = writing.is_some_and(|t| t.elapsed() < WRITE_UNFINISHED_FOR);
-        if reload && half_written {
-            // A SIGHUP (`systemctl reload` fired by a tool) while the file is written in place:
-            // what is there is half of it. Its close event reloads it.
-            tracing::info!(
-                "{} is being written (changed, not closed yet): reloading it once it is closed",
-                args.config.display()
-            );
-            reload = false;
-        }
-        // A change found without an event waits until the file is watched (SIGHUP does not).
-        let waiting_for_directory = unwatched.as_ref().is_some_and(|e| e.missing);
-        if now == fingerprint {
-            unconfirmed = None;
-        } else if reload {
-            fingerprint = now;
-        } else if half_written || waiting_for_directory {
-            // Its event comes next (or the watch again): no look needed meanwhile.
-            unconfirmed = None;
-        } else {
-            match &unconfirmed {
-                Some((seen, since)) if *seen == now => {
-                    if since.elapsed() >= CONFIRM_AFTER {
-                        fingerprint = now;
-                        reload = true;
-                    }
-                }
-                _ => unconfirmed = Some((now, std::time::Instant::now())),
-            }
-        }
-        if reload {
-            unconfirmed = None;
-        }
+        let reload = config_watch.reload_due(hangup);
         let mut candidate = None;
         if reload {
             match ManagerFile::load(&args.config) {
@@ -418,14 +284,6 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     }
 }
 
-/// How often, in milliseconds, the config file is looked at besides inotify's events.
-const LOOK_EVERY: u16 = 2000;
-/// How long a change found without an event must hold before it is taken.
-const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
-/// How long a write in place of the config (modified, not yet closed) defers the periodic look.
-const WRITE_UNFINISHED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-/// How often, in milliseconds, to try again to watch a config directory that is not there.
-const WATCH_AGAIN_EVERY: u16 = 50;
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
 
@@ -481,99 +339,6 @@ fn keep_previous(why: &str) {
         "keeping the previous config: {}",
         why.split_whitespace().collect::<Vec<_>>().join(" ")
     );
-}
-
-/// The watches on the config: the directory of its path and of the file it leads to (through
-/// symlinks), with the file name looked for in each and the directory's identity (device,
-/// inode) when it was watched.
-type ConfigWatches = Vec<(
-    nix::sys::inotify::WatchDescriptor,
-    PathBuf,
-    Option<std::ffi::OsString>,
-    (u64, u64),
-)>;
-
-/// Why a directory of the config could not be watched.
-#[derive(PartialEq)]
-struct WatchError {
-    message: String,
-    /// The directory is not there (yet): a replacement under way.
-    missing: bool,
-}
-
-impl WatchError {
-    fn of(dir: &Path, e: std::io::Error) -> WatchError {
-        WatchError {
-            message: format!("watching {}: {e}", dir.display()),
-            missing: e.kind() == std::io::ErrorKind::NotFound,
-        }
-    }
-}
-
-/// Watches `config`'s directory and, if it is a symlink, its target's, unless watched already.
-/// A directory replaced under its path (a deployment tool swaps the whole directory) is
-/// watched anew: inotify follows the old one, which no longer holds the config.
-fn watch_config(
-    inotify: &Inotify,
-    watches: &mut ConfigWatches,
-    config: &Path,
-    changes: AddWatchFlags,
-) -> Result<(), WatchError> {
-    let target = std::fs::canonicalize(config).ok();
-    for path in std::iter::once(config).chain(target.as_deref()) {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path.file_name().map(|n| n.to_owned());
-        let identity = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(dir)
-                .map(|m| (m.dev(), m.ino()))
-                .map_err(|e| WatchError::of(dir, e))?
-        };
-        let at = watches
-            .iter()
-            .position(|(_, d, n, _)| d == dir && *n == name);
-        match at {
-            Some(i) if watches[i].3 == identity => continue,
-            Some(i) => {
-                let (old, ..) = watches.remove(i);
-                // The kernel has already dropped it if the old directory was removed.
-                let _ = inotify.rm_watch(old);
-            }
-            None => {}
-        }
-        let wd = inotify
-            .add_watch(dir, changes)
-            .map_err(|e| WatchError::of(dir, e.into()))?;
-        watches.push((wd, dir.to_owned(), name, identity));
-    }
-    Ok(())
-}
-
-/// What identifies the config file's content, and whether this process may read it, without
-/// reading it: the file the path leads to (through any symlinks), its size, and its
-/// modification and change times (the change time moves with its mode and owner too). `None`
-/// while its metadata cannot be read.
-#[derive(PartialEq)]
-struct Fingerprint(Option<[i64; 7]>);
-
-impl Fingerprint {
-    fn of(path: &Path) -> Fingerprint {
-        use std::os::unix::fs::MetadataExt;
-        Fingerprint(std::fs::metadata(path).ok().map(|m| {
-            [
-                m.dev() as i64,
-                m.ino() as i64,
-                m.size() as i64,
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec(),
-            ]
-        }))
-    }
 }
 
 /// The order on `/robot/manager` when this manager starts (a previous manager's, kept in the
