@@ -6,17 +6,16 @@
 //! it releases every resource at once.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arbiter::clock::since_boot;
 use arbiter::protocol::{controller_slot, is_valid_name, now_ns, ControllerBlock};
-use bus::{Bus, BusError, Publication};
-use crossbeam_channel::{bounded, Sender};
+use bus::{Bus, BusError};
 use thiserror::Error;
 
+mod refresh;
 mod watched;
+use refresh::{lock, Refresher, Shared};
 use watched::Watched;
 
 /// The protocol types an application names: re-exported so that it needs no `arbiter`
@@ -137,24 +136,6 @@ struct Seen {
     manager_order_known: bool,
 }
 
-/// What the refresher shares with the application: the block as last published (the
-/// application edits its own staged copy; only `publish` replaces this one).
-struct Shared {
-    publication: Publication<ControllerBlock>,
-    block: ControllerBlock,
-    /// Nothing is written (or refreshed) before the application's first `publish`, so the
-    /// arbiters never see a half-configured controller.
-    published: bool,
-    /// When the application last called `publish`.
-    last_publish: Instant,
-    /// Refresh only while `last_publish` is this recent (`set_publish_deadline`).
-    publish_deadline: Option<Duration>,
-}
-
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// One application's robot controller: its memory block on `/robot/controller/<name>`, and
 /// what the arbiters say back.
 ///
@@ -170,9 +151,7 @@ pub struct RobotController {
     /// The block the application is editing: commands and status, published by `publish`.
     staged: ControllerBlock,
     shared: Arc<Mutex<Shared>>,
-    stop: Option<Sender<()>>,
-    refresher: Option<std::thread::JoinHandle<()>>,
-    _watchdog: daemon::Watchdog,
+    refresher: Refresher,
     watched: Watched,
     /// When this controller first published (`None` before): see `Watched::date_new`.
     first_publish_ns: Option<u64>,
@@ -218,109 +197,14 @@ impl RobotController {
             last_publish: Instant::now(),
             publish_deadline: None,
         }));
-        let (stop, stopped) = bounded::<()>(1);
-        // When the block was last refreshed, in nanoseconds on the boot-time clock: the
-        // watchdog below compares it with now, which the wall clock set forward or back would
-        // falsify (a watchdog that bites a healthy controller, or never bites a hung one).
-        let last_refresh = Arc::new(AtomicU64::new(since_boot_ns()));
-        let refresher = {
-            let shared = Arc::clone(&shared);
-            let last_refresh = Arc::clone(&last_refresh);
-            // Refresh three times per time to live, so that one late refresh never expires it.
-            let period = ttl / 3;
-            std::thread::Builder::new()
-                .name("baton-controller-refresh".into())
-                .spawn(move || {
-                    // Logged when refreshing starts failing and when it works again, not at
-                    // every attempt; the same for a missed publish deadline.
-                    let mut failing = false;
-                    let mut overdue = false;
-                    // When this thread last ran, for the gap reported below: on the boot-time
-                    // clock, which a wall clock stepped forward does not move and which counts
-                    // the time a suspended machine slept.
-                    let mut last_turn = since_boot();
-                    while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                        stopped.recv_timeout(period)
-                    {
-                        let now = since_boot();
-                        let gap = now.saturating_sub(std::mem::replace(&mut last_turn, now));
-                        let mut s = lock(&shared);
-                        if !s.published {
-                            last_refresh.store(now.as_nanos() as u64, Ordering::Relaxed);
-                            continue;
-                        }
-                        // The application's loop stopped publishing: let the block expire (and,
-                        // under systemd, the watchdog bite) rather than keep its last command.
-                        let late = s
-                            .publish_deadline
-                            .is_some_and(|d| s.last_publish.elapsed() > d);
-                        if late != overdue {
-                            overdue = late;
-                            if late {
-                                tracing::warn!(
-                                    "controller {}: no publish within its deadline; the block \
-                                     is no longer refreshed and expires",
-                                    s.block.name
-                                );
-                            } else {
-                                tracing::info!("controller {}: publishing again", s.block.name);
-                            }
-                        }
-                        if late {
-                            continue;
-                        }
-                        let Shared {
-                            publication, block, ..
-                        } = &mut *s;
-                        block.stamp_ns = now_ns();
-                        // This thread's turns a time to live apart: the process (or the
-                        // computer) was stopped. Its block expired meanwhile, and an
-                        // application that only looks at its outcome now would never know
-                        // that it lost, then regained, its resources.
-                        if gap > ttl {
-                            tracing::warn!(
-                                "controller {}: not refreshed for {gap:?}, longer than its time \
-                                 to live ({ttl:?}; the process was stopped): the arbiters \
-                                 counted it absent meanwhile, and what it owned may have gone to \
-                                 others",
-                                block.name
-                            );
-                        }
-                        match publication.write(block) {
-                            Ok(()) => {
-                                last_refresh.store(since_boot_ns(), Ordering::Relaxed);
-                                if std::mem::take(&mut failing) {
-                                    tracing::info!("refreshing the controller block works again");
-                                }
-                            }
-                            Err(e) if !std::mem::replace(&mut failing, true) => {
-                                tracing::warn!("refreshing the controller block: {e}");
-                            }
-                            Err(_) => {}
-                        }
-                    }
-                })
-                .map_err(|e| BusError::Io {
-                    context: "starting the refresh thread".into(),
-                    message: e.to_string(),
-                })?
-        };
-        // Under systemd: ready once the block is out, and the watchdog fed for as long as the
-        // refresher keeps the block fresh (until the controller is dropped).
-        let refreshed = Arc::clone(&last_refresh);
-        let stale_after = 3 * ttl.as_nanos() as u64; // at most an hour: fits
-        let watchdog = daemon::start_watchdog(move || {
-            since_boot_ns().saturating_sub(refreshed.load(Ordering::Relaxed)) < stale_after
-        });
+        let refresher = Refresher::start(&shared, ttl)?;
         let watched = Watched::new(bus, &[])?;
         let controller = RobotController {
             bus: bus.clone(),
             name: name.to_owned(),
             staged: block,
             shared,
-            stop: Some(stop),
-            refresher: Some(refresher),
-            _watchdog: watchdog,
+            refresher,
             watched,
             first_publish_ns: None,
         };
@@ -724,16 +608,9 @@ impl RobotController {
     }
 }
 
-fn since_boot_ns() -> u64 {
-    since_boot().as_nanos() as u64
-}
-
 impl Drop for RobotController {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.refresher.take() {
-            let _ = t.join();
-        }
+        self.refresher.stop();
         // Release at once rather than letting the time to live run out.
         if !lock(&self.shared).published {
             return;
