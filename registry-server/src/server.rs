@@ -13,6 +13,7 @@ use bus::Domain;
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use nix::unistd::Gid;
 
+use crate::admission::Admission;
 use crate::state::{Outbox, Peer, Registry};
 
 /// How often the sweeper checks that connected processes still live.
@@ -29,9 +30,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// client that keeps asking for listings (up to `MAX_FRAME`, 4 MiB each) without reading them
 /// gets here, and it is disconnected rather than allowed to grow the registry's memory.
 const MAX_QUEUED_BYTES: usize = 64 << 20;
-/// A refused user's connections are logged once per this interval (a client retrying would
-/// otherwise fill the journal).
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 pub struct ServerConfig {
     pub domain: Domain,
@@ -104,12 +102,8 @@ impl Outgoing {
 /// What the connection threads, the sweeper and the network threads share.
 pub struct Shared {
     state: Mutex<Registry>,
-    /// The group the segments belong to; its members may use the bus (see `may_connect`).
-    access_group: Gid,
-    /// Whether `access_group` was chosen with `--group` (else it is the registry's own).
-    group_given: bool,
-    /// Per refused uid: when its refusal was last logged, and refusals since (not logged).
-    refusals: Mutex<std::collections::HashMap<u32, (std::time::Instant, u64)>>,
+    /// Who may use the bus.
+    admission: Admission,
     /// Per connection, its way out (see `Outgoing`).
     writers: Mutex<std::collections::HashMap<u64, Arc<Outgoing>>>,
     /// Set once the network is open (at start, or later: `open_network_later`).
@@ -292,9 +286,7 @@ pub fn serve(
         .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         state: Mutex::new(registry),
-        access_group: config.group.unwrap_or_else(nix::unistd::getegid),
-        group_given: config.group.is_some(),
-        refusals: Mutex::new(Default::default()),
+        admission: Admission::new(config.group),
         writers: Mutex::new(Default::default()),
         net: OnceLock::new(),
         directory_dirty: Mutex::new(false),
@@ -358,9 +350,7 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
     // The socket is abstract (no file permissions): who may use the bus is checked here, with
     // the same rule as the segments' mode, owner and group.
     if let Some(c) = credentials {
-        if !may_connect(c.uid(), c.gid(), pid, shared.access_group) {
-            let message = refusal(c.uid(), shared.access_group, shared.group_given);
-            log_refusal(shared, c.uid(), pid, &message);
+        if let Err(message) = shared.admission.check(c.uid(), c.gid(), pid) {
             let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
             let _ = write_frame(&mut stream, 0, &Reply::Error { message });
             // Let the client read the answer: closing with its requests unread would reset
@@ -472,88 +462,6 @@ fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
         }
     }
     close(shared, conn);
-}
-
-/// What a refused process is told: who may use the bus, by name where there is one, and what to
-/// do about it.
-fn refusal(uid: u32, group: Gid, group_given: bool) -> String {
-    use bus::process::{group_name, user_name};
-    let who = |uid: u32| match user_name(uid) {
-        Some(name) => format!("uid {uid} ({name})"),
-        None => format!("uid {uid}"),
-    };
-    let group_name = group_name(group.as_raw());
-    let members = match &group_name {
-        Some(name) => format!("group {name} (gid {group})"),
-        None => format!("gid {group}"),
-    };
-    let advice = if group_given {
-        let user = user_name(uid).unwrap_or_else(|| "USER".into());
-        let group = group_name.unwrap_or_else(|| group.to_string());
-        format!(
-            "add the user to that group (usermod -aG {group} {user}) and start the process \
-             again (a running process keeps the groups it started with)"
-        )
-    } else {
-        "add the user to that group, or start registry-server with --group naming a group \
-         of the bus's users (the shipped systemd units use --group baton)"
-            .to_owned()
-    };
-    let registry_uid = nix::unistd::geteuid().as_raw();
-    let registry_user = match user_name(registry_uid) {
-        Some(name) => format!("{name} (uid {registry_uid})"),
-        None => format!("uid {registry_uid}"),
-    };
-    format!(
-        "{} may not use this bus: only root, the registry's user {registry_user} and members of \
-         {members} may; {advice}",
-        who(uid),
-    )
-}
-
-/// Logs a refused connection: once per user and `REFUSAL_LOG_EVERY`, with how many were not
-/// logged since.
-fn log_refusal(shared: &Shared, uid: u32, pid: u32, message: &str) {
-    let now = std::time::Instant::now();
-    let mut refusals = lock(&shared.refusals);
-    let unlogged = match refusals.get_mut(&uid) {
-        Some((logged, unlogged)) if now.duration_since(*logged) < REFUSAL_LOG_EVERY => {
-            *unlogged += 1;
-            None
-        }
-        Some((_, unlogged)) => Some(*unlogged),
-        None => Some(0),
-    };
-    if unlogged.is_some() {
-        refusals.insert(uid, (now, 0));
-    }
-    drop(refusals);
-    match unlogged {
-        Some(0) => tracing::warn!("refusing a connection of pid {pid}: {message}"),
-        Some(n) => tracing::warn!(
-            "refusing a connection of pid {pid}: {message} ({n} more of uid {uid} refused \
-             since the last such message)"
-        ),
-        None => tracing::debug!("refusing a connection of pid {pid}: {message}"),
-    }
-}
-
-/// Whether a process of user `uid` and group `gid` may register and list: root, the registry's
-/// own user, or a member (primary or supplementary) of the group the segments belong to.
-fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> bool {
-    if uid == 0 || uid == nix::unistd::geteuid().as_raw() || gid == group.as_raw() {
-        return true;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Groups:"))
-            .is_some_and(|groups| {
-                groups
-                    .split_whitespace()
-                    .any(|g| g.parse() == Ok(group.as_raw()))
-            })
-    })
 }
 
 /// Queues replies and pushes for their connections' writer threads; never blocks. Queued
