@@ -10,7 +10,7 @@ use clap::Parser;
 
 #[derive(Parser)]
 #[command(
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Run one control arbiter: decide, every cycle, which robot controller commands each resource",
     long_about = "Run one control arbiter: decide, every cycle, which robot controller commands \
 each resource of one group (an arm, a drive base).\n\n\

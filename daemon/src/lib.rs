@@ -18,6 +18,25 @@ pub use args::whole_number;
 pub use config_file::{config_error_text, read_config, MAX_CONFIG_BYTES};
 pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup, Hangup};
 
+/// The commit the binaries were built from (12 hex digits), `unknown` outside a git checkout.
+/// Changes not committed at build time are not shown.
+pub const COMMIT: &str = env!("BATON_COMMIT");
+
+/// What `--version` prints after the program's name: the package version, the commit built and
+/// the slot layout version (`bus::slot::VERSION`; a registry adopts only segments of its own
+/// layout), and for the registry the network wire version (registries of different ones drop
+/// each other's datagrams). Two builds that print the same layout (and wire) versions share a
+/// bus.
+pub fn version(slot_layout: u32, wire: Option<u8>) -> &'static str {
+    let wire = wire.map_or(String::new(), |w| format!(", network wire version {w}"));
+    let text = format!(
+        "{} (commit {COMMIT}, slot layout version {slot_layout}{wire})",
+        env!("CARGO_PKG_VERSION")
+    );
+    // Once per process (clap asks for it when it builds the command line).
+    Box::leak(text.into_boxed_str())
+}
+
 /// Logs to stderr at `default_level` unless `RUST_LOG` says otherwise. Colours (ANSI escape
 /// codes) only when stderr is a terminal and `NO_COLOR` is not set: the journal and log files
 /// get plain text.

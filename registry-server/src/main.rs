@@ -17,7 +17,7 @@ const DAY_MS: u64 = 86_400_000;
 
 #[derive(Parser)]
 #[command(
-    version,
+    version = daemon::version(bus::slot::VERSION, Some(registry::net::wire::VERSION)),
     about = "Creates Baton's shared-memory slots and registers their publications and subscriptions",
     long_about = "Creates Baton's shared-memory slots and registers their publications and \
 subscriptions for one bus domain on this computer.\n\n\

@@ -18,7 +18,7 @@ use robot_manager::{controller_block_hash, controllers_in, merge_discovered, Man
 
 #[derive(Parser)]
 #[command(
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Publish the priority order of robot controllers on /robot/manager",
     long_about = "Publish the priority order of robot controllers on /robot/manager, for the \
 control arbiters to follow.\n\n\

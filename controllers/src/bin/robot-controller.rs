@@ -18,7 +18,7 @@ enum StatusArg {
 #[derive(Parser)]
 #[command(
     name = "robot-controller",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Hold commands for robot resources and print what the arbiters grant",
     long_about = "Hold commands for robot resources and print what the arbiters grant.\n\n\
 Publishes /robot/controller/<name> (kept fresh while it runs), and prints one line per arbiter \

@@ -8,7 +8,7 @@ use tools::arbitration_bench::{arbitration, bus_one_way, echo, Case, Echo, Rig};
 #[derive(Parser)]
 #[command(
     name = "arbiter-bench",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Measure controller-write to arbiter-command latency (1/8/32 controllers, 1/4 arbiters)",
     long_about = "Measure the latency from a controller's write of its block to the arbiter's \
 coherent command being readable (the bus's write stamp of the command), with 1, 8 and 32 \

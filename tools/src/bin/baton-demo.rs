@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "baton-demo",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters decide",
     long_about = "Run the whole Baton system for about 20 seconds and narrate what the arbiters \
 decide: a registry, the robot manager, an arm and a drive arbiter, the simulator and three \

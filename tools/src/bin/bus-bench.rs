@@ -8,7 +8,7 @@ use tools::bench::{self, Group, Options, PeerArgs};
 #[derive(Parser)]
 #[command(
     name = "bus-bench",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Measure Baton's bus across processes against raw atomics, a raw futex and iceoryx2",
     long_about = "Measure Baton's bus across processes against raw atomics, a raw futex and \
                   iceoryx2.\n\n\

@@ -33,7 +33,7 @@ put, a doctor check that failed, a segment clean kept); 2 wait, or watch --count
 #[derive(Parser)]
 #[command(
     name = "bus-inspect",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "See what is on a Baton bus, without disturbing it",
     long_about = "See what is on a Baton bus, without disturbing it.\n\nSlots are read straight \
 from shared memory through read-only mappings, so every command works with or without a \

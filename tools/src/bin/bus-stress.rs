@@ -9,7 +9,7 @@ use tools::stress::{cycling_size, Checked};
 #[derive(Parser)]
 #[command(
     name = "bus-stress",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Write or check self-checking values on a Baton slot"
 )]
 struct Args {

@@ -25,7 +25,7 @@ use tools::hosts::Lab;
 #[derive(Parser)]
 #[command(
     name = "net-bench",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Measure Baton's network reflection against raw UDP (needs root)"
 )]
 struct Args {

@@ -15,7 +15,7 @@ use tools::sim::Robot;
 #[derive(Parser)]
 #[command(
     name = "robot-sim",
-    version,
+    version = daemon::version(bus::slot::VERSION, None),
     about = "Simulate a 4-joint arm and a differential drive base in place of hardware",
     long_about = "Simulate a 4-joint arm (turret, shoulder, elbow1, elbow2; position setpoints, \
 first-order response within limits) and a differential drive base (left, right wheel velocity \
