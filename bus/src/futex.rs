@@ -130,6 +130,14 @@ pub fn wake_all(word: &AtomicU32, shared: bool) -> usize {
     usize::try_from(woken).unwrap_or(0)
 }
 
+/// `struct __kernel_timespec`, which futex_waitv takes on every architecture: 64-bit seconds
+/// and nanoseconds, where `libc::timespec` is 8 bytes on 32-bit targets.
+#[repr(C)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
 #[repr(C)]
 struct FutexWaitv {
     val: u64,
@@ -157,14 +165,17 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
         let left = d.saturating_duration_since(Instant::now());
         let now = clock_now(libc::CLOCK_MONOTONIC);
         let total = Duration::new(now.tv_sec as u64, now.tv_nsec as u32).checked_add(left)?;
-        timespec(total)
+        Some(KernelTimespec {
+            tv_sec: i64::try_from(total.as_secs()).ok()?,
+            tv_nsec: i64::from(total.subsec_nanos()),
+        })
     });
     let ts_ptr = abs
         .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        .map_or(std::ptr::null(), |t| t as *const KernelTimespec);
     // SAFETY: `list` is a valid array of `list.len()` futex_waitv entries (kernel ABI layout,
     // reserved zero) whose addresses point at live aligned atomics borrowed for this call; the
-    // timeout is null or a local timespec.
+    // timeout is null or a local `__kernel_timespec`.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex_waitv,
@@ -180,8 +191,12 @@ pub fn wait_any(words: &[WaitOn<'_>], deadline: Option<Instant>) -> Wake {
     }
     match errno() {
         libc::ETIMEDOUT => Wake::TimedOut,
-        // A word no longer held its expected value, or a signal came.
-        libc::EAGAIN | libc::EINTR => Wake::Maybe(None),
+        // A word no longer held its expected value, or a signal came. EFAULT: a word's page
+        // is gone (its segment was cut short since the caller last touched it): the kernel
+        // does not raise SIGBUS for its own read, the caller's next read of the word does,
+        // and `shm::lost_pages` then maps zeroes there; the next wait works (`wait` treats
+        // every error the same way).
+        libc::EAGAIN | libc::EINTR | libc::EFAULT => Wake::Maybe(None),
         e => Wake::Failed(e),
     }
 }

@@ -250,43 +250,94 @@ pub fn load_acquire32(word: &AtomicU32) -> u32 {
 
 /// Typed access to the mapped memory. All shared slot memory is accessed through these, i.e.
 /// atomically, because another process may write it at any moment.
+///
+/// On a read-only mapping (tools map slots so) the only atomic access Rust allows is a Relaxed
+/// load of a word (`core::sync::atomic`, "Atomic accesses to read-only memory"): a store, a
+/// read-modify-write and even a SeqCst load may fault or worse. So the accessors that hand out
+/// the atomics themselves, for writers, panic on a read-only mapping, and readers use the
+/// `load*` methods and `copy_out`, which make only Relaxed loads (an Acquire load is a Relaxed
+/// load and a fence).
 impl Mapping {
-    /// The 32-bit atomic at byte offset `off`. Panics if out of bounds or misaligned (offsets
-    /// are the slot layout's constants or validated against the mapping's size).
+    /// The 32-bit atomic at byte offset `off`, for stores, read-modify-writes and SeqCst loads.
+    /// Panics on a read-only mapping, and if `off` is out of bounds or misaligned (offsets are
+    /// the slot layout's constants or validated against the mapping's size).
     pub fn word32(&self, off: usize) -> &AtomicU32 {
-        assert!(
-            off % 4 == 0 && off + 4 <= self.len,
-            "word32 at {off} of {}",
-            self.len
-        );
-        // SAFETY: in bounds and 4-aligned (the mapping is page-aligned); mapped for the lifetime
-        // of `self`; all access to this memory is atomic, so no non-atomic alias exists.
-        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+        self.assert_writable("word32", off);
+        self.word32_for_loads(off)
     }
 
+    /// `word32` for a 64-bit word.
     pub fn word64(&self, off: usize) -> &AtomicU64 {
         &self.words(off, 1)[0]
     }
 
-    /// `n` consecutive 64-bit atomics starting at byte offset `off`.
+    /// `n` consecutive 64-bit atomics starting at byte offset `off`, as `word64`.
     pub fn words(&self, off: usize, n: usize) -> &[AtomicU64] {
+        self.assert_writable("words", off);
+        self.words_for_loads(off, n)
+    }
+
+    /// A Relaxed load of the 32-bit word at `off` (any mapping).
+    pub fn load32(&self, off: usize) -> u32 {
+        self.word32_for_loads(off).load(Ordering::Relaxed)
+    }
+
+    /// A Relaxed load of the 64-bit word at `off` (any mapping).
+    pub fn load64(&self, off: usize) -> u64 {
+        self.words_for_loads(off, 1)[0].load(Ordering::Relaxed)
+    }
+
+    /// An Acquire load of the 32-bit word at `off` (any mapping; see `load_acquire32`).
+    pub fn load_acquire32(&self, off: usize) -> u32 {
+        load_acquire32(self.word32_for_loads(off))
+    }
+
+    /// An Acquire load of the 64-bit word at `off` (any mapping; see `load_acquire64`).
+    pub fn load_acquire64(&self, off: usize) -> u64 {
+        load_acquire64(&self.words_for_loads(off, 1)[0])
+    }
+
+    fn assert_writable(&self, what: &str, off: usize) {
+        assert!(
+            self.writable,
+            "{what} at {off}: this mapping is read-only (Slot::open or Mapping::open with \
+             writable = false), and only loads are allowed on it"
+        );
+    }
+
+    /// The word at `off`, only for Relaxed loads unless the mapping is writable (see the
+    /// `impl`'s comment).
+    fn word32_for_loads(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off % 4 == 0 && off.checked_add(4).is_some_and(|end| end <= self.len),
+            "word32 at {off} of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked without overflow) and 4-aligned (the mapping is
+        // page-aligned); mapped for the lifetime of `self`; all access to this memory is
+        // atomic, so no non-atomic alias exists; on a read-only mapping the callers only load
+        // it Relaxed (`load32`, `load_acquire32`), the access Rust allows there.
+        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// `n` words from `off`, only for Relaxed loads unless the mapping is writable.
+    fn words_for_loads(&self, off: usize, n: usize) -> &[AtomicU64] {
         let end = n.checked_mul(8).and_then(|b| b.checked_add(off));
         assert!(
             off % 8 == 0 && end.is_some_and(|e| e <= self.len),
             "words at {off}+{n} of {}",
             self.len
         );
-        // SAFETY: as in `word32`: checked in bounds, 8-aligned, mapped while `self` lives, only
-        // accessed atomically. On a read-only mapping (tools) only Relaxed loads are issued
-        // (an acquire is `load_acquire`'s Relaxed load and fence), which the `core::sync::atomic`
-        // docs ("Atomic accesses to read-only memory") allow for words of this size.
+        // SAFETY: as in `word32_for_loads`: checked in bounds, 8-aligned, mapped while `self`
+        // lives, only accessed atomically, and only loaded Relaxed on a read-only mapping
+        // (`load64`, `load_acquire64`, and the copies out: `copy::load_words` and the tail's
+        // Relaxed load).
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off) as *const AtomicU64, n) }
     }
 
     /// Copies `src` in at `off`; the last word is zero-padded. Racing readers detect the race
     /// through the slot's sequence words, never through these bytes (`copy`).
     pub fn copy_in(&self, off: usize, src: &[u8]) {
-        debug_assert!(self.writable);
         let words = self.words(off, src.len().div_ceil(8));
         let whole = src.len() / 8;
         // SAFETY: `src` holds at least `8 * whole` bytes and is private memory, not the mapping.
@@ -302,7 +353,7 @@ impl Mapping {
     /// Appends `n` bytes from `off` to `dst`, as `copy_out`, into room that is only reserved: a
     /// decoded byte buffer is not zeroed first (`codec::byte_strings`).
     pub fn append_out(&self, off: usize, n: usize, dst: &mut Vec<u8>) {
-        let words = self.words(off, n.div_ceil(8));
+        let words = self.words_for_loads(off, n.div_ceil(8));
         dst.reserve(n);
         let room = &mut dst.spare_capacity_mut()[..n];
         let whole = n / 8;
@@ -324,7 +375,7 @@ impl Mapping {
 
     /// Copies `dst.len()` bytes out from `off`.
     pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
-        let words = self.words(off, dst.len().div_ceil(8));
+        let words = self.words_for_loads(off, dst.len().div_ceil(8));
         let whole = dst.len() / 8;
         // SAFETY: `dst` holds at least `8 * whole` bytes and is private memory, not the mapping.
         unsafe { copy::load_words(&words[..whole], dst.as_mut_ptr()) };

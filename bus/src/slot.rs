@@ -34,7 +34,7 @@ use crate::error::{BusError, SegmentError};
 use crate::names::SlotName;
 use crate::payload::{PayloadSpace, PayloadView};
 use crate::schema::{Schema, SchemaHash};
-use crate::shm::{load_acquire32, load_acquire64, FileNow, Mapping};
+use crate::shm::{FileNow, Mapping};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BATONSLT");
 /// Version 2: the waiters word became 64 bits (an epoch and a count, see `waiters`).
@@ -274,7 +274,7 @@ impl Slot {
 
     /// Sequence number of the newest complete value; 0 when none was ever written.
     pub fn latest_sequence(&self) -> u64 {
-        load_acquire64(self.word64(OFF_LATEST))
+        self.load64(OFF_LATEST)
     }
 
     /// Whether `read` would find a value other than the one of sequence `seen`: the condition
@@ -406,19 +406,17 @@ impl Slot {
         last_seen: u64,
         mut consume: impl FnMut(PayloadView<'_>) -> R,
     ) -> Result<Option<(R, ReadInfo)>, BusError> {
-        let latest = self.word64(OFF_LATEST);
         let mut stalled = 0u32;
         let mut attempts = 0u64;
         loop {
-            let n = load_acquire64(latest);
+            let n = self.load64(OFF_LATEST);
             if n == last_seen || n == 0 {
                 return Ok(None);
             }
             let buf = self.buffer_offset(n);
-            let seq = self.word64(buf + BUF_SEQ);
-            let s1 = load_acquire64(seq);
+            let s1 = self.load64(buf + BUF_SEQ);
             if s1 == complete(n) {
-                let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
+                let len = self.relaxed64(buf + BUF_LEN);
                 if len > self.layout.capacity as u64 {
                     return Err(self.inconsistent(
                         n,
@@ -429,11 +427,11 @@ impl Slot {
                     ));
                 }
                 let result = consume(PayloadView::new(&self.map, buf + BUF_HEADER, len as usize));
-                let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
+                let time_ns = self.relaxed64(buf + BUF_TIME);
                 // Pairs with the writer's Release fence: if any byte we read came from a later
                 // write, the re-read below sees that write's odd marker (or later).
                 fence(Ordering::Acquire);
-                if seq.load(Ordering::Relaxed) == s1 {
+                if self.relaxed64(buf + BUF_SEQ) == s1 {
                     return Ok(Some((
                         result,
                         ReadInfo {
@@ -446,7 +444,7 @@ impl Slot {
             // Lapped by the writer (normal), or memory that no writer will ever make consistent
             // (corrupt): tell them apart by whether `latest` moves.
             attempts += 1;
-            if load_acquire64(latest) == n {
+            if self.load64(OFF_LATEST) == n {
                 stalled += 1;
                 if stalled > 1000 {
                     return Err(self.inconsistent(
@@ -473,11 +471,10 @@ impl Slot {
                 return None;
             }
             let buf = self.buffer_offset(n);
-            let seq = self.word64(buf + BUF_SEQ);
-            if load_acquire64(seq) == complete(n) {
-                let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
+            if self.load64(buf + BUF_SEQ) == complete(n) {
+                let time_ns = self.relaxed64(buf + BUF_TIME);
                 fence(Ordering::Acquire);
-                if seq.load(Ordering::Relaxed) == complete(n) {
+                if self.relaxed64(buf + BUF_SEQ) == complete(n) {
                     return Some(ReadInfo {
                         sequence: n,
                         write_time_ns: time_ns,
@@ -497,18 +494,17 @@ impl Slot {
         let mut stamps = Vec::with_capacity(self.layout.buffer_count as usize);
         for i in 0..self.layout.buffer_count {
             let buf = self.layout.buffers + i as usize * self.layout.stride;
-            let seq = self.word64(buf + BUF_SEQ);
-            let s1 = load_acquire64(seq);
+            let s1 = self.load64(buf + BUF_SEQ);
             let n = s1 / 2;
             if s1 == 0 || s1 % 2 == 1 || n % self.layout.buffer_count != i {
                 continue;
             }
-            let len = self.word64(buf + BUF_LEN).load(Ordering::Relaxed);
-            let time_ns = self.word64(buf + BUF_TIME).load(Ordering::Relaxed);
+            let len = self.relaxed64(buf + BUF_LEN);
+            let time_ns = self.relaxed64(buf + BUF_TIME);
             // Pairs with the writer's Release fence, as in `read_in_place`: if len or time came
             // from a later write, the re-read sees that write's odd marker (or later).
             fence(Ordering::Acquire);
-            if seq.load(Ordering::Relaxed) == s1 && len <= self.layout.capacity as u64 {
+            if self.relaxed64(buf + BUF_SEQ) == s1 && len <= self.layout.capacity as u64 {
                 stamps.push(BufferStamp {
                     sequence: n,
                     len,
@@ -538,20 +534,34 @@ impl Slot {
         self.layout.buffers + (n % self.layout.buffer_count) as usize * self.layout.stride
     }
 
+    /// A word to store, or read-modify-write: panics on a read-only slot (`Mapping::word64`).
     fn word64(&self, off: usize) -> &AtomicU64 {
         self.map.word64(off)
     }
 
+    /// `word64` for a 32-bit word.
     fn word32(&self, off: usize) -> &AtomicU32 {
         self.map.word32(off)
     }
 
+    /// An Acquire load, on any slot.
     fn load32(&self, off: usize) -> u32 {
-        load_acquire32(self.word32(off))
+        self.map.load_acquire32(off)
     }
 
+    /// An Acquire load, on any slot.
     fn load64(&self, off: usize) -> u64 {
-        load_acquire64(self.word64(off))
+        self.map.load_acquire64(off)
+    }
+
+    /// A Relaxed load, on any slot.
+    fn relaxed32(&self, off: usize) -> u32 {
+        self.map.load32(off)
+    }
+
+    /// A Relaxed load, on any slot.
+    fn relaxed64(&self, off: usize) -> u64 {
+        self.map.load64(off)
     }
 
     fn store32(&self, off: usize, v: u32) {

@@ -12,7 +12,6 @@ use super::{
     OFF_WRITER_STATE, OFF_WRITER_VERSION, ORIGIN_AREA,
 };
 use crate::futex;
-use crate::shm::load_acquire32;
 
 /// How often `Slot::writer` reads a record that changes meanwhile before taking it as it is.
 const TRIES_FOR_A_SETTLED_RECORD: u32 = 10_000;
@@ -78,10 +77,9 @@ impl Slot {
     /// version odd), or it changes without pause; nothing can be said of it. The state word keeps
     /// its values (0 none, 1 alive, 2 gone): processes built before the version read it alike.
     pub fn writer(&self) -> WriterInfo {
-        let version = self.word32(OFF_WRITER_VERSION);
         let mut tries = 0;
         loop {
-            let v1 = load_acquire32(version);
+            let v1 = self.load32(OFF_WRITER_VERSION);
             let pid = self.load32(OFF_WRITER_PID);
             let start_time = self.load64(OFF_WRITER_START);
             let endpoint = self.load64(OFF_WRITER_ENDPOINT);
@@ -89,7 +87,7 @@ impl Slot {
             // Pairs with `set_writer`'s Release fence: if a load above saw a later record's pid
             // or start time, this load sees that record's odd version (or later).
             fence(Ordering::Acquire);
-            let v2 = version.load(Ordering::Relaxed);
+            let v2 = self.relaxed32(OFF_WRITER_VERSION);
             tries += 1;
             if v1 == v2 && v1 % 2 == 0 {
                 return WriterInfo {

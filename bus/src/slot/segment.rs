@@ -83,7 +83,7 @@ impl Slot {
             });
         }
         let raw = RawHeader(&map);
-        let magic = load_acquire64(raw.0.word64(OFF_MAGIC));
+        let magic = raw.load64(OFF_MAGIC);
         if magic != MAGIC {
             return Err(SegmentError::BadMagic {
                 segment: segment.to_owned(),
@@ -210,10 +210,10 @@ struct RawHeader<'a>(&'a Mapping);
 
 impl RawHeader<'_> {
     fn load32(&self, off: usize) -> u32 {
-        load_acquire32(self.0.word32(off))
+        self.0.load_acquire32(off)
     }
 
     fn load64(&self, off: usize) -> u64 {
-        load_acquire64(self.0.word64(off))
+        self.0.load_acquire64(off)
     }
 }

@@ -272,17 +272,13 @@ fn a_slot_is_replaced_only_when_its_name_is_seen_to_stand_for_another_file() {
     };
     let mut before = limits(0, 0);
     // SAFETY: getrlimit writes one rlimit into the valid local.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) },
-        0
-    );
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) };
+    assert_eq!(got, 0);
     // No descriptor above 2 can be opened now (this test runs in a process of its own).
     let none_left = limits(3, before.rlim_max);
     // SAFETY: setrlimit reads one valid rlimit.
-    assert_eq!(
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none_left) },
-        0
-    );
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none_left) };
+    assert_eq!(set, 0);
     let current = slot.is_current();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &before) }, 0);
@@ -385,4 +381,90 @@ fn a_segment_cut_short_under_the_mapping_is_damage_not_a_crash() {
         Some("its file was shrunk under the mapping (pages of it lost)")
     );
     assert!(!slot.is_current());
+}
+
+/// A read-only slot (tools open slots so) reads everything a reader needs, and refuses, with a
+/// panic that says why, what would store into its memory: Rust allows no atomic access but a
+/// Relaxed load on read-only memory (a store there faults), and these methods are safe.
+#[test]
+fn a_read_only_slot_reads_and_refuses_to_write() {
+    let (_s, slot) = new_slot("ro");
+    slot.write(b"value").unwrap();
+    slot.set_writer(std::process::id(), 1, 1);
+    let reader = Slot::open(slot.segment(), false).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(reader.read(0, &mut out).unwrap().unwrap().sequence, 1);
+    assert_eq!(out, b"value");
+    assert_eq!(reader.last_write().unwrap().sequence, 1);
+    assert_eq!(reader.buffer_stamps().len(), 1);
+    assert_eq!(reader.writer().pid, std::process::id());
+    assert_eq!(reader.waiter_count(), 0);
+    assert_eq!(reader.origin_sequence(), 0);
+    let writes = [
+        Box::new(|r: &Slot| {
+            let _ = r.write(b"x");
+        }) as Box<dyn Fn(&Slot)>,
+        Box::new(|r: &Slot| {
+            let _ = r.count_waiter();
+        }),
+        Box::new(|r: &Slot| r.mark_writer_gone()),
+        Box::new(|r: &Slot| r.set_origin_sequence(7)),
+        Box::new(|r: &Slot| {
+            let _ = r.notify_word();
+        }),
+    ];
+    for (i, write) in writes.iter().enumerate() {
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(&reader)));
+        let message = refused.expect_err("a store into a read-only mapping");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(text.contains("read-only"), "write {i}: {text}");
+    }
+    // Nothing reached the memory.
+    assert_eq!(slot.latest_sequence(), 1);
+    assert_eq!(slot.origin_sequence(), 0);
+}
+
+/// An offset near the end of the address space is refused, not wrapped around to an address
+/// before the mapping.
+#[test]
+#[should_panic(expected = "word32 at")]
+fn a_word_offset_that_overflows_is_refused() {
+    let (_s, slot) = new_slot("wrap");
+    let _ = slot.map.word32(usize::MAX - 3);
+}
+
+/// A group's sleep on a slot whose segment was cut short since the group last touched it: the
+/// kernel's read of the notify word fails (EFAULT, no SIGBUS for the kernel's own read). That
+/// is a wake to look again, not a failure: the group took it for the "futex_waitv refused"
+/// error, and an arbiter stopped on it. Once the word is touched, the next sleep times out.
+#[test]
+fn a_wait_on_a_word_whose_page_is_gone_is_a_wake_not_a_failure() {
+    let (scratch, slot) = new_slot("waitv-cut");
+    let path = format!("/dev/shm/{}", &scratch.0[1..]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(0))
+        .unwrap();
+    let soon = || Some(std::time::Instant::now() + std::time::Duration::from_millis(20));
+    let on = |expected| {
+        [futex::WaitOn {
+            word: slot.notify_word(),
+            expected,
+            shared: true,
+        }]
+    };
+    assert!(matches!(
+        futex::wait_any(&on(0), soon()),
+        futex::Wake::Maybe(None)
+    ));
+    // The user-space read maps zeroes over the lost page (`shm::lost_pages`).
+    let now = slot.notify_word().load(Ordering::SeqCst);
+    assert!(matches!(
+        futex::wait_any(&on(now), soon()),
+        futex::Wake::TimedOut
+    ));
 }

@@ -88,13 +88,15 @@ impl Slot {
 
     /// How many waiters are counted now (those asleep, about to sleep, or groups between
     /// waits; until repaired, also waiters that died).
+    /// A statistic: a Relaxed load, allowed on a read-only slot.
     pub fn waiter_count(&self) -> u32 {
-        (self.waiters_word().load(Ordering::SeqCst) & COUNT_MASK) as u32
+        (self.relaxed64(OFF_WAITERS) & COUNT_MASK) as u32
     }
 
     /// How many times writers dropped this slot's waiter counts as stale since it was created.
+    /// A statistic, as `waiter_count`.
     pub fn waiter_repairs(&self) -> u32 {
-        (self.waiters_word().load(Ordering::SeqCst) >> 32) as u32
+        (self.relaxed64(OFF_WAITERS) >> 32) as u32
     }
 
     /// The writer's side, after it bumped the notify word (SeqCst): wakes the word if anyone is
