@@ -5,10 +5,11 @@
 //! hostile segment must give an error, never end a process.
 //!
 //! So the first mapping a process makes installs a SIGBUS handler. A fault inside a bus mapping
-//! gets a private zeroed page put in place of the lost one, the mapping is marked damaged and the
-//! access completes: the slot protocol reads zeroes as "no value" or as a corrupt header, and
-//! the registry, which checks its slots, makes the slot anew and tells its users (they see
-//! `BusError::Replaced`). A fault anywhere else goes on to the handler that was there before
+//! (the kernel's BUS_ADRERR: a touch past the end of the file) gets a private zeroed page put
+//! in place of the lost one, the mapping is marked damaged and the access completes: the slot
+//! protocol reads zeroes as "no value" or as a corrupt header, and the registry, which checks
+//! its slots, makes the slot anew and tells its users (they see `BusError::Replaced`). A fault
+//! anywhere else, and a SIGBUS a process sent, go on to the handler that was there before
 //! (Rust's stack-overflow handler, or the default action), exactly as without Baton.
 //!
 //! The handler finds the mapping in a table of address ranges that it reads without locks or
@@ -199,10 +200,15 @@ fn install_once() {
 /// The SIGBUS handler: see the module comment. Only loads, `mmap` and (for other faults) the
 /// previous handler or `sigaction` run here, all safe in a signal handler.
 extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    // SAFETY: the kernel passes a valid siginfo for a handler installed with SA_SIGINFO; for
-    // SIGBUS, si_addr is the faulting address.
+    // SAFETY: the kernel passes a valid siginfo for a handler installed with SA_SIGINFO.
+    let code = unsafe { (*info).si_code };
+    // Only the kernel's report of a touch past the end of a mapped file (BUS_ADRERR) can be a
+    // lost page. A SIGBUS another process sent (kill, sigqueue: a code of 0 or less) faults
+    // nothing, and its si_addr is whatever the sender put there: taken for a fault, it would
+    // put zeroes over a live page of a mapping, or of memory mapped where one was.
+    // SAFETY: as above; for a fault (code > 0), si_addr is the faulting address.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some(entry) = find(addr) {
+    if let Some(entry) = (code == libc::BUS_ADRERR).then(|| find(addr)).flatten() {
         let page = PAGE_SIZE.load(Ordering::Relaxed);
         let at = addr & !(page - 1);
         // SAFETY: `at` is the page holding `addr`, inside a live bus mapping (its entry is
@@ -228,7 +234,8 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
     pass_on(signal, info, context);
 }
 
-/// A fault that is not a bus mapping's: what would have happened without this module.
+/// A fault that is not a bus mapping's, or a SIGBUS sent: what would have happened without
+/// this module.
 fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     let previous = PREVIOUS.get();
     let handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
