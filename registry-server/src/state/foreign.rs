@@ -56,6 +56,18 @@ pub fn unsafe_to_adopt(segment: &str, group: Gid) -> Option<String> {
     ))
 }
 
+/// `unsafe_to_adopt` once the segment is open, for the file it maps (`opened`: device and
+/// inode): the check above looked at whatever file had the name then, and the open took
+/// whatever file had it a moment later. A name whose file was replaced or removed in between
+/// is not adopted (the next start looks again); the file opened is checked again.
+pub fn unsafe_to_adopt_opened(segment: &str, group: Gid, opened: (u64, u64)) -> Option<String> {
+    match metadata(segment) {
+        Some(meta) if (meta.dev(), meta.ino()) == opened => unsafe_to_adopt(segment, group),
+        Some(_) => Some("its file was replaced while the registry opened it".into()),
+        None => Some("its file was removed while the registry opened it".into()),
+    }
+}
+
 /// What to do about a file in the way of a slot that this registry may not remove (`/dev/shm`
 /// lets only a file's owner and root remove it).
 fn in_the_way(segment: &str) -> String {
@@ -85,5 +97,37 @@ pub fn remove(segment: &str) -> Result<(), String> {
             };
             Err(format!("{e}; {}", in_the_way(segment)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment's name whose file is replaced between the check and the open: the file
+    /// opened is not the one checked.
+    #[test]
+    fn a_file_replaced_after_the_check_is_not_adopted() {
+        let segment = format!("/baton.unit-foreign-{}~x", std::process::id());
+        let path = format!("{}{segment}", bus::names::SHM_DIR);
+        let identity = |p: &str| {
+            let m = std::fs::metadata(p).unwrap();
+            (m.dev(), m.ino())
+        };
+        std::fs::write(&path, b"first").unwrap();
+        let group = nix::unistd::getegid();
+        let opened = identity(&path);
+        assert_eq!(unsafe_to_adopt_opened(&segment, group, opened), None);
+        // Replaced under the name (a second file made while the first is still open keeps
+        // the first's inode busy, so the two differ).
+        let held = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"second").unwrap();
+        let why = unsafe_to_adopt_opened(&segment, group, opened);
+        assert!(why.is_some_and(|w| w.contains("replaced")));
+        std::fs::remove_file(&path).unwrap();
+        let why = unsafe_to_adopt_opened(&segment, group, opened);
+        assert!(why.is_some_and(|w| w.contains("removed")));
+        drop(held);
     }
 }

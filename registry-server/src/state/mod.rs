@@ -320,6 +320,12 @@ impl Registry {
             }
             match Slot::open(&segment, true) {
                 Ok(slot) => {
+                    if let Some(why) = foreign::unsafe_to_adopt_opened(&segment, group, slot.file())
+                    {
+                        tracing::warn!("not adopting {segment}: {why}");
+                        skipped += 1;
+                        continue;
+                    }
                     if let Some(group) = self.group {
                         match bus::shm::set_group(&segment, group) {
                             Ok(changed) => regrouped += usize::from(changed),
