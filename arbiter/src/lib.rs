@@ -3,6 +3,8 @@
 //! (`algorithm`), the arbiter's configuration file (`config`) and the arbiter process loop
 //! (`process`). The `arbiter` binary is a thin shell over `process`.
 
+#![forbid(unsafe_code)]
+
 pub mod algorithm;
 pub mod clock;
 pub mod config;

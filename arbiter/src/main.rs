@@ -1,5 +1,7 @@
 //! `arbiter`: one control arbiter process per resource group.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -21,6 +21,10 @@
 //! `client` (the registry connection), `protocol` (registry messages), `endpoints` and `group`
 //! (the API), `directory` (the registry's list of publications, published for discovery).
 
+// `unsafe` lives in `shm` (mapping, copies, the SIGBUS handler), `futex` and the plain-old-data
+// codec; every block says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+
 mod client;
 pub mod codec;
 pub mod directory;

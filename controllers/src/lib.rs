@@ -5,6 +5,8 @@
 //! it owns and its outcome, so that the application knows when it has lost a resource. Dropping
 //! it releases every resource at once.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

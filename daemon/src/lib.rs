@@ -4,6 +4,8 @@
 //! no-op when the process was not started by systemd (no `NOTIFY_SOCKET`), so the same binaries run
 //! by hand, in tests and under systemd.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,6 +7,8 @@
 //! slots to other computers; `state` is the bookkeeping, free of I/O so that it reads as the
 //! rules it enforces.
 
+#![forbid(unsafe_code)]
+
 mod admission;
 pub mod net;
 pub mod server;

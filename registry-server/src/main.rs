@@ -1,5 +1,7 @@
 //! `registry-server`: the process that owns one bus domain on this computer.
 
+#![forbid(unsafe_code)]
+
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use clap::{CommandFactory, FromArgMatches, Parser};

@@ -11,6 +11,8 @@
 //! unlisted = "last"                      # "ignore" (default) or "last"
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 pub mod config_watch;

@@ -1,5 +1,7 @@
 //! `robot-manager`: publishes the robot controllers' priority order on `/robot/manager`.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;

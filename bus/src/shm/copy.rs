@@ -10,8 +10,17 @@
 //! the CPU's string move (`rep movsb`) in an `asm!` block: the compiler cannot look into the
 //! block and must treat it as code that could have made exactly these accesses, i.e. relaxed
 //! atomic byte loads and stores (`rep movsb` moves bytes, each a single-copy-atomic access for
-//! the hardware), which race with nothing. Copies under `STRING_MOVE_WORDS`, other
-//! architectures and Miri take the word loop.
+//! the hardware). Copies under `STRING_MOVE_WORDS`, other architectures and Miri take the word
+//! loop.
+//!
+//! One departure from the model, stated as crossbeam's `seq_lock` states its own: racing
+//! atomic accesses that include a write must be of one size, and these are not always. A copy
+//! of a long value moves bytes, one of a short value (and a copy's last, partial word) moves
+//! words, so a writer lapping a reader with a value of another length, or a reader whose copy
+//! starts elsewhere, makes byte accesses race word accesses to the same memory. The hardware
+//! makes each of them atomic at its own size, the compiler sees none of the string move's
+//! accesses (an `asm!` block), and the seqlock discards every copy a write overlapped: what
+//! the reader keeps was raced by nothing.
 //!
 //! Ordering, which the seqlock needs around the copy (`slot`), holds for both forms:
 //! - the compiler: an `asm!` block without `nomem` or `readonly` may read and write any memory

@@ -1,6 +1,8 @@
 //! `robot-controller`: a generic robot controller for scripts and people. Holds a set of
 //! commands until it ends and prints its outcomes whenever they change.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! wait-mode one-way latency in the same run. Build with `cargo build --release` first; it
 //! starts the `registry-server` and `arbiter` binaries found next to itself.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use tools::arbitration_bench::{arbitration, bus_one_way, echo, Case, Echo, Rig};
 

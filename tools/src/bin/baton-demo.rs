@@ -1,5 +1,7 @@
 //! `baton-demo`: the whole Baton system in one command, narrated (see `tools::demo`).
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

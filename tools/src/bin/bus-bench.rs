@@ -2,6 +2,8 @@
 //! atomics, a raw futex and (when built with `--features iceoryx2`) iceoryx2, and prints
 //! p50/p99/p99.9/max with ratios and the targets. A thin shell over `tools::bench`.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use tools::bench::{self, Group, Options, PeerArgs};
 

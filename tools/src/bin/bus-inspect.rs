@@ -2,6 +2,8 @@
 //! memory read-only (and asks the registry its `List`), except `put` (writes one value) and
 //! `clean` (removes stale segments). The work is in `tools::inspect`; this is the command line.
 
+#![forbid(unsafe_code)]
+
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 

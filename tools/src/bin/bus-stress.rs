@@ -1,6 +1,8 @@
 //! `bus-stress`: writes or checks self-checking values on a slot. Used by Baton's test suite and
 //! to burn in a machine: any bad read means a torn or corrupt value.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};

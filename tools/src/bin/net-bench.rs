@@ -10,6 +10,8 @@
 //!
 //! The other subcommands are the parts it runs inside the namespaces.
 
+#![forbid(unsafe_code)]
+
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,8 @@
 //! `robot-sim`: simulates an arm and a drive base, executing the arbiters' coherent commands and
 //! publishing resource state, in place of hardware drivers.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
