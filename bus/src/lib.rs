@@ -21,8 +21,8 @@
 //! `client` (the registry connection), `protocol` (registry messages), `endpoints` and `group`
 //! (the API), `directory` (the registry's list of publications, published for discovery).
 
-// `unsafe` lives in `shm` (mapping, copies, the SIGBUS handler), `futex` and the plain-old-data
-// codec; every block says why it is sound.
+// `unsafe` lives in `shm` (the mapping, its copies, the SIGBUS handler) and `futex`; every
+// block says why it is sound. The other crates forbid it.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 mod client;
