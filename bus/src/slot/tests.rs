@@ -11,6 +11,18 @@ impl Drop for Scratch {
     }
 }
 
+impl Scratch {
+    /// Truncates the segment's file to 0 bytes under its mappings.
+    fn cut_to_nothing(&self) {
+        let path = format!("/dev/shm/{}", &self.0[1..]);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(0))
+            .unwrap();
+    }
+}
+
 fn new_slot(tag: &str) -> (Scratch, Slot) {
     let seg = format!("/baton.unit-{}-{tag}~x", std::process::id());
     let _ = crate::shm::unlink(&seg);
@@ -354,12 +366,7 @@ fn a_segment_cut_short_under_the_mapping_is_damage_not_a_crash() {
     let (scratch, slot) = new_slot("cut");
     slot.write(&[7u8; 200]).unwrap();
     assert_eq!(slot.damage(), None);
-    let path = format!("/dev/shm/{}", &scratch.0[1..]);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(0))
-        .unwrap();
+    scratch.cut_to_nothing();
     assert_eq!(
         slot.damage().as_deref(),
         Some(
@@ -443,12 +450,7 @@ fn a_word_offset_that_overflows_is_refused() {
 #[test]
 fn a_wait_on_a_word_whose_page_is_gone_is_a_wake_not_a_failure() {
     let (scratch, slot) = new_slot("waitv-cut");
-    let path = format!("/dev/shm/{}", &scratch.0[1..]);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(0))
-        .unwrap();
+    scratch.cut_to_nothing();
     let soon = || Some(std::time::Instant::now() + std::time::Duration::from_millis(20));
     let on = |expected| {
         [futex::WaitOn {
