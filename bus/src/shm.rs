@@ -196,7 +196,10 @@ impl Mapping {
         };
         // SAFETY: we map a fresh region chosen by the kernel (addr None), so no existing Rust
         // object is aliased; `fd` is a valid shared-memory descriptor of `len` bytes, as
-        // measured by fstat just now.
+        // measured by fstat just now. Other processes may write the memory at any time (so it
+        // is only ever accessed atomically, see `impl Mapping` below) and may shrink the file
+        // after the fstat: a touch past its new end raises SIGBUS, which `lost_pages` answers
+        // for this range from the moment the guard below is made (no access comes before).
         let base = unsafe { mmap(None, nz_len, prot, MapFlags::MAP_SHARED, &fd, 0) }
             .map_err(|e| io_err(name, "mmap", e))?;
         // The mapping keeps the segment alive; the descriptor is no longer needed.
