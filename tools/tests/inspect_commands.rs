@@ -612,3 +612,36 @@ fn watch_passes_over_a_value_it_cannot_read() {
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["value"], 2, "{last}");
 }
+
+/// A segment that does not open (a slot being made, or a broken one) and that goes away while a
+/// waiting command starts: the command waited for the file's grace period to end, which a file
+/// gone never ends, and `--timeout` never came (wait, watch, hz and bw hung; shared-memory
+/// soak). Each command now ends on its own terms.
+#[test]
+fn a_broken_segment_removed_as_a_command_starts_leaves_its_timeout_in_force() {
+    let mut t = TestBus::new();
+    let path = t.segment_path("/p/g");
+    for args in [
+        &["wait", "/p/g", "--timeout", "2"][..],
+        &["watch", "/p/g", "--count", "1", "--timeout", "2"],
+        &["hz", "/p/g", "--window", "0.5"],
+    ] {
+        std::fs::write(&path, vec![0u8; 8704]).unwrap();
+        let remover = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let _ = std::fs::remove_file(path);
+            })
+        };
+        let started = std::time::Instant::now();
+        let child = t.spawn_bin("bus-inspect", args);
+        let out = t.finish(child);
+        remover.join().unwrap();
+        assert!(
+            started.elapsed() < WATCHDOG / 2,
+            "{args:?} took {:?}: {out:?}",
+            started.elapsed()
+        );
+    }
+}

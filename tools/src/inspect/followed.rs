@@ -54,6 +54,9 @@ impl Followed {
     /// takes its name; a new file that does not open yet is looked at again at the next call.
     pub fn refresh(&mut self, domain: &Domain) -> Result<bool> {
         let Some(file) = identity(domain, &self.name) else {
+            // A new file that went away before it opened is waited for no longer (`new` would
+            // wait for its grace to end, which a file gone never ends).
+            self.not_yet = None;
             return Ok(false);
         };
         if Some(file) == self.identity {
@@ -67,7 +70,10 @@ impl Followed {
                 self.not_yet = None;
                 Ok(true)
             }
-            Err(Error::NoSlot { .. }) => Ok(false),
+            Err(Error::NoSlot { .. }) => {
+                self.not_yet = None;
+                Ok(false)
+            }
             Err(e @ Error::Bus(bus::BusError::Segment(_))) => {
                 let now = Instant::now();
                 let first = match self.not_yet {
