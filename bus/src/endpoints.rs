@@ -486,6 +486,7 @@ fn wait_on_slot(
     wake
 }
 
-/// Longest a `wait_update` sleeps before it looks again whether its slot was replaced (see
-/// `wait_on_slot`); a change of value wakes it at once.
-const RECHECK_EVERY: Duration = Duration::from_secs(1);
+/// Longest a `wait_update` (and a group's `wait_any`) sleeps before it looks again whether its
+/// slot was replaced, or its count on it lost (see `wait_on_slot`); a change of value wakes it
+/// at once.
+pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(1);

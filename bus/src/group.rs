@@ -439,9 +439,16 @@ impl SubscriptionGroup {
             std::thread::sleep(futex::time_left(deadline));
             return futex::Wake::TimedOut;
         }
-        match futex::wait_any(&words, deadline) {
+        // At most `RECHECK_EVERY` at a time, as `wait_update`: a member's count can be lost
+        // under the group (its slot's waiters word overwritten), and writers then wake nobody;
+        // the next sleep finds that out (`Slot::is_counted`) and counts again.
+        let recheck = Instant::now() + crate::endpoints::RECHECK_EVERY;
+        match futex::wait_any(&words, Some(deadline.map_or(recheck, |d| d.min(recheck)))) {
             futex::Wake::Maybe(Some(w)) => {
                 futex::Wake::Maybe(word_members.get(w).copied().flatten())
+            }
+            futex::Wake::TimedOut if deadline.is_none_or(|d| recheck < d) => {
+                futex::Wake::Maybe(None)
             }
             other => other,
         }

@@ -598,3 +598,41 @@ fn a_group_over_two_handles_says_its_real_size_limit() {
     }
     drop(publications);
 }
+
+/// A group's waiter count zeroed under it while it sleeps (a stray write into the slot's
+/// memory): writers then wake nobody, and the group slept until its timeout (an idle robot-sim,
+/// for an hour; shared-memory soak). It looks again every second, counting itself anew.
+#[test]
+fn a_group_whose_waiter_count_was_zeroed_still_wakes() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let (mut publication, slot) = bound_with_slot::<u32>(&t, &bus, "/zeroed");
+    publication.write(&1).unwrap();
+    let waiter = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            let mut group = bus::SubscriptionGroup::new();
+            let member = group.add(bus.subscribe::<u32>("/zeroed").unwrap());
+            while group.get(member).value() != Some(&1) {
+                group.wait_any(WATCHDOG).unwrap();
+            }
+            let started = Instant::now();
+            let changed = group.wait_any(WATCHDOG).unwrap();
+            (
+                changed,
+                *group.get(member).value().unwrap(),
+                started.elapsed(),
+            )
+        })
+    };
+    common::eventually("the group sleeps, counted", || slot.waiter_count() == 1);
+    std::thread::sleep(Duration::from_millis(100));
+    // The count's four bytes (the epoch above them stays).
+    t.overwrite_segment("/zeroed", 528, &[0; 4]);
+    assert_eq!(slot.waiter_count(), 0);
+    publication.write(&2).unwrap();
+    let (changed, value, slept) = waiter.join().unwrap();
+    assert_eq!((changed, value), (vec![0], 2));
+    assert!(slept < Duration::from_secs(5), "slept {slept:?}");
+}

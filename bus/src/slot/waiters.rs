@@ -65,9 +65,12 @@ impl Slot {
         }
     }
 
-    /// Whether `ticket`'s count still stands (no writer has dropped the counts since).
+    /// Whether `ticket`'s count still stands: no writer has dropped the counts since, and the
+    /// count includes it (a count of 0 with the ticket's epoch is a word overwritten under
+    /// the waiter, which writers would never wake).
     pub fn is_counted(&self, ticket: &WaiterTicket) -> bool {
-        self.waiters_word().load(Ordering::SeqCst) & !COUNT_MASK == ticket.epoch
+        let word = self.waiters_word().load(Ordering::SeqCst);
+        word & !COUNT_MASK == ticket.epoch && word & COUNT_MASK != 0
     }
 
     /// The notify word's value to sleep against, read after counting `ticket`; `None` when a
