@@ -169,6 +169,35 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
     r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
 }
 
+/// The manager writes its order only when it changes, so a slot overwritten under it stayed
+/// unreadable: an arbiter started then found no order (every resource unowned) until the
+/// order changed (shared-memory soak: one bit of the latest-value word). The manager reads its
+/// slot back every two seconds and writes the order again.
+#[test]
+fn the_manager_writes_its_order_again_when_its_slot_was_overwritten() {
+    let mut r = Robot::new(&["a", "b"]);
+    r.t.start_registry();
+    let manager = r.manager();
+    let arbiter = r.arbiter();
+    r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
+    r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
+    let turret =
+        |owner: &str| json!({"turret": owner, "shoulder": null, "elbow1": null, "elbow2": null});
+    r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
+    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+    r.t.kill(arbiter);
+    r.arbiter();
+    r.expect(
+        "a first again",
+        turret("a"),
+        json!({"a": "full", "b": "denied"}),
+    );
+    eventually("the manager says why it wrote again", || {
+        r.t.stderr_of(manager)
+            .contains("does not read back as the order published")
+    });
+}
+
 /// A command is checked against running arbiters only: the block an ended arbiter left says
 /// nothing of the resources it will have when it runs again. A controller started while the
 /// arm arbiter is down, for a resource the new arm config adds, gets it once that arbiter runs

@@ -143,6 +143,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let health = daemon::Health::new();
     let watched = std::sync::Arc::clone(&health);
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
+    // When the slot was last read back (`READ_BACK_EVERY`).
+    let mut read_back = std::time::Instant::now();
     starting.store(false, Ordering::SeqCst);
     loop {
         let mut fds = [
@@ -274,6 +276,21 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         if let Some(new) = candidate {
             file = new;
         }
+        // The order is written only when it changes, so memory of its slot overwritten by
+        // another process (one bit of its latest-value word: every arbiter then finds the slot
+        // inconsistent) would stay so until the next change: read it back now and then, and
+        // write it again when it does not read as published.
+        if publication.is_bound() && read_back.elapsed() >= READ_BACK_EVERY {
+            read_back = std::time::Instant::now();
+            if read_order(&domain).as_ref() != Some(&published) {
+                tracing::warn!(
+                    "{} does not read back as the order published (revision {revision}; its \
+                     memory was overwritten, or the slot made anew): writing it again",
+                    arbiter::protocol::MANAGER_SLOT
+                );
+                publication.write(&published).map_err(|e| e.to_string())?;
+            }
+        }
         let now_unplaced = file.unplaced(&discovered);
         if now_unplaced != std::mem::replace(&mut unplaced, now_unplaced) && now_unplaced > 0 {
             tracing::warn!(
@@ -288,6 +305,8 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
 
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
+/// How often the order's slot is read back (at the periodic look, `LOOK_EVERY`).
+const READ_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(LOOK_EVERY as u64);
 
 fn order_too_large(size: usize, capacity: usize) -> String {
     format!(
@@ -347,23 +366,26 @@ fn keep_previous(why: &str) {
 /// slot; the arbiters follow it); empty when there is none. Read from the segment itself, so
 /// that it is found also while no registry runs.
 fn order_in_force(domain: &bus::Domain) -> Vec<String> {
+    read_order(domain)
+        .map(|m| m.controllers)
+        .unwrap_or_default()
+}
+
+/// The order `/robot/manager` holds, read from the segment itself (also while no registry
+/// runs); `None` when there is none, or it does not read (another type, corrupt memory).
+fn read_order(domain: &bus::Domain) -> Option<arbiter::protocol::ManagerConfig> {
     use arbiter::protocol::{ManagerConfig, MANAGER_SLOT};
-    let read = || -> Option<Vec<String>> {
-        let name = bus::SlotName::public(MANAGER_SLOT).ok()?;
-        let slot = bus::slot::Slot::open(&domain.segment_name(&name), false).ok()?;
-        let expected = bus::schema::Schema::of_serde::<ManagerConfig>()
-            .ok()?
-            .hash();
-        if slot.schema().hash.0 != expected.0 {
-            return None;
-        }
-        let mut bytes = Vec::new();
-        slot.read(0, &mut bytes).ok()??;
-        bus::codec::decode::<ManagerConfig>(&bytes)
-            .ok()
-            .map(|m| m.controllers)
-    };
-    read().unwrap_or_default()
+    let name = bus::SlotName::public(MANAGER_SLOT).ok()?;
+    let slot = bus::slot::Slot::open(&domain.segment_name(&name), false).ok()?;
+    let expected = bus::schema::Schema::of_serde::<ManagerConfig>()
+        .ok()?
+        .hash();
+    if slot.schema().hash.0 != expected.0 {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    slot.read(0, &mut bytes).ok()??;
+    bus::codec::decode::<ManagerConfig>(&bytes).ok()
 }
 
 /// The directory as last read by the directory thread.
