@@ -159,6 +159,23 @@ impl Mapping {
         self.guard.is_damaged()
     }
 
+    /// Writes `bytes` at `off` of the file `name` names, through the file rather than this
+    /// mapping, if that file is the one mapped here and holds those bytes: what a process whose
+    /// pages were lost (private zeroes now) can still tell the others. Returns whether it
+    /// wrote.
+    pub fn write_through_file(&self, name: &str, off: usize, bytes: &[u8]) -> bool {
+        let Ok(fd) = open_existing(name, OFlag::O_RDWR) else {
+            return false;
+        };
+        let ours = fstat(&fd).is_ok_and(|st| {
+            (st.st_dev, st.st_ino) == self.file
+                && off
+                    .checked_add(bytes.len())
+                    .is_some_and(|end| end as u64 <= st.st_size.max(0) as u64)
+        });
+        ours && nix::sys::uio::pwrite(&fd, bytes, off as i64).is_ok_and(|n| n == bytes.len())
+    }
+
     /// Whether `name` still names the file this maps (it does not once the segment was removed,
     /// or removed and created again). When that cannot be looked at (no file descriptor left,
     /// no permission), it is taken to: only a file seen gone or different counts as another.
@@ -175,6 +192,8 @@ impl Mapping {
                 size: st.st_size.max(0) as u64,
             },
             Ok(_) => FileNow::Other,
+            // A symbolic link put in its place (segments are opened without following links).
+            Err(nix::Error::ELOOP) => FileNow::Other,
             Err(nix::Error::ENOENT) => FileNow::Removed,
             Err(_) => FileNow::Unknown,
         }

@@ -25,7 +25,7 @@
 //! kept in `Layout`; afterwards only the atomics above are re-read, and each length read from
 //! them is checked against the capacity before use.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::unistd::Gid;
@@ -142,6 +142,8 @@ pub struct Slot {
     /// Consecutive wakes by this handle's writes that found fewer sleepers than counted
     /// waiters (`waiters`).
     short_wakes: AtomicU32,
+    /// Whether this handle told the others that its mapping lost pages (`tell_lost_pages`).
+    lost_pages_told: AtomicBool,
 }
 
 /// The slot's schema as stored: kept as bytes (parsed on demand by tools), with the two
@@ -362,7 +364,31 @@ impl Slot {
         // (writes, writer gone), so every event changes it.
         self.notify_word().fetch_add(1, Ordering::SeqCst);
         self.wake_waiters();
+        self.tell_lost_pages();
         Ok(n)
+    }
+
+    /// A mapping that lost pages (its file was cut short under it, and a touch past the end put
+    /// private zeroes there) no longer shares them with anyone. When the file has been grown
+    /// back to its size meanwhile (or written over by `cp`, which truncates first), its size
+    /// and header, which the registry checks (`damage`), look whole, and nothing else would
+    /// tell the other users: this handle spoils the magic of the file's header, through the
+    /// file, so that the registry makes the slot anew and tells every user. Once per handle;
+    /// one load on every read and write otherwise.
+    fn tell_lost_pages(&self) {
+        if !self.map.is_damaged() || self.lost_pages_told.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if self
+            .map
+            .write_through_file(&self.segment, OFF_MAGIC, &0u64.to_ne_bytes())
+        {
+            tracing::warn!(
+                "{}: pages of its memory were lost under this process (the segment was cut \
+                 short); its header is spoilt so that the registry makes the slot anew",
+                self.name
+            );
+        }
     }
 
     /// Reads the newest value if its sequence differs from `last_seen`, into `out` (resized to
@@ -406,6 +432,7 @@ impl Slot {
         last_seen: u64,
         mut consume: impl FnMut(PayloadView<'_>) -> R,
     ) -> Result<Option<(R, ReadInfo)>, BusError> {
+        self.tell_lost_pages();
         let mut stalled = 0u32;
         let mut attempts = 0u64;
         loop {

@@ -181,6 +181,40 @@ fn a_sigbus_sent_naming_a_mapped_address_is_no_lost_page() {
     assert!(t.is_running(users[0]), "{}", t.stderr_of(users[0]));
 }
 
+/// A segment cut short and grown back to its size at once (a `cp` over it does the same: it
+/// truncates, then writes): its size and header, which the registry checks, look whole again,
+/// while the processes that touched the lost pages in between hold private zeroes there,
+/// shared with nobody (the readers found every value inconsistent and the writer wrote on
+/// alone, for good; shared-memory soak). Such a process spoils the file's header, and the
+/// registry makes the slot anew and tells every user.
+#[test]
+fn a_segment_cut_short_and_grown_back_is_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let _held = hold(&t);
+    let path = t.segment_path(NAME);
+    let full = size_of(&path).expect("segment exists");
+    set_size(&path, 4096);
+    std::thread::sleep(Duration::from_millis(50));
+    set_size(&path, full);
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
+}
+
+/// A symbolic link put in place of a segment: segments are opened without following links,
+/// so every new endpoint failed (ELOOP) while the registry took the name for its file (it
+/// could not look at it); it is another file, and the slot is made anew.
+#[test]
+fn a_symbolic_link_in_place_of_a_segment_is_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let path = t.segment_path(NAME);
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+    users_are_told_and_new_endpoints_bind(&mut t, users[0]);
+}
+
 #[test]
 fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
     let mut t = TestBus::new();

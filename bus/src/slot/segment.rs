@@ -44,6 +44,7 @@ impl Slot {
             schema: StoredSchema::new(schema),
             layout,
             short_wakes: AtomicU32::new(0),
+            lost_pages_told: AtomicBool::new(false),
         };
         let name_bytes = name.as_str().as_bytes();
         slot.store32(OFF_VERSION, VERSION);
@@ -188,6 +189,7 @@ impl Slot {
             schema,
             layout,
             short_wakes: AtomicU32::new(0),
+            lost_pages_told: AtomicBool::new(false),
         })
     }
 }
