@@ -50,7 +50,8 @@ pub enum SegmentError {
         expected: u32,
     },
     #[error(
-        "segment {segment}: {what} is {found}, which does not fit a {segment_size}-byte segment"
+        "segment {segment}: its header says {what} {found}, which no {segment_size}-byte slot \
+         has (the header was overwritten)"
     )]
     BadSize {
         segment: String,

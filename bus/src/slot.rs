@@ -144,6 +144,8 @@ pub struct Slot {
     short_wakes: AtomicU32,
     /// Whether this handle told the others that its mapping lost pages (`tell_lost_pages`).
     lost_pages_told: AtomicBool,
+    /// The odd writer-record version `writer` last gave up on (0: none), not waited for again.
+    unsettled_version: AtomicU32,
 }
 
 /// The slot's schema as stored: kept as bytes (parsed on demand by tools), with the two

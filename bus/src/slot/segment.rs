@@ -45,6 +45,7 @@ impl Slot {
             layout,
             short_wakes: AtomicU32::new(0),
             lost_pages_told: AtomicBool::new(false),
+            unsettled_version: AtomicU32::new(0),
         };
         let name_bytes = name.as_str().as_bytes();
         slot.store32(OFF_VERSION, VERSION);
@@ -123,7 +124,10 @@ impl Slot {
         let schema_off = u64::from(raw.load32(OFF_SCHEMA_OFFSET));
         let schema_len = u64::from(raw.load32(OFF_SCHEMA_LEN));
         let buffers = raw.load64(OFF_BUFFERS);
-        if schema_off != HEADER_SIZE as u64 || schema_len > MAX_SCHEMA_LEN {
+        if schema_off != HEADER_SIZE as u64 {
+            return Err(bad_size("schema offset", schema_off));
+        }
+        if schema_len > MAX_SCHEMA_LEN {
             return Err(bad_size("schema length", schema_len));
         }
         if buffers % 64 != 0 || buffers < schema_off + schema_len {
@@ -147,7 +151,9 @@ impl Slot {
         let mut name = vec![0u8; name_len];
         raw.0.copy_out(OFF_NAME, &mut name);
         let name = String::from_utf8(name).map_err(|e| bad_field("name", e.to_string()))?;
-        let name = SlotName::parse(&name).map_err(|e| bad_field("name", e.to_string()))?;
+        // The rule's message quotes the name: of an overwritten header, up to 256 bytes of
+        // anything, each control byte written out.
+        let name = SlotName::parse(&name).map_err(|e| bad_field("name", cut(e.to_string())))?;
         if !names_segment(segment, &name) {
             return Err(bad_field(
                 "name",
@@ -190,6 +196,7 @@ impl Slot {
             layout,
             short_wakes: AtomicU32::new(0),
             lost_pages_told: AtomicBool::new(false),
+            unsettled_version: AtomicU32::new(0),
         })
     }
 }
@@ -217,5 +224,14 @@ impl RawHeader<'_> {
 
     fn load64(&self, off: usize) -> u64 {
         self.0.load_acquire64(off)
+    }
+}
+
+/// `text` cut to at most 200 characters, marked as cut.
+fn cut(text: String) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{} (cut)", &text[..at]),
+        None => text,
     }
 }

@@ -309,6 +309,10 @@ fn a_record_that_never_settles_reads_as_none() {
     slot.word32(OFF_WRITER_VERSION).store(7, Ordering::Relaxed);
     assert_eq!(slot.writer().state, WriterState::None);
     assert_eq!(slot.writer_state(), WriterState::Alive);
+    // Given up on once, that version is not waited for again (every value's metadata reads
+    // the record: a reader spun 10,000 times per value on it).
+    assert_eq!(slot.unsettled_version.load(Ordering::Relaxed), 7);
+    assert_eq!(slot.writer().state, WriterState::None);
     // The next registration settles it, also the same writer's.
     slot.set_writer(10, 1000, 1);
     let w = slot.writer();
@@ -469,4 +473,20 @@ fn a_wait_on_a_word_whose_page_is_gone_is_a_wake_not_a_failure() {
         futex::wait_any(&on(now), soon()),
         futex::Wake::TimedOut
     ));
+}
+
+/// A header whose name was overwritten (its length at the largest, its bytes zeroes) gives an
+/// error of a readable length: the rule's message quoted all of it, each byte written out.
+#[test]
+fn an_overwritten_name_gives_a_short_error() {
+    let (_s, slot) = new_slot("longname");
+    slot.store32(OFF_NAME_LEN, NAME_AREA as u32);
+    slot.copy_in(OFF_NAME, &[0u8; NAME_AREA]);
+    let error = Slot::open(slot.segment(), false).unwrap_err().to_string();
+    assert!(error.contains("name"), "{error}");
+    assert!(
+        error.chars().count() < 400,
+        "{} chars: {error}",
+        error.len()
+    );
 }

@@ -73,6 +73,12 @@ pub fn unsafe_to_adopt_opened(segment: &str, group: Gid, opened: (u64, u64)) -> 
 fn in_the_way(segment: &str) -> String {
     let path = format!("{}{segment}", bus::names::SHM_DIR);
     match metadata(segment) {
+        // Not a slot's at all (unlink refuses a directory, whoever runs it).
+        Some(meta) if meta.is_dir() => format!(
+            "a directory of that name is in the way ({}): no registry made it; remove it \
+             (rmdir '{path}', or rm -r, as its owner or root)",
+            describe(&meta)
+        ),
         Some(meta) => format!(
             "a file of that name is in the way ({}), which this registry (user {}) may not \
              remove: if no registry of this bus made it, remove it as root (rm '{path}'); \
@@ -129,5 +135,21 @@ mod tests {
         let why = unsafe_to_adopt_opened(&segment, group, opened);
         assert!(why.is_some_and(|w| w.contains("removed")));
         drop(held);
+    }
+
+    /// A directory under a slot's name cannot be unlinked by anyone: the advice says to
+    /// remove the directory, not that this registry's user may not.
+    #[test]
+    fn a_directory_in_the_way_is_named_as_one() {
+        let segment = format!("/baton.unit-foreign-dir-{}~x", std::process::id());
+        let path = format!("{}{segment}", bus::names::SHM_DIR);
+        std::fs::create_dir(&path).unwrap();
+        let why = remove(&segment).unwrap_err();
+        std::fs::remove_dir(&path).unwrap();
+        assert!(
+            why.contains("a directory of that name is in the way"),
+            "{why}"
+        );
+        assert!(!why.contains("may not remove"), "{why}");
     }
 }
