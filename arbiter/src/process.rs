@@ -24,6 +24,8 @@ use watched::Watched;
 
 /// Longest sleep when no block is due to expire; a wake-up then only re-runs the cycle.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
+/// How close to a block's expiry a wake-up reads every block first (see the main loop).
+const EXPIRY_MARGIN_NS: u64 = 1_000_000;
 /// Controller blocks grow with the number of commands; this bounds a block at 64 KiB. An
 /// arbiter's own slots are at least this big, more when its resources need it
 /// (`feedback_capacity`).
@@ -128,6 +130,22 @@ pub fn run(
         } else {
             watched.group.wait_any(timeout)?
         };
+        // A block due to expire now may only be unread: `wait_any` pulls the member whose
+        // write woke it, and the blocks written while this process was off its CPU (starved,
+        // or stopped, after the wake for longer than their time to live) come with later
+        // calls. Every member is read before one counts as expired: a live controller's block,
+        // refreshed all along, was taken for run out, and its resources went to a
+        // lower-priority controller for a cycle. (Within `EXPIRY_MARGIN_NS` of the expiry, so
+        // that the instant the cycle decides at, read a moment later, is covered as well.)
+        if !renamed
+            && next_expiry.is_some_and(|t| steady_ns().saturating_add(EXPIRY_MARGIN_NS) >= t)
+        {
+            for member in watched.group.update_all()? {
+                if !changed.contains(&member) {
+                    changed.push(member);
+                }
+            }
+        }
         health.begin();
         if watched.group.any_replaced(&changed) {
             // The registry made slots followed here anew (it restarted on corrupted or

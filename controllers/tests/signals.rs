@@ -393,3 +393,58 @@ fn x_with_clock_offset(r: &mut Robot, offset: &std::path::Path, ttl_ms: &str) ->
         &[(arbiter::clock::OFFSET_FILE_ENV, offset.to_str().unwrap())],
     )
 }
+
+/// An arbiter woken and then kept off its CPU for longer than the controllers' time to live
+/// (a busy process on its CPU, a stop signal right after the wake, a paused virtual machine)
+/// read, on running again, only the block whose write woke it: the blocks the others refreshed
+/// meanwhile were still the old ones it held, past their time to live, and a live
+/// higher-priority controller was counted expired, its resources commanded to a lower one for
+/// a cycle (arbitration chaos soak). It reads every block before one counts as expired.
+#[test]
+fn an_arbiter_starved_after_a_wake_counts_no_live_controller_expired() {
+    let mut r = Robot::new(&["hi", "lo"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let hi = r.controller("hi", "non_compromising", &["arm/turret=0.5"], 100);
+    let lo = r.controller("lo", "compromising", &["arm/turret=-0.5"], 100);
+    eventually("hi holds the turret", || {
+        r.t.stdout_of(hi).contains("hi arm: full")
+    });
+    // The arbiter on the second CPU in the idle scheduling class: a busy process there takes
+    // its CPU whenever it wants it.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "this test starves the arbiter on a CPU of its own: needs 2 CPUs"
+    );
+    let pid = r.t.pid(arbiter).to_string();
+    for (program, args) in [
+        ("taskset", &["-a", "-p", "-c", "1", &pid][..]),
+        ("chrt", &["-a", "-i", "-p", "0", &pid][..]),
+    ] {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{program}: {status:?}");
+    }
+    for _ in 0..5 {
+        let mut busy = std::process::Command::new("taskset")
+            .args(["-c", "1", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        busy.kill().unwrap();
+        busy.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let log = r.t.stderr_of(arbiter);
+    assert!(!log.contains("turret: hi -> lo"), "{log}");
+    assert!(
+        !r.t.stdout_of(hi).contains("expired"),
+        "{}",
+        r.t.stdout_of(hi)
+    );
+    assert!(r.t.is_running(lo));
+}
