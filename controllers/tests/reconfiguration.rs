@@ -462,3 +462,34 @@ fn a_restarted_driver_holds_a_released_joint_where_it_measures_it() {
     let c = shoulder_command(&r);
     assert!(c.is_some_and(|c| c < 0.4), "{c:?}");
 }
+
+/// A command an arbiter has accepted and that a change of configuration later refuses (the
+/// manager drops that arbiter) is said, not fatal, also while another arbiter the controller
+/// commands has not run yet: acceptance was one flag for all arbiters, so the controller ended
+/// as if its command line were wrong (arbitration chaos soak).
+#[test]
+fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_ran() {
+    let mut r = Robot::new(&["c1"]);
+    let with_drive = |arbiters: &str| {
+        manager_toml(&["c1"]).replace("arbiters = [\"arm\"]", &format!("arbiters = {arbiters}"))
+    };
+    std::fs::write(&r.manager_file, with_drive(r#"["arm", "drive"]"#)).unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let c1 = r.controller(
+        "c1",
+        "compromising",
+        &["arm/turret=0.1", "drive/left=0.2"],
+        300,
+    );
+    eventually("c1 holds the turret", || {
+        r.t.stdout_of(c1).contains("c1 arm: full")
+    });
+    std::fs::write(&r.manager_file, with_drive(r#"["drive"]"#)).unwrap();
+    eventually("c1 says the arm no longer counts", || {
+        r.t.stdout_of(c1).contains("unknown arbiter in arm/turret")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(r.t.is_running(c1), "{}", r.t.stderr_of(c1));
+}

@@ -127,15 +127,16 @@ fn run(args: &Args) -> Result<(), String> {
     let end = args.duration_s.map(|d| Instant::now() + d);
     let mut printed: Vec<String> = Vec::new();
     let mut said = None;
-    // Until every command has been accepted by its running arbiter, a command an arbiter
-    // refuses is a mistake on the command line (an arbiter that appears later is checked
-    // too) and ends the program. After that, it comes from a change of configuration while
-    // running (the manager dropped an arbiter, an arbiter lost a resource): said, not fatal.
+    // Until an arbiter has accepted this controller's commands for it (running, with every
+    // resource named), a command it refuses is a mistake on the command line (an arbiter that
+    // appears later is checked too) and ends the program. After that, it comes from a change
+    // of configuration while running (the manager dropped that arbiter, it lost a resource):
+    // said, not fatal. Per arbiter: another arbiter not running yet says nothing of this one.
     let commanded: std::collections::BTreeSet<&str> = commands
         .iter()
         .filter_map(|(resource, _)| resource.split_once('/').map(|(a, _)| a))
         .collect();
-    let mut accepted = commanded.is_empty();
+    let mut accepted_by: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     // Whether every arbiter commanded has answered this controller (given it an outcome): only
     // then did the run command the robot (an arbiter that hangs, or a manager that ignores
     // this controller, takes the command without acting on it).
@@ -146,7 +147,7 @@ fn run(args: &Args) -> Result<(), String> {
             .wait_feedback(Duration::from_millis(50))
             .map_err(|e| e.to_string())?;
         match controller.check_commands() {
-            Err(e) if !accepted => {
+            Err(e) if !refused_arbiter(&e).is_some_and(|a| accepted_by.contains(a)) => {
                 release(args, &mut controller)?;
                 return Err(e.to_string());
             }
@@ -167,7 +168,7 @@ fn run(args: &Args) -> Result<(), String> {
                     printed.clear();
                 }
                 let running = controller.arbiters();
-                accepted |= commanded.iter().all(|a| running.contains_key(*a));
+                accepted_by.extend(commanded.iter().filter(|a| running.contains_key(**a)));
             }
         }
         let waiting = waiting_for(&bus, &controller, args.domain.as_str());
@@ -201,6 +202,7 @@ fn run(args: &Args) -> Result<(), String> {
     // A script that runs `robot-controller --duration-s N && next-step` must not take a run
     // whose commands never reached a running arbiter, or that no arbiter answered, for one
     // that commanded the robot.
+    let accepted = accepted_by.len() == commanded.len();
     if (!accepted || !answered) && !stop.load(Ordering::Relaxed) {
         let why = said.or_else(|| unanswered(&controller.feedback(), &commanded));
         return Err(format!(
@@ -283,6 +285,16 @@ fn unanswered(
         })
         .collect();
     (!reasons.is_empty()).then(|| reasons.join("; "))
+}
+
+/// The arbiter whose refusal `e` is (`None` for an error of no one arbiter).
+fn refused_arbiter(e: &controllers::ControllerError) -> Option<&str> {
+    use controllers::ControllerError::{UnknownArbiter, UnknownResource};
+    match e {
+        UnknownResource { arbiter, .. } => Some(arbiter),
+        UnknownArbiter { resource, .. } => resource.split_once('/').map(|(a, _)| a),
+        _ => None,
+    }
 }
 
 /// Where this controller stands with one arbiter, in words.
