@@ -448,3 +448,24 @@ fn an_arbiter_starved_after_a_wake_counts_no_live_controller_expired() {
     );
     assert!(r.t.is_running(lo));
 }
+
+/// An arbiter stopping publishes its last block without outcomes (it follows no controller any
+/// more) a moment before its process ends: a controller it had answered said "not seen yet"
+/// in between, as if it had never been seen (arbitration chaos soak, at every SIGTERM).
+#[test]
+fn a_controller_answered_before_says_an_arbiter_stopping_gives_no_outcome_now() {
+    let mut r = Robot::new(&["c1"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let c1 = r.controller("c1", "compromising", &["arm/turret=0.1"], 300);
+    eventually("c1 holds the turret", || {
+        r.t.stdout_of(c1).contains("c1 arm: full")
+    });
+    r.t.signal(arbiter, Signal::SIGTERM);
+    eventually("c1 sees the arbiter gone", || {
+        r.t.stdout_of(c1).contains("c1 arm: arbiter not running")
+    });
+    let out = r.t.stdout_of(c1);
+    assert!(!out.contains("not seen yet"), "{out}");
+}

@@ -142,6 +142,9 @@ fn run(args: &Args) -> Result<(), String> {
     // this controller, takes the command without acting on it).
     let mut answered = commanded.is_empty();
     let mut problem = None;
+    // The arbiters that have given this controller an outcome: one that gives none any more
+    // stopped following it (it is stopping, or out of service), which is not "not seen yet".
+    let mut answered_before: std::collections::BTreeSet<String> = Default::default();
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         controller
             .wait_feedback(Duration::from_millis(50))
@@ -190,7 +193,16 @@ fn run(args: &Args) -> Result<(), String> {
         // Compared as printed: feedback that changed only where the line does not show
         // (an arbiter not running and not listing this controller, either way) printed the
         // same line again.
-        let lines: Vec<String> = feedback.iter().map(|f| feedback_line(args, f)).collect();
+        answered_before.extend(
+            feedback
+                .iter()
+                .filter(|f| f.outcome.is_some())
+                .map(|f| f.arbiter.clone()),
+        );
+        let lines: Vec<String> = feedback
+            .iter()
+            .map(|f| feedback_line(args, f, answered_before.contains(&f.arbiter)))
+            .collect();
         if lines != printed {
             for line in lines.iter().filter(|l| !printed.contains(l)) {
                 say(line);
@@ -280,7 +292,7 @@ fn unanswered(
         .iter()
         .filter_map(|a| match feedback.iter().find(|f| f.arbiter == *a) {
             Some(f) if f.arbiter_responding && f.outcome.is_some() => None,
-            Some(f) => Some(format!("{a}: {}", state_of(f))),
+            Some(f) => Some(format!("{a}: {}", state_of(f, false))),
             None => Some(format!("{a}: no such arbiter is running")),
         })
         .collect();
@@ -298,7 +310,7 @@ fn refused_arbiter(e: &controllers::ControllerError) -> Option<&str> {
 }
 
 /// Where this controller stands with one arbiter, in words.
-fn state_of(f: &controllers::Feedback) -> &'static str {
+fn state_of(f: &controllers::Feedback, answered_before: bool) -> &'static str {
     if f.joining {
         "joining the robot manager's order (unlisted, placed last)"
     } else if !f.listed {
@@ -318,15 +330,19 @@ fn state_of(f: &controllers::Feedback) -> &'static str {
                  the arbiter's log says which)"
             }
             Some(outcome) => outcome.as_str(),
+            None if answered_before => {
+                "no outcome now (the arbiter no longer follows this controller: it is stopping, \
+                 or the robot manager no longer lists that arbiter)"
+            }
             None => "not seen yet",
         }
     }
 }
 
 /// The line `robot-controller` prints for `f` (one JSON object with `--json`).
-fn feedback_line(args: &Args, f: &controllers::Feedback) -> String {
+fn feedback_line(args: &Args, f: &controllers::Feedback, answered_before: bool) -> String {
     let outcome = f.outcome.map(arbiter::protocol::Outcome::as_str);
-    let state = state_of(f);
+    let state = state_of(f, answered_before);
     if args.json {
         serde_json::json!({"controller": args.name, "arbiter": f.arbiter,
             "outcome": outcome, "owned": f.owned, "clamped": f.clamped, "listed": f.listed, "joining": f.joining,
