@@ -175,10 +175,7 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
 /// slot back every two seconds and writes the order again.
 #[test]
 fn the_manager_writes_its_order_again_when_its_slot_was_overwritten() {
-    let mut r = Robot::new(&["a", "b"]);
-    r.t.start_registry();
-    let manager = r.manager();
-    let arbiter = r.arbiter();
+    let (mut r, manager, arbiter) = Robot::running_with_children(&["a", "b"]);
     r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
     r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
     let turret =

@@ -402,10 +402,7 @@ fn x_with_clock_offset(r: &mut Robot, offset: &std::path::Path, ttl_ms: &str) ->
 /// a cycle (arbitration chaos soak). It reads every block before one counts as expired.
 #[test]
 fn an_arbiter_starved_after_a_wake_counts_no_live_controller_expired() {
-    let mut r = Robot::new(&["hi", "lo"]);
-    r.t.start_registry();
-    r.manager();
-    let arbiter = r.arbiter();
+    let (mut r, _, arbiter) = Robot::running_with_children(&["hi", "lo"]);
     let hi = r.controller("hi", "non_compromising", &["arm/turret=0.5"], 100);
     let lo = r.controller("lo", "compromising", &["arm/turret=-0.5"], 100);
     eventually("hi holds the turret", || {
@@ -454,10 +451,7 @@ fn an_arbiter_starved_after_a_wake_counts_no_live_controller_expired() {
 /// in between, as if it had never been seen (arbitration chaos soak, at every SIGTERM).
 #[test]
 fn a_controller_answered_before_says_an_arbiter_stopping_gives_no_outcome_now() {
-    let mut r = Robot::new(&["c1"]);
-    r.t.start_registry();
-    r.manager();
-    let arbiter = r.arbiter();
+    let (mut r, _, arbiter) = Robot::running_with_children(&["c1"]);
     let c1 = r.controller("c1", "compromising", &["arm/turret=0.1"], 300);
     eventually("c1 holds the turret", || {
         r.t.stdout_of(c1).contains("c1 arm: full")

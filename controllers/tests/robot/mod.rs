@@ -62,11 +62,16 @@ impl Robot {
 
     /// A robot with the registry, the manager and the arm arbiter running.
     pub fn running(order: &[&str]) -> Robot {
+        Robot::running_with_children(order).0
+    }
+
+    /// `running`, with the manager's and the arbiter's child indices (to signal or read them).
+    pub fn running_with_children(order: &[&str]) -> (Robot, usize, usize) {
         let mut r = Robot::new(order);
         r.t.start_registry();
-        r.manager();
-        r.arbiter();
-        r
+        let manager = r.manager();
+        let arbiter = r.arbiter();
+        (r, manager, arbiter)
     }
 
     /// A running robot whose manager places unlisted controllers last; also the manager's
