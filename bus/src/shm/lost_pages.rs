@@ -9,8 +9,9 @@
 //! in place of the lost one, the mapping is marked damaged and the access completes: the slot
 //! protocol reads zeroes as "no value" or as a corrupt header, and the registry, which checks
 //! its slots, makes the slot anew and tells its users (they see `BusError::Replaced`). A fault
-//! anywhere else, and a SIGBUS a process sent, go on to the handler that was there before
-//! (Rust's stack-overflow handler, or the default action), exactly as without Baton.
+//! anywhere else goes on to the handler that was there before (Rust's stack-overflow handler,
+//! or the default action), exactly as without Baton. A SIGBUS a process sent (kill, sigqueue)
+//! faults nothing and is ignored: passed on, it would switch this protection off.
 //!
 //! The handler finds the mapping in a table of address ranges that it reads without locks or
 //! allocation (only atomics, then `mmap`, a plain system call): chunks of entries allocated on
@@ -206,6 +207,12 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
     // lost page. A SIGBUS another process sent (kill, sigqueue: a code of 0 or less) faults
     // nothing, and its si_addr is whatever the sender put there: taken for a fault, it would
     // put zeroes over a live page of a mapping, or of memory mapped where one was.
+    // Nor is it passed on: the handler before this one (Rust's stack-overflow handler) would
+    // put the default action back, and the next page lost under this process would end it.
+    // A sent SIGBUS is ignored.
+    if code <= 0 {
+        return;
+    }
     // SAFETY: as above; for a fault (code > 0), si_addr is the faulting address.
     let addr = unsafe { (*info).si_addr() } as usize;
     if let Some(entry) = (code == libc::BUS_ADRERR).then(|| find(addr)).flatten() {
@@ -234,8 +241,7 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
     pass_on(signal, info, context);
 }
 
-/// A fault that is not a bus mapping's, or a SIGBUS sent: what would have happened without
-/// this module.
+/// A fault that is not a bus mapping's: what would have happened without this module.
 fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     let previous = PREVIOUS.get();
     let handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
