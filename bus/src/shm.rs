@@ -44,6 +44,18 @@ unsafe impl Send for Mapping {}
 // whose fields are atomics (`lost_pages`).
 unsafe impl Sync for Mapping {}
 
+/// What `Mapping::write_through_file` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteThrough {
+    Written,
+    /// The name no longer stands for the file mapped (removed, or another file): nothing to
+    /// tell through it.
+    NotThisFile,
+    /// The file is too short for the bytes (cut, not grown back yet), or could not be opened
+    /// or written now: worth another try later.
+    NotNow,
+}
+
 /// What a segment's name stands for now (`Mapping::file_now`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileNow {
@@ -161,19 +173,27 @@ impl Mapping {
 
     /// Writes `bytes` at `off` of the file `name` names, through the file rather than this
     /// mapping, if that file is the one mapped here and holds those bytes: what a process whose
-    /// pages were lost (private zeroes now) can still tell the others. Returns whether it
-    /// wrote.
-    pub fn write_through_file(&self, name: &str, off: usize, bytes: &[u8]) -> bool {
-        let Ok(fd) = open_existing(name, OFlag::O_RDWR) else {
-            return false;
+    /// pages were lost (private zeroes now) can still tell the others.
+    pub fn write_through_file(&self, name: &str, off: usize, bytes: &[u8]) -> WriteThrough {
+        let fd = match shm_open(name, OFlag::O_RDWR | OFlag::O_NONBLOCK, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(nix::Error::ENOENT | nix::Error::ELOOP) => return WriteThrough::NotThisFile,
+            Err(_) => return WriteThrough::NotNow,
         };
-        let ours = fstat(&fd).is_ok_and(|st| {
-            (st.st_dev, st.st_ino) == self.file
-                && off
-                    .checked_add(bytes.len())
-                    .is_some_and(|end| end as u64 <= st.st_size.max(0) as u64)
-        });
-        ours && nix::sys::uio::pwrite(&fd, bytes, off as i64).is_ok_and(|n| n == bytes.len())
+        let Ok(st) = fstat(&fd) else {
+            return WriteThrough::NotNow;
+        };
+        if (st.st_dev, st.st_ino) != self.file {
+            return WriteThrough::NotThisFile;
+        }
+        let fits = off
+            .checked_add(bytes.len())
+            .is_some_and(|end| end as u64 <= st.st_size.max(0) as u64);
+        if fits && nix::sys::uio::pwrite(&fd, bytes, off as i64).is_ok_and(|n| n == bytes.len()) {
+            WriteThrough::Written
+        } else {
+            WriteThrough::NotNow
+        }
     }
 
     /// Whether `name` still names the file this maps (it does not once the segment was removed,

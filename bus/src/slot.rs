@@ -375,16 +375,21 @@ impl Slot {
     /// back to its size meanwhile (or written over by `cp`, which truncates first), its size
     /// and header, which the registry checks (`damage`), look whole, and nothing else would
     /// tell the other users: this handle spoils the magic of the file's header, through the
-    /// file, so that the registry makes the slot anew and tells every user. Once per handle;
-    /// one load on every read and write otherwise.
+    /// file, so that the registry makes the slot anew and tells every user. Once per handle,
+    /// tried again at every read and write while the file is still too short (a `cp` truncates
+    /// it to nothing first); one load on every read and write otherwise.
     fn tell_lost_pages(&self) {
-        if !self.map.is_damaged() || self.lost_pages_told.swap(true, Ordering::Relaxed) {
+        if !self.map.is_damaged() || self.lost_pages_told.load(Ordering::Relaxed) {
             return;
         }
-        if self
+        let told = self
             .map
-            .write_through_file(&self.segment, OFF_MAGIC, &0u64.to_ne_bytes())
-        {
+            .write_through_file(&self.segment, OFF_MAGIC, &0u64.to_ne_bytes());
+        if told == crate::shm::WriteThrough::NotNow {
+            return;
+        }
+        self.lost_pages_told.store(true, Ordering::Relaxed);
+        if told == crate::shm::WriteThrough::Written {
             tracing::warn!(
                 "{}: pages of its memory were lost under this process (the segment was cut \
                  short); its header is spoilt so that the registry makes the slot anew",
