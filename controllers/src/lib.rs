@@ -317,6 +317,15 @@ impl RobotController {
         Ok(())
     }
 
+    /// `check_commands` for every command: all the errors, not only the first.
+    pub fn command_errors(&self) -> Vec<ControllerError> {
+        self.staged
+            .commands
+            .keys()
+            .filter_map(|resource| self.check(resource).err())
+            .collect()
+    }
+
     fn check(&self, resource: &str) -> Result<(), ControllerError> {
         let (arbiter, name) = split_resource(resource)?;
         let known = self.arbiters();

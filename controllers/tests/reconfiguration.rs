@@ -490,3 +490,40 @@ fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(r.t.is_running(c1), "{}", r.t.stderr_of(c1));
 }
+
+/// The same, and then the other arbiter starts and refuses its command (a mistake on the
+/// command line): the controller ends on it. Only the first refusal was looked at, the first
+/// arbiter's, which is no longer fatal, and the mistake went unsaid.
+#[test]
+fn a_command_line_mistake_is_fatal_behind_another_arbiters_refusal() {
+    let mut r = Robot::new(&["c1"]);
+    let with_drive = |arbiters: &str| {
+        manager_toml(&["c1"]).replace("arbiters = [\"arm\"]", &format!("arbiters = {arbiters}"))
+    };
+    std::fs::write(&r.manager_file, with_drive(r#"["arm", "drive"]"#)).unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let c1 = r.controller(
+        "c1",
+        "compromising",
+        &["arm/turret=0.1", "drive/typo=0.2"],
+        300,
+    );
+    eventually("c1 holds the turret", || {
+        r.t.stdout_of(c1).contains("c1 arm: full")
+    });
+    std::fs::write(&r.manager_file, with_drive(r#"["drive"]"#)).unwrap();
+    eventually("c1 says the arm no longer counts", || {
+        r.t.stdout_of(c1).contains("unknown arbiter in arm/turret")
+    });
+    let drive = r.t.dir().join("drive.toml");
+    std::fs::write(&drive, "name = \"drive\"\n[[resources]]\nname = \"left\"\n").unwrap();
+    r.t.spawn_bin("arbiter", &["--config", drive.to_str().unwrap()]);
+    let out = r.t.finish(c1);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown resource drive/typo"),
+        "{out:?}"
+    );
+}

@@ -149,11 +149,17 @@ fn run(args: &Args) -> Result<(), String> {
         controller
             .wait_feedback(Duration::from_millis(50))
             .map_err(|e| e.to_string())?;
-        match controller.check_commands() {
-            Err(e) if !refused_arbiter(&e).is_some_and(|a| accepted_by.contains(a)) => {
-                release(args, &mut controller)?;
-                return Err(e.to_string());
-            }
+        // Every command is checked: the first error may be an accepted arbiter's, and hide
+        // another arbiter's command-line mistake behind it.
+        let errors = controller.command_errors();
+        if let Some(e) = errors
+            .iter()
+            .find(|e| !refused_arbiter(e).is_some_and(|a| accepted_by.contains(a)))
+        {
+            release(args, &mut controller)?;
+            return Err(e.to_string());
+        }
+        match errors.into_iter().next().map_or(Ok(()), Err) {
             Err(e) => {
                 let text = e.to_string();
                 if problem.as_ref() != Some(&text) {
