@@ -460,12 +460,10 @@ fn a_restarted_driver_holds_a_released_joint_where_it_measures_it() {
     assert!(c.is_some_and(|c| c < 0.4), "{c:?}");
 }
 
-/// A command an arbiter has accepted and that a change of configuration later refuses (the
-/// manager drops that arbiter) is said, not fatal, also while another arbiter the controller
-/// commands has not run yet: acceptance was one flag for all arbiters, so the controller ended
-/// as if its command line were wrong (arbitration chaos soak).
-#[test]
-fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_ran() {
+/// Controller c1 commanding the arm's turret and `drive_command` on a drive arbiter that does
+/// not run, once the arm has accepted its command and the manager has then dropped the arm
+/// (c1 says so); returns the robot and c1's child index.
+fn arm_accepted_then_dropped(drive_command: &str) -> (Robot, usize) {
     let mut r = Robot::new(&["c1"]);
     let with_drive = |arbiters: &str| {
         manager_toml(&["c1"]).replace("arbiters = [\"arm\"]", &format!("arbiters = {arbiters}"))
@@ -477,7 +475,7 @@ fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_
     let c1 = r.controller(
         "c1",
         "compromising",
-        &["arm/turret=0.1", "drive/left=0.2"],
+        &["arm/turret=0.1", drive_command],
         300,
     );
     eventually("c1 holds the turret", || {
@@ -487,6 +485,16 @@ fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_
     eventually("c1 says the arm no longer counts", || {
         r.t.stdout_of(c1).contains("unknown arbiter in arm/turret")
     });
+    (r, c1)
+}
+
+/// A command an arbiter has accepted and that a change of configuration later refuses (the
+/// manager drops that arbiter) is said, not fatal, also while another arbiter the controller
+/// commands has not run yet: acceptance was one flag for all arbiters, so the controller ended
+/// as if its command line were wrong (arbitration chaos soak).
+#[test]
+fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_ran() {
+    let (mut r, c1) = arm_accepted_then_dropped("drive/left=0.2");
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(r.t.is_running(c1), "{}", r.t.stderr_of(c1));
 }
@@ -496,27 +504,7 @@ fn an_arbiter_dropped_after_it_accepted_the_command_is_said_while_another_never_
 /// arbiter's, which is no longer fatal, and the mistake went unsaid.
 #[test]
 fn a_command_line_mistake_is_fatal_behind_another_arbiters_refusal() {
-    let mut r = Robot::new(&["c1"]);
-    let with_drive = |arbiters: &str| {
-        manager_toml(&["c1"]).replace("arbiters = [\"arm\"]", &format!("arbiters = {arbiters}"))
-    };
-    std::fs::write(&r.manager_file, with_drive(r#"["arm", "drive"]"#)).unwrap();
-    r.t.start_registry();
-    r.manager();
-    r.arbiter();
-    let c1 = r.controller(
-        "c1",
-        "compromising",
-        &["arm/turret=0.1", "drive/typo=0.2"],
-        300,
-    );
-    eventually("c1 holds the turret", || {
-        r.t.stdout_of(c1).contains("c1 arm: full")
-    });
-    std::fs::write(&r.manager_file, with_drive(r#"["drive"]"#)).unwrap();
-    eventually("c1 says the arm no longer counts", || {
-        r.t.stdout_of(c1).contains("unknown arbiter in arm/turret")
-    });
+    let (mut r, c1) = arm_accepted_then_dropped("drive/typo=0.2");
     let drive = r.t.dir().join("drive.toml");
     std::fs::write(&drive, "name = \"drive\"\n[[resources]]\nname = \"left\"\n").unwrap();
     r.t.spawn_bin("arbiter", &["--config", drive.to_str().unwrap()]);
