@@ -311,10 +311,7 @@ impl RobotController {
     /// Checks every command against the arbiters known as last pulled: a resource an arbiter
     /// does not have, an arbiter the manager does not list.
     pub fn check_commands(&self) -> Result<(), ControllerError> {
-        for resource in self.staged.commands.keys() {
-            self.check(resource)?;
-        }
-        Ok(())
+        self.command_errors().into_iter().next().map_or(Ok(()), Err)
     }
 
     /// `check_commands` for every command: all the errors, not only the first.

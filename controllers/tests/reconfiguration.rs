@@ -150,6 +150,21 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     });
 }
 
+/// The arm's owners with only the turret owned, by `owner`.
+fn turret(owner: &str) -> serde_json::Value {
+    json!({"turret": owner, "shoulder": null, "elbow1": null, "elbow2": null})
+}
+
+/// Controllers a and b, non-compromising, both after the turret; once a holds it, the
+/// manager's latest-sequence word (offset 512) is overwritten to name a buffer that holds
+/// another value.
+fn a_holds_the_turret_then_the_order_is_overwritten(r: &mut Robot) {
+    r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
+    r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
+    r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
+    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+}
+
 /// A corrupted slot stops nothing for good: with the manager's slot made inconsistent under the
 /// running arbiter (which reads it at every wake-up, here the controllers' refreshes), the
 /// arbiter passes over that value and follows the manager's next order. It used to leave the
@@ -157,13 +172,7 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
 #[test]
 fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
     let mut r = Robot::running(&["a", "b"]);
-    r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
-    r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
-    let turret =
-        |owner: &str| json!({"turret": owner, "shoulder": null, "elbow1": null, "elbow2": null});
-    r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
-    // The latest-sequence word (offset 512) names a buffer that holds another value.
-    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+    a_holds_the_turret_then_the_order_is_overwritten(&mut r);
     std::thread::sleep(std::time::Duration::from_millis(500));
     std::fs::write(&r.manager_file, manager_toml(&["b", "a"])).unwrap();
     r.expect("b first", turret("b"), json!({"a": "denied", "b": "full"}));
@@ -176,12 +185,7 @@ fn the_arbiter_follows_the_manager_again_after_its_slot_was_corrupted() {
 #[test]
 fn the_manager_writes_its_order_again_when_its_slot_was_overwritten() {
     let (mut r, manager, arbiter) = Robot::running_with_children(&["a", "b"]);
-    r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
-    r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
-    let turret =
-        |owner: &str| json!({"turret": owner, "shoulder": null, "elbow1": null, "elbow2": null});
-    r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
-    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+    a_holds_the_turret_then_the_order_is_overwritten(&mut r);
     r.t.kill(arbiter);
     r.arbiter();
     r.expect(
