@@ -170,15 +170,24 @@ impl Lab {
     /// A command that runs `program` inside host `host`.
     pub fn command(&self, host: usize, program: &Path) -> Command {
         let mut c = Command::new("nsenter");
-        c.args([
-            "-t",
-            &self.hosts[host].holder.id().to_string(),
-            "-m",
-            "-n",
-            "--",
-        ]);
-        c.arg(program);
+        c.args(self.nsenter_args(host)).arg(program);
         c
+    }
+
+    /// A command that runs `program` inside host `host`, on CPU `cpu` only (`taskset`, from
+    /// util-linux): a host of the lab then has a processor of its own, as a computer does.
+    pub fn command_on_cpu(&self, host: usize, cpu: usize, program: &Path) -> Command {
+        let mut c = Command::new("taskset");
+        c.args(["-c", &cpu.to_string(), "nsenter"])
+            .args(self.nsenter_args(host))
+            .arg(program);
+        c
+    }
+
+    /// `nsenter`'s options that enter host `host`'s mount and network namespaces.
+    fn nsenter_args(&self, host: usize) -> [String; 5] {
+        let holder = self.hosts[host].holder.id().to_string();
+        ["-t".into(), holder, "-m".into(), "-n".into(), "--".into()]
     }
 }
 

@@ -8,6 +8,11 @@
 //!   alternating in rounds;
 //! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second.
 //!
+//! The two hosts share the machine's CPUs, unless `--cpu-per-host` gives each one of its own, as
+//! two computers have: a wake-up across the network is then always one of the other CPU, the
+//! raw baseline's as well, and a host's own wake-ups (a writer waking its registry, a registry
+//! waking a subscriber) stay on its CPU.
+//!
 //! The other subcommands are the parts it runs inside the namespaces.
 
 #![forbid(unsafe_code)]
@@ -47,6 +52,11 @@ enum Cmd {
         /// Seconds of 64 B flood for the update rate.
         #[arg(long, default_value_t = 3.0)]
         flood_seconds: f64,
+        /// Run each host's processes on a CPU of its own (hA on the first this process may
+        /// use, hB on the second), as on two computers: every datagram then wakes the other
+        /// host's CPU, the raw baseline's too. Without it the hosts share every CPU.
+        #[arg(long)]
+        cpu_per_host: bool,
     },
     /// (inside hB) Copy every /bench/ping value to /bench/pong.
     Pong { size: usize },
@@ -202,7 +212,8 @@ fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
         Cmd::Run {
             iterations,
             flood_seconds,
-        } => orchestrate(domain, iterations, flood_seconds),
+            cpu_per_host,
+        } => orchestrate(domain, iterations, flood_seconds, cpu_per_host),
     }
 }
 
@@ -212,11 +223,16 @@ fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
 struct Rig {
     lab: Lab,
     children: Vec<Child>,
+    /// The CPU each host runs on (`--cpu-per-host`); `None`: they share them all.
+    host_cpus: Option<[usize; 2]>,
 }
 
 impl Rig {
     fn cmd(&self, host: usize, program: &Path) -> Command {
-        self.lab.command(host, program)
+        match self.host_cpus {
+            Some(cpus) => self.lab.command_on_cpu(host, cpus[host], program),
+            None => self.lab.command(host, program),
+        }
     }
 
     fn spawn(&mut self, mut c: Command) -> Result<(), String> {
@@ -251,6 +267,15 @@ impl Drop for Rig {
 /// 50 warm-up round trips).
 const ROUNDS: usize = 5;
 
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Result<Vec<usize>, String> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| format!("cannot read this process's CPUs: {e}"))?;
+    Ok((0..nix::sched::CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+        .collect())
+}
+
 /// The nanosecond samples a ping printed as one JSON array.
 fn samples(output: &str) -> Result<Vec<u64>, String> {
     serde_json::from_str(output.trim()).map_err(|e| e.to_string())
@@ -263,13 +288,33 @@ fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
 
-fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<(), String> {
+fn orchestrate(
+    domain: &str,
+    iterations: usize,
+    flood_seconds: f64,
+    cpu_per_host: bool,
+) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let registry = me.with_file_name("registry-server");
     let inspect = me.with_file_name("bus-inspect");
+    let host_cpus = if cpu_per_host {
+        let allowed = allowed_cpus()?;
+        match allowed[..] {
+            [a, b, ..] => Some([a, b]),
+            _ => {
+                return Err(format!(
+                    "--cpu-per-host needs 2 CPUs (one per host); this process may use \
+                     {allowed:?}"
+                ))
+            }
+        }
+    } else {
+        None
+    };
     let mut lab = Rig {
         lab: Lab::new(&format!("nb{}", std::process::id()), &["hA", "hB"])?,
         children: Vec::new(),
+        host_cpus,
     };
     let pong_addr = format!("{}:9999", lab.lab.hosts[1].address);
     for (h, name) in [(0, "hA"), (1, "hB")] {
@@ -289,6 +334,10 @@ fn orchestrate(domain: &str, iterations: usize, flood_seconds: f64) -> Result<()
     let mut c = lab.cmd(1, &me);
     c.args(["--domain", domain, "udp-pong", "9999"]);
     lab.spawn(c)?;
+    match host_cpus {
+        Some([a, b]) => println!("placement: hA on CPU {a}, hB on CPU {b} (--cpu-per-host)\n"),
+        None => println!("placement: hA and hB share every CPU\n"),
+    }
     println!(
         "| case | size | p50 µs | p99 µs | p99.9 µs | max µs | p50 ratio vs raw UDP |\n|---|---|---|---|---|---|---|"
     );
