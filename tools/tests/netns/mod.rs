@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::common::{bin, WATCHDOG};
+use super::common::{bin, summary, WATCHDOG};
 
 pub const DOMAIN: &str = "lab";
 pub const PORT: u16 = 7447;
@@ -320,6 +320,16 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(10));
         }
         process.wait_with_output().expect("collect output")
+    }
+
+    /// Waits for a `bus-stress read` child and checks its summary: the last value it read is
+    /// `last`, none was bad, none went backwards. Returns the summary.
+    pub fn check_reader(&mut self, child: usize, last: u64, what: &str) -> serde_json::Value {
+        let s = summary(&self.finish(child));
+        assert_eq!(s["last"], last, "{what}: {s}");
+        assert_eq!(s["bad"], 0, "{what}: {s}");
+        assert_eq!(s["backwards"], 0, "{what}: {s}");
+        s
     }
 
     /// Runs `bus-inspect` in host `host` to completion.
