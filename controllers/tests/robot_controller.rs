@@ -1,0 +1,240 @@
+//! The `robot-controller` program in front of people and scripts, across real processes: what
+//! it waits for and prints, its outcome lines, command-line mistakes, unknown resources, an
+//! arbiter that hangs, refuses or never answers, and a command clamped to its limits.
+
+#[path = "../../tools/tests/common/mod.rs"]
+mod common;
+mod robot;
+
+use nix::sys::signal::Signal;
+use robot::Robot;
+use serde_json::json;
+
+use common::eventually;
+
+#[test]
+fn an_unknown_resource_is_a_clear_error() {
+    let mut r = Robot::running(&["x"]);
+    r.expect(
+        "arbiter up",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({}),
+    );
+    let c = r.controller("x", "compromising", &["arm/wrist=1.0"], 500);
+    let out = r.t.finish(c);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown resource arm/wrist") && err.contains("shoulder"),
+        "{err}"
+    );
+    let c = r.controller("x", "compromising", &["gripper/jaw=1.0"], 500);
+    let err = String::from_utf8_lossy(&r.t.finish(c).stderr).into_owned();
+    assert!(
+        err.contains("unknown arbiter") && err.contains("arm"),
+        "{err}"
+    );
+    // The library: a command set before the arbiters are known is taken unchecked, and the
+    // first publish, which learns them, refuses it rather than publish a request that is
+    // denied without a word.
+    let bus = r.t.bus();
+    let mut app =
+        controllers::RobotController::new(&bus, "x", controllers::Status::NonCompromising).unwrap();
+    app.set("arm/shoulderr", 0.2).unwrap();
+    let err = app.publish().expect_err("refused").to_string();
+    assert!(err.contains("unknown resource arm/shoulderr"), "{err}");
+    app.clear("arm/shoulderr");
+    app.set("arm/shoulder", 0.2).unwrap();
+    app.publish().unwrap();
+    eventually("x owns the shoulder", || {
+        app.refresh().unwrap();
+        app.owns("arm/shoulder")
+    });
+}
+
+#[test]
+fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
+    let mut r = Robot::new(&["x"]);
+    // Each run ends without reaching an arbiter: an error, after saying what it waited for.
+    let run = |r: &mut Robot| {
+        let c = r.x_holding_the_turret("0.5");
+        let out = r.t.finish(c);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = run(&mut r);
+    assert!(
+        said.contains("x: waiting for registry-server on domain"),
+        "{said}"
+    );
+    r.t.start_registry();
+    let said = run(&mut r);
+    assert!(said.contains("x: waiting for the robot manager"), "{said}");
+    for bad in ["arm/turret=NaN", "arm/turret=inf", "arm/turret=-infinity"] {
+        let c = r.controller("x", "compromising", &[bad], 500);
+        let out = r.t.finish(c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("not a finite number"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+/// After a wait that ended (here: the registry killed and restarted), robot-controller says
+/// where things stand again, so its last line is never a wait that is over.
+#[test]
+fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
+    let mut r = Robot::running(&["x"]);
+    let c = r.x_holding_the_turret("4");
+    common::eventually("x owns the turret", || {
+        r.t.stdout_of(c).contains("x arm: full (owns: turret)")
+    });
+    r.t.kill_registry();
+    common::eventually("x says it waits for the registry", || {
+        r.t.stdout_of(c).contains("waiting for registry-server")
+    });
+    r.t.start_registry();
+    let out = r.t.finish(c);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(
+        lines[lines.len().saturating_sub(2)..],
+        ["x arm: full (owns: turret)", "x: released every resource"],
+        "{said}"
+    );
+}
+
+/// The command line is checked before anything runs: a resource given twice, a bad name and
+/// a time to live out of range are usage errors (exit 2); a run whose commands never reached a
+/// running arbiter ends with an error, so that `robot-controller ... && next` does not go on.
+#[test]
+fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
+    let mut r = Robot::new(&["x"]);
+    for args in [
+        &["--set", "arm/elbow1=1", "--set", "arm/elbow1=-1"][..],
+        &["--ttl-ms", "5"],
+        &["--ttl-ms", "-5"],
+        &["--set", "arm/elbow1"],
+        &["--set", "elbow1=1"],
+        &["--set", "arm/../x=1"],
+    ] {
+        let mut all = vec!["--name", "x", "--status", "compromising"];
+        all.extend_from_slice(args);
+        let c = r.t.spawn_bin("robot-controller", &all);
+        let out = r.t.finish(c);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        if args[0] == "--ttl-ms" {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("from 10 to 3600000"), "{args:?}: {err}");
+        }
+    }
+    let c = r.t.spawn_bin(
+        "robot-controller",
+        &["--name", "a b", "--status", "compromising"],
+    );
+    assert_eq!(r.t.finish(c).status.code(), Some(2));
+    // No registry at all: it waits, and says at the end that nothing was commanded.
+    let c = r.x_holding_the_turret("0.5");
+    let out = r.t.finish(c);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("waiting for registry-server"), "{err}");
+}
+
+/// An arbiter that hangs (stopped with SIGSTOP) is told apart from one with nothing to say:
+/// its command stops being re-stamped at its heartbeat, and the controller says it does not
+/// respond; when it resumes, the controller says where it stands again.
+#[test]
+fn a_hung_arbiter_is_reported_as_not_responding() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let arbiter = r.arbiter();
+    let x = r.x_holding_the_turret("20");
+    common::eventually("x holds the turret", || {
+        r.t.stdout_of(x).contains("x arm: full (owns: turret)")
+    });
+    r.t.signal(arbiter, Signal::SIGSTOP);
+    common::eventually("x says the arbiter does not respond", || {
+        r.t.stdout_of(x).contains("x arm: arbiter not responding")
+    });
+    r.t.signal(arbiter, Signal::SIGCONT);
+    common::eventually("x says it holds the turret again", || {
+        r.t.stdout_of(x)
+            .split("arbiter not responding")
+            .nth(1)
+            .is_some_and(|after| after.contains("x arm: full (owns: turret)"))
+    });
+    r.t.signal(x, Signal::SIGTERM);
+    assert!(r.t.finish(x).status.success());
+}
+
+/// A run that no arbiter answered did not command the robot, whatever it printed: with the
+/// manager ignoring it (unlisted), `robot-controller --duration-s` exits 1. A command refused
+/// once its arbiter runs (here started after the controller) ends the run with its release
+/// said.
+#[test]
+fn a_run_no_arbiter_answered_fails_and_a_refusal_says_it_released() {
+    let mut r = Robot::new(&["x"]);
+    r.t.start_registry();
+    r.manager();
+    let x = r.controller("x", "compromising", &["arm/wrist=1.0"], 500);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.arbiter();
+    let out = r.t.finish(x);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown resource arm/wrist"), "{err}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        printed.lines().last(),
+        Some("x: released every resource"),
+        "{printed}"
+    );
+    let stranger = r.t.spawn_bin(
+        "robot-controller",
+        &[
+            "--name",
+            "stranger",
+            "--status",
+            "compromising",
+            "--set",
+            "arm/turret=1",
+            "--duration-s",
+            "0.5",
+        ],
+    );
+    let out = r.t.finish(stranger);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("not in the robot manager's order"),
+        "{printed}"
+    );
+    // The error it ends with gives the reason too (it said only that no arbiter answered).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("had answered this controller (arm: not in the robot manager's order)"),
+        "{err}"
+    );
+}
+
+/// A command outside its resource's limits is owned and sent clamped: the controller says so
+/// rather than `full` alone (it said `full`, and the joint went elsewhere than commanded).
+#[test]
+fn a_clamped_command_is_said_to_be_clamped() {
+    let mut r = Robot::running(&["x"]);
+    let x = r.controller(
+        "x",
+        "compromising",
+        &["arm/shoulder=2", "arm/turret=1"],
+        500,
+    );
+    eventually("x says its shoulder command was clamped", || {
+        r.t.stdout_of(x)
+            .contains("x arm: full (owns: shoulder, turret; clamped into its limits: shoulder)")
+    });
+    let block = r.arm_block().unwrap();
+    assert_eq!(block["resources"]["shoulder"]["command"], 1.57, "{block}");
+}
