@@ -9,9 +9,9 @@
 //! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second.
 //!
 //! The two hosts share the machine's CPUs, unless `--cpu-per-host` gives each one of its own, as
-//! two computers have: a wake-up across the network is then always one of the other CPU, the
-//! raw baseline's as well, and a host's own wake-ups (a writer waking its registry, a registry
-//! waking a subscriber) stay on its CPU.
+//! two computers have: every datagram then wakes the other host's CPU, the raw baseline's as
+//! well, and a host's own wake-ups (a writer waking its registry, a registry waking a
+//! subscriber) stay on its CPU.
 //!
 //! The other subcommands are the parts it runs inside the namespaces.
 
