@@ -524,6 +524,13 @@ impl RobotController {
             .is_some()
     }
 
+    /// Whether this controller's block is in place on the bus (the registry has made its slot):
+    /// from then on the arbiters of this computer read every publish, also while the registry
+    /// is away (restarting); before, nothing this controller publishes reaches anyone.
+    pub fn block_in_place(&self) -> bool {
+        lock(&self.shared).publication.is_bound()
+    }
+
     /// Whether the manager places controllers it does not list last (`unlisted = "last"`): an
     /// unlisted controller then joins the order once the manager has seen its block.
     fn unlisted_join(&self) -> bool {

@@ -81,8 +81,9 @@ fn robot_controller_says_what_it_waits_for_and_refuses_non_finite_commands() {
     }
 }
 
-/// After a wait that ended (here: the registry killed and restarted), robot-controller says
-/// where things stand again, so its last line is never a wait that is over.
+/// While the registry is away after the block was in place, robot-controller says so and that
+/// the arbiters here still read the block; once it is back, it says where things stand again,
+/// so its last line is never a wait that is over.
 #[test]
 fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
     let mut r = Robot::running(&["x"]);
@@ -91,9 +92,24 @@ fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
         r.t.stdout_of(c).contains("x arm: full (owns: turret)")
     });
     r.t.kill_registry();
-    common::eventually("x says it waits for the registry", || {
-        r.t.stdout_of(c).contains("waiting for registry-server")
+    // Its block stays in place: the arbiter goes on with it, and the line says so rather than
+    // that it waits (as if its command were no longer in force).
+    common::eventually("x says the registry stopped", || {
+        r.t.stdout_of(c).contains(
+            "stopped (start it again): arbiters on this computer still read this controller's \
+             block",
+        )
     });
+    assert!(
+        !r.t.stdout_of(c).contains("waiting for registry-server"),
+        "{}",
+        r.t.stdout_of(c)
+    );
+    r.expect(
+        "x keeps the turret while the registry is away",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
     r.t.start_registry();
     let out = r.t.finish(c);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -258,9 +258,19 @@ fn waiting_for(bus: &bus::Bus, controller: &RobotController, domain: &str) -> Op
             "the registry-server of domain '{domain}' refuses this process: {refusal}"
         ))
     } else if !bus.is_connected() {
-        Some(format!(
-            "waiting for registry-server on domain '{domain}' (start it, or check --domain)"
-        ))
+        // Once the block is in place, a registry that stops takes nothing from the arbiters
+        // here: "waiting" read as if the command were no longer in force.
+        Some(if controller.block_in_place() {
+            format!(
+                "registry-server on domain '{domain}' stopped (start it again): arbiters on \
+                 this computer still read this controller's block, arbiters on other computers \
+                 no longer get it, and programs started meanwhile wait for it"
+            )
+        } else {
+            format!(
+                "waiting for registry-server on domain '{domain}' (start it, or check --domain)"
+            )
+        })
     } else if !controller.manager_running() {
         Some(if controller.manager_order_known() {
             match controller.manager_host() {
