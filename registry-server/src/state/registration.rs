@@ -55,12 +55,14 @@ impl Registry {
         }
     }
 
-    /// An endpoint of `name` with another type than the slot kept for it, which nobody uses
+    /// A publication of `name` with another type than the slot kept for it, which nobody uses
     /// (no endpoint, no running writer, no tool waiting to read it, no process of an adopted
-    /// slot still reconnecting): the application changed its message type and its programs
-    /// were started again, in either order. The old type's kept value is forgotten, as
-    /// `reclaim` would in time, and the name takes the new type; otherwise the new publisher,
-    /// or a new subscriber started before it, would be refused until then.
+    /// slot still reconnecting): the application changed its message type and its publisher
+    /// was started again. The old type's kept value is forgotten, as `reclaim` would in time,
+    /// and the name takes the new type; otherwise the new publisher would be refused until
+    /// then. A subscription never does this: a reader of the wrong type (a mistyped tool)
+    /// would throw away the value kept for the others; it is refused, told that a publisher
+    /// of its type takes the name.
     fn retype_unused(&mut self, name: &SlotName, schema: &Schema) {
         let Some(entry) = self.slots.get(name) else {
             return;
@@ -177,13 +179,25 @@ impl Registry {
         if reg.kind == EndpointKind::Publication {
             self.forget_dead_publisher(&reg.name);
         }
-        self.retype_unused(&reg.name, &parsed);
+        if reg.kind == EndpointKind::Publication {
+            self.retype_unused(&reg.name, &parsed);
+        }
+        let unused = self
+            .slots
+            .get(&reg.name)
+            .is_some_and(|e| e.slot.is_some() && self.nothing_uses(&reg.name, e));
         let entry = self
             .slots
             .entry(reg.name.clone())
             .or_insert_with(|| SlotEntry::pending(&parsed));
         if entry.schema.hash.0 != reg.schema_hash {
-            let slot_type = if entry.slot.is_some() {
+            let slot_type = if unused {
+                format!(
+                    "{} (the last value of a publisher now gone, kept; a publisher of another \
+                     type takes the name)",
+                    entry.schema.type_name
+                )
+            } else if entry.slot.is_some() {
                 entry.schema.type_name.clone()
             } else {
                 // No slot yet: the type is the one subscribers here wait for.
