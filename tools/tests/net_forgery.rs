@@ -113,3 +113,48 @@ fn empty_datagrams_are_dropped_and_counted() {
         lab.dropped(B, "truncated") >= before + 3
     });
 }
+
+/// Without a key anyone can also forge a valid announcement of A's in A's own session, with a
+/// packet number far ahead: B's window moved there and every real announcement of A's after it
+/// was refused as older than the window, for good (A, whose values kept it heard, was never
+/// forgotten), and B took A to be at the forger's address (network review by running).
+#[test]
+fn a_forged_packet_number_far_ahead_does_not_shut_the_real_host_out() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/steady", "100000", "20", "32");
+    let r = lab.read_until(B, "/steady", "10", "15");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let mut forged = lab.in_netns(C, move || capture_from(a_ip));
+    forged[32..40].copy_from_slice(&1_000_000_000_000u64.to_le_bytes());
+    send_from_c(&lab, B, forged);
+    // A announces every 100 ms in the lab: refused as replays, they would add up here.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let before = lab.dropped(B, "replayed");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let after = lab.dropped(B, "replayed");
+    assert!(
+        after <= before + 1,
+        "B refuses A's real announcements: {before} replays, then {after}; {:?}",
+        lab.stats(B)
+    );
+    let at_a = |s: &serde_json::Value| {
+        s["peers"].as_array().is_some_and(|p| {
+            p.iter().any(|p| {
+                p["host"] == "hA"
+                    && p["address"]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with(&format!("{a_ip}:")))
+            })
+        })
+    };
+    eventually("B names A at its own address again", || {
+        lab.stats(B).is_some_and(|s| at_a(&s))
+    });
+    lab.write_from(A, "/after", "100000", "20", "32");
+    let r = lab.read_until(B, "/after", "20", "15");
+    let s = summary(&lab.finish(r));
+    assert!(s["last"].as_u64() >= Some(20), "B never learnt /after: {s}");
+}

@@ -153,11 +153,18 @@ pub enum Stream {
 /// datagrams anyway, and a validly formed one claiming a session far ahead must shut the real
 /// host out only until it is forgotten (silent in the session followed, `forget_after`), not for
 /// ever; a restarted host with a smaller session is taken back then too.
-#[derive(Default)]
+///
+/// Without a key, too, a packet older than the window is taken (as one of a duplicate the window
+/// can no longer tell): a forged packet number far ahead in the real host's own session moved
+/// the window there, and every real datagram after it was refused for good (the host, heard
+/// through its other stream, was never forgotten). Duplicates the window misses are harmless:
+/// values carry their own sequence, announcements their generation.
 pub struct Replay {
     senders: HashMap<(u64, Stream), SenderWindow>,
     /// Logical clock of accepted packets, for least-recently-heard eviction.
     clock: u64,
+    /// Datagrams carry a MAC: a packet older than the window is a replay.
+    keyed: bool,
 }
 
 /// Where packet `p` is in a window's `seen` bits: (word, mask).
@@ -188,6 +195,15 @@ impl SenderWindow {
 }
 
 impl Replay {
+    /// The windows of a registry with a key (`keyed`) or without one.
+    pub fn new(keyed: bool) -> Replay {
+        Replay {
+            senders: HashMap::new(),
+            clock: 0,
+            keyed,
+        }
+    }
+
     /// The session of `sender`'s window on `stream`, if one is kept.
     pub fn session(&self, sender: u64, stream: Stream) -> Option<u64> {
         self.senders.get(&(sender, stream)).map(|w| w.session)
@@ -214,7 +230,11 @@ impl Replay {
             return Ok(());
         }
         if w.newest - packet >= WINDOW {
-            return Err(Drop::Replayed);
+            return if self.keyed {
+                Err(Drop::Replayed)
+            } else {
+                Ok(())
+            };
         }
         let (i, m) = bit(packet);
         if w.seen[i] & m != 0 {
@@ -379,7 +399,7 @@ mod tests {
 
     #[test]
     fn replays_and_old_sessions_are_refused() {
-        let mut r = Replay::default();
+        let mut r = Replay::new(true);
         assert!(r.accept(1, Values, 10, 1).is_ok());
         assert!(r.accept(1, Values, 10, 3).is_ok());
         assert!(
@@ -403,10 +423,27 @@ mod tests {
         assert!(r.accept(2, Values, 10, 1).is_ok(), "another sender");
     }
 
+    /// Without a key a packet number far ahead (forged) must not shut out the real packets
+    /// behind it; a duplicate within the window is still dropped.
+    #[test]
+    fn without_a_key_only_duplicates_within_the_window_are_refused() {
+        let mut r = Replay::new(false);
+        assert!(r.accept(1, Values, 10, 5).is_ok());
+        assert_eq!(r.accept(1, Values, 10, 5), Err(Drop::Replayed));
+        assert!(r.accept(1, Values, 10, 1_000_000_000_000).is_ok());
+        assert!(r.accept(1, Values, 10, 6).is_ok(), "behind the window");
+        assert!(r.accept(1, Values, 10, 7).is_ok());
+        assert_eq!(
+            r.accept(1, Values, 9, 8),
+            Err(Drop::Replayed),
+            "an older session"
+        );
+    }
+
     #[test]
     fn a_checked_datagram_changes_nothing_until_committed() {
         use Stream::Announcements as A;
-        let mut r = Replay::default();
+        let mut r = Replay::new(true);
         assert!(r.accept(1, A, 10, 5).is_ok());
         // A datagram of a session far ahead passes the check; found invalid, it is never
         // committed, and the real sender goes on.
@@ -427,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_senders_old_datagrams_stay_replays() {
-        let mut r = Replay::default();
+        let mut r = Replay::new(true);
         for p in 1..=5 {
             assert!(r.accept(1, Values, 10, p).is_ok());
         }
@@ -451,7 +488,7 @@ mod tests {
 
     #[test]
     fn windows_are_bounded_and_forgotten_senders_are_evicted_first() {
-        let mut r = Replay::default();
+        let mut r = Replay::new(true);
         for s in 0..MAX_WINDOWS as u64 {
             assert!(r.accept(s, Values, 10, 1).is_ok());
         }
@@ -472,7 +509,7 @@ mod tests {
     fn announcements_and_values_have_windows_of_their_own() {
         // One counter numbers both streams; a late value behind a much newer announcement is
         // not a replay, a value seen before still is.
-        let mut r = Replay::default();
+        let mut r = Replay::new(true);
         assert!(r.accept(1, Values, 10, 5).is_ok());
         assert!(r.accept(1, Stream::Announcements, 10, 5000).is_ok());
         assert!(r.accept(1, Values, 10, 6).is_ok());

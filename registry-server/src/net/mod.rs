@@ -520,7 +520,7 @@ impl Net {
             warnings: warn::Warnings::default(),
             state: Mutex::new(NetState {
                 peers: Peers::default(),
-                replay: Replay::default(),
+                replay: Replay::new(cfg.key.is_some()),
                 reassembly: Reassembler::new(cfg.reassembly_limit),
                 mirrors: HashMap::new(),
                 reflected: BTreeMap::new(),
