@@ -97,8 +97,9 @@ pub enum BusError {
     #[error("type {type_name} cannot be used on the bus: {reason}")]
     Schema { type_name: String, reason: String },
     #[error(
-        "type mismatch on {name}: the slot is typed {slot_type} (schema {slot_hash}), \
-         this endpoint is {requested_type} (schema {requested_hash}){}",
+        "type mismatch on {name}: the slot is typed {}, this endpoint is {requested_type} \
+         (schema {requested_hash}){}",
+        slot_type_and_schema(slot_type, slot_hash),
         same_name_hint(slot_type, requested_type)
     )]
     TypeMismatch {
@@ -199,6 +200,18 @@ pub fn publisher(pid: u32) -> String {
     }
 }
 
+/// `T (schema H)`, or `T (schema H; note)` for a slot's type the registry followed with a note
+/// in parentheses (see `same_name_hint`): one pair of parentheses, not two in a row.
+fn slot_type_and_schema(slot_type: &str, slot_hash: &str) -> String {
+    match slot_type
+        .split_once(" (")
+        .and_then(|(t, rest)| Some((t, rest.strip_suffix(')')?)))
+    {
+        Some((type_name, note)) => format!("{type_name} (schema {slot_hash}; {note})"),
+        None => format!("{slot_type} (schema {slot_hash})"),
+    }
+}
+
 /// Two schemas under one type name: say what usually causes that. The registry may follow the
 /// slot's type name with a note in parentheses (`T (not created yet: ...)`, `T (published on
 /// host 'a')`): the slot's type is the same name when it is `requested_type`, alone or followed
@@ -212,5 +225,41 @@ fn same_name_hint(slot_type: &str, requested_type: &str) -> &'static str {
          definitions of the type, or one uses it as plain-old-data and the other as serde"
     } else {
         ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot's type with the registry's note reads with one pair of parentheses, the schema
+    /// first; the hint for one name with two schemas still sees through the note.
+    #[test]
+    fn a_type_mismatch_names_the_slots_type_its_schema_and_the_note_once() {
+        let error = |slot_type: &str| {
+            BusError::TypeMismatch {
+                name: "/robot/pose".into(),
+                slot_type: slot_type.into(),
+                slot_hash: "aaaa".into(),
+                requested_type: "app::Pose".into(),
+                requested_hash: "bbbb".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            error("app::Twist"),
+            "type mismatch on /robot/pose: the slot is typed app::Twist (schema aaaa), this \
+             endpoint is app::Pose (schema bbbb)"
+        );
+        let noted =
+            error("app::Pose (not created yet: the type its waiting subscribers asked for)");
+        assert!(
+            noted.starts_with(
+                "type mismatch on /robot/pose: the slot is typed app::Pose (schema aaaa; not \
+                 created yet: the type its waiting subscribers asked for), this endpoint is \
+                 app::Pose (schema bbbb); the same name with another schema"
+            ),
+            "{noted}"
+        );
     }
 }

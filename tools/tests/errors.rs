@@ -109,7 +109,8 @@ fn a_new_type_takes_a_name_whose_kept_value_nothing_uses() {
     let text = err.to_string();
     assert!(matches!(err, BusError::TypeMismatch { .. }), "{text}");
     assert!(
-        text.contains("Twist (the last value of a publisher now gone, kept;")
+        text.contains("Twist (schema ")
+            && text.contains("; the last value of a publisher now gone, kept;")
             && text.contains("Pose"),
         "{text}"
     );

@@ -205,7 +205,8 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
         "the waiting subscription must be refused"
     );
     assert!(
-        err.contains("arbiter::protocol::ManagerConfig (published on host 'hA')")
+        err.contains("arbiter::protocol::ManagerConfig (schema ")
+            && err.contains("; published on host 'hA')")
             && err.contains("tools::stress::Checked"),
         "{err}"
     );
@@ -221,7 +222,8 @@ fn a_subscription_of_another_type_than_the_remote_publication_is_refused_naming_
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the subscription must be refused");
     assert!(
-        err.contains("arbiter::protocol::ManagerConfig (published on host 'hA')")
+        err.contains("arbiter::protocol::ManagerConfig (schema ")
+            && err.contains("; published on host 'hA')")
             && err.contains("tools::stress::Checked"),
         "{err}"
     );

@@ -30,8 +30,11 @@ enum Command {
         /// Public name of the slot to publish (e.g. /stress/a).
         #[arg(long)]
         name: String,
+        /// Smallest payload, bytes (0 allowed: each value also carries its sequence number and
+        /// a checksum over both).
         #[arg(long, default_value_t = 8)]
         min_size: usize,
+        /// Largest payload, bytes; the slot is made this big (plus 64 bytes).
         #[arg(long, default_value_t = 1 << 20)]
         max_size: usize,
         /// Stop after this many seconds (default: run until killed).
@@ -48,9 +51,10 @@ enum Command {
         linger: f64,
     },
     /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read: a
-    /// value whose checksum fails, or one numbered below the one before from the same writer
+    /// value whose checksum fails, one numbered below the one before from the same writer
     /// (a writer restarted numbers from 1 again: counted in `writers_changed`, not as read
-    /// backwards).
+    /// backwards), or a read the bus reported as an error (said on stderr: a value that did
+    /// not decode, or the slot made anew by the registry).
     Read {
         /// Public name of the slot to subscribe to.
         #[arg(long)]
