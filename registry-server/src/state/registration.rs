@@ -178,8 +178,6 @@ impl Registry {
         }
         if reg.kind == EndpointKind::Publication {
             self.forget_dead_publisher(&reg.name);
-        }
-        if reg.kind == EndpointKind::Publication {
             self.retype_unused(&reg.name, &parsed);
         }
         let unused = self
