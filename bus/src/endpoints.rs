@@ -255,7 +255,9 @@ pub struct ValueMeta {
     pub writer: WriterState,
     pub writer_pid: u32,
     /// Which writer that is: another id under the same pid is another writer (a process
-    /// restarted, or, in a mirror, the publisher on the origin host restarted).
+    /// restarted, or, in a mirror, the publisher on the origin host restarted). A mirror's
+    /// writer is its registry (`writer_pid` is the registry's), so its id changes as well when
+    /// that registry restarts; `origin` tells which host the value comes from.
     pub writer_id: WriterId,
     /// Host the value came from; `None` for values written on this computer.
     pub origin: Option<String>,
