@@ -7,8 +7,8 @@
 //! // Values reach the slots once the domain's `registry-server` runs: until then every call
 //! // succeeds and the endpoints wait for it (`Bus::wait_for_registry` waits, or says why not).
 //! let bus = bus::Bus::from_env()?;                       // BUS_DOMAIN, or "default"
-//! let mut pose = bus.publish::<(f64, f64)>("/robot/pose")?;
-//! let mut sub = bus.subscribe::<(f64, f64)>("/robot/pose")?;
+//! let mut pose = bus.publish::<(f64, f64)>("/example/xy")?;
+//! let mut sub = bus.subscribe::<(f64, f64)>("/example/xy")?;
 //! pose.write(&(1.0, 2.0))?;
 //! if sub.wait_update(Duration::from_secs(1))? {
 //!     println!("{:?} {:?}", sub.value(), sub.meta());

@@ -59,12 +59,24 @@ pub enum ControllerError {
          fewer commands or shorter names"
     )]
     BlockTooLarge { size: usize, capacity: usize },
-    #[error(
-        "controller name {name:?} is taken: {} publishes /robot/controller/{name} (another \
-         robot controller of that name, as a rule); give each controller a name of its own",
-        bus::error::publisher(*.pid)
-    )]
+    #[error("controller name {name:?} is taken: {}", name_holder(name, *.pid))]
     NameTaken { name: String, pid: u32 },
+}
+
+/// Who holds a controller's name (`ControllerError::NameTaken`), and what to do about it.
+fn name_holder(name: &str, pid: u32) -> String {
+    if pid == std::process::id() {
+        format!(
+            "another RobotController of this process (pid {pid}) publishes \
+             /robot/controller/{name}: drop it before making a new one of that name"
+        )
+    } else {
+        format!(
+            "{} publishes /robot/controller/{name} (another robot controller of that name, as a \
+             rule); give each controller a name of its own",
+            bus::error::publisher(pid)
+        )
+    }
 }
 
 impl ControllerError {
@@ -566,7 +578,9 @@ impl RobotController {
         // Held while the feedback is gathered (briefly: no bus call under it), for the commands
         // as published, which `clamped` compares with what the arbiters send.
         let shared = lock(&self.shared);
-        let bound = shared.publication.is_bound();
+        // Before the first publish, whatever the arbiters say of this name is an earlier
+        // process's (`publish`).
+        let bound = shared.publication.is_bound() && shared.published;
         let commanded = &shared.block.commands;
         self.watched
             .arbiters
@@ -616,9 +630,14 @@ impl RobotController {
             .collect()
     }
 
-    /// Releases every resource now (the arbiters see an empty command set at once).
+    /// Releases every resource now (the arbiters see an empty command set at once). A
+    /// controller that has not published yet holds nothing: its commands are cleared and
+    /// nothing is put on the bus (`publish` stays its first publish).
     pub fn release(&mut self) -> Result<(), ControllerError> {
         self.clear_all();
+        if !lock(&self.shared).published {
+            return Ok(());
+        }
         self.publish()
     }
 }

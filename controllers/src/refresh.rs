@@ -80,7 +80,14 @@ impl Refresher {
                             .is_some_and(|d| s.last_publish.elapsed() > d);
                         if late != overdue {
                             overdue = late;
-                            if late {
+                            if late && s.block.commands.is_empty() {
+                                // Released (or commanding nothing): nothing is lost.
+                                tracing::info!(
+                                    "controller {}: no publish within its deadline; its block, \
+                                     which commands nothing, is no longer refreshed and expires",
+                                    s.block.name
+                                );
+                            } else if late {
                                 tracing::warn!(
                                     "controller {}: no publish within its deadline; the block \
                                      is no longer refreshed and expires",

@@ -465,6 +465,64 @@ fn an_application_knows_what_it_owns() {
     eventually("app owns the turret again", || owns_turret(&mut app));
 }
 
+/// Until its first publish, a controller has put nothing on the bus and is told nothing: the
+/// outcome the arbiter still gives its name (`expired`, a killed earlier process's) is not its
+/// own, and a release before then publishes nothing (it put an empty block out, and counted as
+/// the first publish: the check of the commands set before the arbiters were known never ran).
+/// Two of one name in one process: the error says so in words that read (review by running).
+#[test]
+fn a_controller_that_never_published_is_told_nothing_and_releases_nothing() {
+    let mut r = Robot::running(&["x"]);
+    let x = r.controller("x", "compromising", &["arm/turret=1"], 300);
+    r.expect(
+        "x holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
+    r.t.signal(x, Signal::SIGKILL);
+    r.expect(
+        "x's block expired",
+        json!({"turret": null, "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "expired"}),
+    );
+    let bus = r.t.bus();
+    let mut block = bus
+        .subscribe::<arbiter::protocol::ControllerBlock>("/robot/controller/x")
+        .unwrap();
+    assert!(
+        block.wait_update(common::WATCHDOG).unwrap(),
+        "the dead x's block"
+    );
+    let before = block.sequence();
+    let mut app =
+        controllers::RobotController::new(&bus, "x", controllers::Status::Compromising).unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    eventually("the arbiters are known", || {
+        app.refresh().unwrap();
+        !app.arbiters().is_empty()
+    });
+    assert!(
+        app.feedback()
+            .iter()
+            .all(|f| f.outcome.is_none() && f.owned.is_empty()),
+        "{:?}",
+        app.feedback()
+    );
+    app.release().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    block.update().unwrap();
+    assert_eq!(block.sequence(), before, "nothing published");
+    let err = controllers::RobotController::new(&bus, "x", controllers::Status::Compromising)
+        .err()
+        .expect("a second controller of the name in this process");
+    assert!(
+        err.to_string()
+            .contains("another RobotController of this process (pid")
+            && err.to_string().contains("drop it before making a new one"),
+        "{err}"
+    );
+}
+
 /// `wait_feedback` sleeps until what the application sees changes. Each publish moves the
 /// block's expiry, and the arbiter rewrites its own block to acknowledge it: a loop that
 /// published and then waited was woken by that rewrite at once, and spun.
