@@ -421,3 +421,67 @@ fn list_names_local_slots_by_the_running_registrys_host_name() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("aaa-old (local)"), "{text}");
 }
+
+/// With no multicast route in its namespace, a registry given --interface still sends to the
+/// group (on that device) and is heard: doctor says the route is not needed rather than failing
+/// and telling that discovery cannot leave the computer, which the guide's own advice (give
+/// --interface) would contradict. Without --interface it fails and names --interface first
+/// (docs review by running).
+#[test]
+fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
+    let mut lab = Lab::new(2);
+    for host in [A, B] {
+        let deleted = lab
+            .command(host, std::path::Path::new("ip"))
+            .args(["route", "del", "224.0.0.0/4"])
+            .status()
+            .expect("run ip route");
+        assert!(deleted.success(), "ip route del 224.0.0.0/4");
+    }
+    // doctor exits 1 when a check fails: its report is read all the same.
+    let route = |lab: &Lab, host| {
+        let out = lab.inspect(host, &["doctor", "--json"]);
+        let d: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "multicast route")
+            .cloned()
+            .unwrap_or_default()
+    };
+    lab.start_registry(A, &["--interface", "eth0"], &[]);
+    lab.start_registry(B, &["--interface", "eth0"], &[]);
+    eventually("A hears B through its interface", || {
+        lab.stats(A).is_some_and(|s| {
+            s["peers"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["host"] == "hB"))
+        })
+    });
+    let r = route(&lab, A);
+    assert_eq!(r["status"], "ok", "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("none needed: the registry sends on --interface eth0"),
+        "{r}"
+    );
+    let out = lab.inspect(A, &["doctor"]);
+    assert!(out.status.success(), "{out:?}");
+    lab.stop_registry(A);
+    lab.start_registry(A, &[], &[]);
+    eventually("doctor sees the registry without --interface", || {
+        route(&lab, A)["status"] == "fail"
+    });
+    let r = route(&lab, A);
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("give the registry --interface"),
+        "{r}"
+    );
+}

@@ -167,22 +167,43 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
         .and_then(|t| t.parse().ok())
         .unwrap_or(DEFAULT_TTL);
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/route")).unwrap_or_default();
-    checks.push(match route_for(&table, group) {
-        None => Check::new(
+    let interface = option(&args, "--interface");
+    let peers = args
+        .iter()
+        .any(|a| a == "--peer" || a.starts_with("--peer="));
+    checks.push(match (route_for(&table, group), interface) {
+        // --interface names the device multicast leaves by (IP_MULTICAST_IF): no route needed.
+        (None, Some(i)) => Check::new(
+            "multicast route",
+            Status::Ok,
+            format!("no route for {group}, none needed: the registry sends on --interface {i}"),
+        ),
+        (None, None) if peers => Check::new(
+            "multicast route",
+            Status::Warn,
+            format!(
+                "no route for {group} in the registry's network namespace: multicast discovery \
+                 cannot leave this computer, only the --peer addresses are reached (by unicast); \
+                 add a route (`ip route add 224.0.0.0/4 dev eth0`) or give --interface to find \
+                 other computers too"
+            ),
+        ),
+        (None, None) => Check::new(
             "multicast route",
             Status::Fail,
             format!(
                 "no route for {group} in the registry's network namespace: discovery cannot \
-                 leave this computer; add one (`ip route add 224.0.0.0/4 dev eth0`) or give the \
-                 registry --peer addresses"
+                 leave this computer; give the registry --interface (the device towards the \
+                 other computers), add a route (`ip route add 224.0.0.0/4 dev eth0`) or give \
+                 it --peer addresses"
             ),
         ),
-        Some((iface, _, _)) if iface == "lo" => Check::new(
+        (Some((iface, _, _)), _) if iface == "lo" => Check::new(
             "multicast route",
             Status::Warn,
             format!("{group} is routed to the loopback interface: other computers never see it"),
         ),
-        Some((iface, dest, bits)) => Check::new(
+        (Some((iface, dest, bits)), _) => Check::new(
             "multicast route",
             Status::Ok,
             format!(
@@ -192,7 +213,7 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
                 } else {
                     format!("{dest}/{bits}")
                 },
-                option(&args, "--interface").map_or(String::new(), |i| format!(
+                interface.map_or(String::new(), |i| format!(
                     "; the registry sends on --interface {i}"
                 ))
             ),
@@ -215,9 +236,6 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             format!("joined {group} on {}", devices.join(", ")),
         )
     });
-    let peers = args
-        .iter()
-        .any(|a| a == "--peer" || a.starts_with("--peer="));
     checks.push(match ttl {
         // Linux keeps a multicast datagram of TTL 0 on this computer.
         0 => Check::new(
