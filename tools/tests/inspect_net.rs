@@ -237,6 +237,26 @@ fn get_and_watch_read_a_name_only_another_host_publishes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("writer gone"), "{text}");
     assert!(text.contains("hA"), "{text}");
+
+    // `put` sends a value of hA's name to hA, whether hB mirrors it (the `get` above made a
+    // mirror, its publisher gone: put wrote into it, to be overwritten or forgotten) or not
+    // (it said there was no such slot). Refused, nothing written (docs review by running).
+    let value = r#"{"sequence": 9, "payload": [], "piece": [], "checksum": 0}"#;
+    for mirrored in [true, false] {
+        if mirrored {
+            assert!(mirrored_on_b(&lab), "the get's mirror is still there");
+        } else {
+            eventually("hB forgets the mirror again", || !mirrored_on_b(&lab));
+        }
+        let out = lab.inspect(B, &["put", "/lab/far", value]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "mirrored {mirrored}: {out:?}");
+        assert!(
+            err.contains("put the value on 'hA' instead"),
+            "mirrored {mirrored}: {err}"
+        );
+    }
+    assert!(!mirrored_on_b(&lab), "a refused put makes no mirror");
 }
 
 /// `hz` measures a name only another host publishes; `watch` started while a subscriber here

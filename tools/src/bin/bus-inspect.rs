@@ -163,7 +163,9 @@ enum Command {
     /// second writer could make readers see a torn value, and the publisher's next write
     /// replaces yours, so `put` refuses unless --force. Use it on slots whose writer is gone
     /// (testing a subscriber, replaying a configuration). The slot must exist: a publication
-    /// made it once (a name only subscribed to has no slot, hence no type to encode with).
+    /// made it once (a name only subscribed to has no slot, hence no type to encode with). A
+    /// mirror of another computer's name, even of a gone publisher's value, and a name only
+    /// another computer publishes are refused with the host to put the value on.
     Put {
         /// Slot name.
         #[arg(value_parser = slot_name_arg)]

@@ -37,7 +37,16 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         })
     })?;
     // Checks first, on a read-only mapping: a refused put never maps the slot writable.
-    let slot = open(domain, name)?;
+    let opened = open(domain, name);
+    if let Err(Error::NoSlot { .. }) = &opened {
+        if let Some(origin) = published_elsewhere(domain, name)? {
+            return Err(Error::Refused(format!(
+                "put {name}: refused: host '{origin}' publishes it and this computer has no slot \
+                 of it; put the value on '{origin}' instead"
+            )));
+        }
+    }
+    let slot = opened?;
     let schema = slot.schema().parse().map_err(|e| {
         Error::Refused(format!(
             "put {name}: the slot's stored schema is unreadable: {e}"
@@ -61,21 +70,23 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
     // the registry recorded pid 0) may well run: as good as alive.
     let unseen = writer.state == WriterState::Alive && writer.pid == 0;
     let alive = writer.is_running() || unseen;
-    if alive && !force {
+    let origin = slot.origin();
+    // A mirror is the registry's to write, whether its publisher on the origin runs or not:
+    // a value put here is no other computer's, the next value or refresh from the origin
+    // overwrites it, and the mirror goes once nothing here reads it.
+    if (alive || !origin.is_empty()) && !force {
         let who = super::program_of(writer.pid).unwrap_or_else(|| "?".into());
-        let origin = slot.origin();
-        let what = if unseen {
+        let what = if !origin.is_empty() {
+            format!(
+                "it mirrors host '{origin}' and this computer's registry writes it; put the \
+                 value on '{origin}' instead"
+            )
+        } else if unseen {
             "its writer is marked alive, in a process this one cannot see (another pid \
              namespace)"
                 .to_owned()
-        } else if origin.is_empty() {
-            format!("its writer runs (pid {}, {who})", writer.pid)
         } else {
-            format!(
-                "it mirrors host '{origin}' and the registry (pid {}) writes it; put the value \
-                 on '{origin}' instead",
-                writer.pid
-            )
+            format!("its writer runs (pid {}, {who})", writer.pid)
         };
         return Err(Error::Refused(format!(
             "put {name}: refused: {what}; a second writer breaks the slot's single-writer \
@@ -98,6 +109,15 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         sequence,
         size: bytes.len(),
     })
+}
+
+/// The host that publishes `name`, when another computer does and this one has no slot of it
+/// (the registry's directory; `None` without one).
+fn published_elsewhere(domain: &Domain, name: &SlotName) -> Result<Option<String>> {
+    Ok(super::remote::remote_names(domain, Some(name.as_str()))?
+        .into_iter()
+        .find(|r| r.name == name.as_str())
+        .map(|r| r.origin))
 }
 
 /// Parses `text` as JSON, refusing an object that names a key twice: `serde_json::Value` keeps
