@@ -250,3 +250,48 @@ fn stats_tells_slots_from_names_awaited_and_bound_from_waiting_subscriptions() {
         "{text}"
     );
 }
+
+/// A slot whose header is whole but whose value cannot be read (a buffer's stored length
+/// overwritten past the capacity) is a slot nobody can read, as `list` says: `doctor`'s
+/// segments row fails on it as on a damaged header (it said "ok"; docs review by running).
+#[test]
+fn doctor_fails_on_a_value_nobody_can_read() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut p = bus.publish::<u64>("/doctor/value").unwrap();
+    p.wait_bound(WATCHDOG).unwrap();
+    let marker = 0x1122_3344_5566_7788u64;
+    p.write(&marker).unwrap();
+    drop(p);
+    // The value's bytes sit 64 bytes into their buffer, its stored length 8 bytes in.
+    let path = t.segment_path("/doctor/value");
+    let bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(8)
+        .position(|w| w == marker.to_le_bytes())
+        .expect("the value in the segment");
+    let len_at = at - 56;
+    assert_eq!(
+        bytes[len_at..len_at + 8],
+        8u64.to_le_bytes(),
+        "the length word"
+    );
+    // In place: a rewrite would cut the file first, under the registry's mapping.
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new().write(true).open(&path).unwrap(),
+        &999_999u64.to_le_bytes(),
+        len_at as u64,
+    )
+    .unwrap();
+    let out = t.inspect(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("segments")
+            && l.contains("/doctor/value")
+            && l.contains("exceeds capacity")),
+        "{text}"
+    );
+}

@@ -213,7 +213,15 @@ pub fn diagnose(domain: &Domain) -> Report {
             })
             .unwrap_or_default();
         let writer = match super::open(domain, name) {
-            Ok(slot) => Some(slot.writer()),
+            Ok(slot) => {
+                // A whole header over a value that cannot be read (a stored length beyond the
+                // capacity, say) is a slot nobody reads either, as `list` says; its header
+                // still tells who wrote it, for the stale rows.
+                if let Err(e) = slot.read(0, &mut Vec::new()) {
+                    corrupt.push(format!("{name}: {e}"));
+                }
+                Some(slot.writer())
+            }
             Err(e) => {
                 corrupt.push(format!("{name}: {e}"));
                 None
