@@ -3,8 +3,9 @@
 //! A slot has one writer: the seqlock lets readers detect a writer lapping them, not two writers
 //! racing for the same buffer (both can store the same sequence, and a reader can then accept a
 //! mix of their bytes). So `put` refuses a slot whose writer runs (a live publication, or the
-//! registry writing a mirror or its statistics) unless forced; when the writer is gone or never
-//! existed, `put` is the only writer and the protocol holds. The value goes through
+//! registry writing its statistics) and any mirror (the registry's to write, whatever its
+//! origin does) unless forced; when the writer is gone or never existed, `put` is the only
+//! writer and the protocol holds. The value goes through
 //! `Slot::write`, exactly what a publication does: next sequence, buffer, write time, and a
 //! wake-up for sleeping subscribers.
 
