@@ -40,6 +40,21 @@ fn send_from_c(lab: &Lab, to: usize, datagram: Vec<u8>) {
     });
 }
 
+/// Registries on A and B, A's values reaching B; then one datagram of A's, captured on C with
+/// the header's word at `at` (24: session, 32: packet number) set to `value`, sent from C to B.
+/// Without a key it is a valid datagram of A's.
+fn forge_a_to_b(lab: &mut Lab, at: usize, value: u64) {
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/steady", "100000", "20", "32");
+    let r = lab.read_until(B, "/steady", "10", "15");
+    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
+    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
+    let mut forged = lab.in_netns(C, move || capture_from(a_ip));
+    forged[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    send_from_c(lab, B, forged);
+}
+
 fn hears_a(lab: &Lab) -> bool {
     lab.stats(B).is_some_and(|s| {
         s["peers"]
@@ -76,15 +91,7 @@ fn a_datagram_that_fails_validation_leaves_nothing_behind() {
 #[test]
 fn a_forged_session_far_ahead_shuts_the_real_host_out_only_until_forgotten() {
     let mut lab = Lab::new(3);
-    lab.start_registry(A, &[], &[]);
-    lab.start_registry(B, &[], &[]);
-    lab.write_from(A, "/steady", "100000", "20", "32");
-    let r = lab.read_until(B, "/steady", "10", "15");
-    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
-    let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
-    let mut forged = lab.in_netns(C, move || capture_from(a_ip));
-    forged[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
-    send_from_c(&lab, B, forged);
+    forge_a_to_b(&mut lab, 24, u64::MAX);
     eventually("B refuses A's real announcements meanwhile", || {
         lab.dropped(B, "replayed") > 0
     });
@@ -121,15 +128,8 @@ fn empty_datagrams_are_dropped_and_counted() {
 #[test]
 fn a_forged_packet_number_far_ahead_does_not_shut_the_real_host_out() {
     let mut lab = Lab::new(3);
-    lab.start_registry(A, &[], &[]);
-    lab.start_registry(B, &[], &[]);
-    lab.write_from(A, "/steady", "100000", "20", "32");
-    let r = lab.read_until(B, "/steady", "10", "15");
-    assert!(summary(&lab.finish(r))["last"].as_u64() >= Some(10));
+    forge_a_to_b(&mut lab, 32, 1_000_000_000_000);
     let a_ip: Ipv4Addr = lab.hosts[A].ip.parse().unwrap();
-    let mut forged = lab.in_netns(C, move || capture_from(a_ip));
-    forged[32..40].copy_from_slice(&1_000_000_000_000u64.to_le_bytes());
-    send_from_c(&lab, B, forged);
     // A announces every 100 ms in the lab: refused as replays, they would add up here.
     std::thread::sleep(std::time::Duration::from_secs(2));
     let before = lab.dropped(B, "replayed");
