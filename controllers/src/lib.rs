@@ -114,7 +114,9 @@ pub struct Feedback {
     /// manager does not list this controller).
     pub outcome: Option<Outcome>,
     /// Resources of this arbiter the controller owns now, named as the arbiter names them
-    /// (`shoulder`, not `arm/shoulder`).
+    /// (`shoulder`, not `arm/shoulder`). None while the arbiter does not respond: what it last
+    /// said may hold no more (a driver stops executing a command that is not re-stamped, and an
+    /// arbiter cut off by the network gives this controller's resources to others).
     pub owned: Vec<String>,
     /// Of `owned`, those whose setpoint sent is not the value this controller published: its
     /// arbiter clamped it into the resource's limits.
@@ -126,8 +128,8 @@ pub struct Feedback {
     /// by the network.
     pub arbiter_host: Option<String>,
     /// Whether it answers: its command is re-stamped as its heartbeat says (`false` for an
-    /// arbiter that runs but hangs, e.g. stopped with SIGSTOP: what it last said stands, but
-    /// nothing changes any more). As of the last pull.
+    /// arbiter that runs but hangs, e.g. stopped with SIGSTOP, or whose computer the network
+    /// cut off: its last outcome is kept, but nothing counts as owned). As of the last pull.
     pub arbiter_responding: bool,
     /// Whether the robot manager's order includes this controller (listed in its file, or
     /// placed last as unlisted); an arbiter ignores a controller it does not include. While no
@@ -597,7 +599,9 @@ impl RobotController {
                     .current_block(a)
                     .filter(|_| bound && (listed || !order_known) && a.before_us.is_none());
                 let outcome = block.and_then(|b| b.outcomes.get(&self.name).copied());
+                let responding = arbiter_running && a.command.responding();
                 let owned: Vec<String> = block
+                    .filter(|_| responding)
                     .map(|b| {
                         b.owners
                             .iter()
@@ -619,7 +623,7 @@ impl RobotController {
                     arbiter: a.name.clone(),
                     arbiter_running,
                     arbiter_host: self.origin_of(a.block),
-                    arbiter_responding: arbiter_running && a.command.responding(),
+                    arbiter_responding: responding,
                     listed: listed || (!order_known && outcome.is_some()),
                     joining,
                     outcome,

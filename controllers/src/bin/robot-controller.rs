@@ -342,13 +342,15 @@ fn state_of(f: &controllers::Feedback, answered_before: bool) -> &'static str {
         match f.outcome {
             Some(arbiter::protocol::Outcome::Expired) => {
                 "expired (the arbiter counts this controller's block as run out: this \
-                 computer's clock is behind the arbiter's computer's, or this process stalls; \
-                 the arbiter's log says which)"
+                 computer's clock is behind the arbiter's computer's, this process stalls, or an \
+                 old block of it reached the arbiter again as a network cut ended; the \
+                 arbiter's log says which of the first two)"
             }
             Some(outcome) => outcome.as_str(),
             None if answered_before => {
-                "no outcome now (the arbiter no longer follows this controller: it is stopping, \
-                 or the robot manager no longer lists that arbiter)"
+                "no outcome now (the arbiter does not follow this controller at the moment: it \
+                 is stopping, the robot manager no longer lists it, or this controller's block \
+                 has not reached it again yet after a restart or a network cut)"
             }
             None => "not seen yet",
         }
