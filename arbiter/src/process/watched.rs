@@ -41,6 +41,8 @@ struct Said {
     arrival: Arrival,
     /// Its last block named another controller.
     misnamed: bool,
+    /// How its blocks arrived last, and how many in a row arrived so (see `judge_arrival`).
+    last: (Arrival, u32),
 }
 
 /// How much of its time to live a controller's block had left when it was first read.
@@ -137,7 +139,8 @@ impl Watched {
             said: vec![
                 Said {
                     arrival: Arrival::OnTime,
-                    misnamed: false
+                    misnamed: false,
+                    last: (Arrival::OnTime, 0),
                 };
                 members.len()
             ],
@@ -224,6 +227,7 @@ impl Watched {
                 if !*alive {
                     // The next process of this name is judged (and warned about) afresh.
                     said.arrival = Arrival::OnTime;
+                    said.last = (Arrival::OnTime, 0);
                 }
                 if new_block {
                     let other = sub.value().map(|b| b.name.as_str()).filter(|n| n != name);
@@ -241,16 +245,35 @@ impl Watched {
                     new_blocks = true;
                     if let (Some(request), Some(block)) = (request.as_ref(), sub.value()) {
                         let now = arrival_of(request, block, read);
-                        if now > said.arrival {
+                        if judge_arrival(said, now) {
                             warn_arrival(arbiter, name, now, block, read);
                         }
-                        said.arrival = now;
                     }
                 }
             }
         }
         new_blocks
     }
+}
+
+/// Enters how a block arrived; `true` when that is to be said: a worse arrival than the one
+/// said before, by two blocks in a row. One block is no sign of a clock behind or a stalled
+/// process: after a network cut or a registry restart, a mirror's kept value, written before
+/// the cut, may arrive once more before the controller's next block does.
+fn judge_arrival(said: &mut Said, now: Arrival) -> bool {
+    let (last, count) = said.last;
+    let in_a_row = if last == now { count + 1 } else { 1 };
+    said.last = (now, in_a_row);
+    if now <= said.arrival {
+        // As good as before, or better: the next worse arrival is said again.
+        said.arrival = now;
+        return false;
+    }
+    if in_a_row < 2 {
+        return false;
+    }
+    said.arrival = now;
+    true
 }
 
 fn arrival_of(request: &Request, block: &ControllerBlock, read: ReadAt) -> Arrival {
@@ -291,5 +314,40 @@ fn warn_arrival(
              computer's clock is behind this one's (keep the computers' clocks synchronised), \
              or it stopped refreshing its block while it lives; it counts as expired"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worse arrival is said once it comes twice in a row: one old block arriving again (a
+    /// network cut ending) is not a clock behind; blocks that keep arriving so are.
+    #[test]
+    fn a_worse_arrival_is_said_when_two_blocks_in_a_row_show_it() {
+        use Arrival::{Expired, Late, OnTime};
+        let mut said = Said {
+            arrival: OnTime,
+            misnamed: false,
+            last: (OnTime, 0),
+        };
+        let mut judge = |arrivals: &[Arrival]| -> Vec<bool> {
+            arrivals
+                .iter()
+                .map(|a| judge_arrival(&mut said, *a))
+                .collect()
+        };
+        assert_eq!(
+            judge(&[OnTime, Expired, OnTime]),
+            [false, false, false],
+            "one old block"
+        );
+        assert_eq!(
+            judge(&[Expired, Expired, Expired]),
+            [false, true, false],
+            "said once"
+        );
+        assert_eq!(judge(&[OnTime, Late, Late]), [false, false, true]);
+        assert_eq!(judge(&[Expired, Expired]), [false, true], "worse than said");
     }
 }
