@@ -36,8 +36,8 @@ pub(super) struct Watched {
 /// What was said of one controller's blocks.
 #[derive(Clone, Copy)]
 struct Said {
-    /// How its last block arrived while its writer lives (a worse arrival than the one before
-    /// is said).
+    /// The arrival said last while its writer lives, or a better one seen since: a worse one
+    /// is said (`judge_arrival`).
     arrival: Arrival,
     /// Its last block named another controller.
     misnamed: bool,

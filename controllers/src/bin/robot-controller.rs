@@ -342,9 +342,9 @@ fn state_of(f: &controllers::Feedback, answered_before: bool) -> &'static str {
         match f.outcome {
             Some(arbiter::protocol::Outcome::Expired) => {
                 "expired (the arbiter counts this controller's block as run out: this \
-                 computer's clock is behind the arbiter's computer's, this process stalls, or an \
-                 old block of it reached the arbiter again as a network cut ended; the \
-                 arbiter's log says which of the first two)"
+                 computer's clock is behind the arbiter's computer's or this process stalls, \
+                 as the arbiter's log says, or, for a moment, an old block of it reached the \
+                 arbiter again as a network cut ended)"
             }
             Some(outcome) => outcome.as_str(),
             None if answered_before => {
