@@ -140,11 +140,9 @@ pub fn run(
         if !renamed
             && next_expiry.is_some_and(|t| steady_ns().saturating_add(EXPIRY_MARGIN_NS) >= t)
         {
-            for member in watched.group.update_all()? {
-                if !changed.contains(&member) {
-                    changed.push(member);
-                }
-            }
+            changed.extend(watched.group.update_all()?);
+            changed.sort_unstable();
+            changed.dedup();
         }
         health.begin();
         if watched.group.any_replaced(&changed) {

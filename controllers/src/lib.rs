@@ -580,9 +580,9 @@ impl RobotController {
         // Held while the feedback is gathered (briefly: no bus call under it), for the commands
         // as published, which `clamped` compares with what the arbiters send.
         let shared = lock(&self.shared);
-        // Before the first publish, whatever the arbiters say of this name is an earlier
+        // Before the first publish, too, whatever the arbiters say of this name is an earlier
         // process's (`publish`).
-        let bound = shared.publication.is_bound() && shared.published;
+        let ours = shared.publication.is_bound() && shared.published;
         let commanded = &shared.block.commands;
         self.watched
             .arbiters
@@ -597,7 +597,7 @@ impl RobotController {
                 let block = self
                     .watched
                     .current_block(a)
-                    .filter(|_| bound && (listed || !order_known) && a.before_us.is_none());
+                    .filter(|_| ours && (listed || !order_known) && a.before_us.is_none());
                 let outcome = block.and_then(|b| b.outcomes.get(&self.name).copied());
                 let responding = arbiter_running && a.command.responding();
                 let owned: Vec<String> = block

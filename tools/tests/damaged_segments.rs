@@ -60,6 +60,20 @@ fn hold(t: &TestBus) -> (bus::Bus, bus::Subscription<tools::stress::Checked>) {
     (bus, held)
 }
 
+/// A registry, the users of `NAME` (`start_users`) and the test's own hold on its slot
+/// (`hold`): the start of the tests of a slot damaged under its users.
+fn held_by_users_and_the_test() -> (
+    TestBus,
+    [usize; 4],
+    (bus::Bus, bus::Subscription<tools::stress::Checked>),
+) {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let users = start_users(&mut t);
+    let held = hold(&t);
+    (t, users, held)
+}
+
 /// The writer of the damaged slot is told that it was made anew, and a new subscription and a
 /// new writer of the name meet on the new slot.
 fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
@@ -97,10 +111,7 @@ fn killed_by_sigbus(t: &mut TestBus, child: usize) -> bool {
 
 #[test]
 fn a_segment_cut_short_ends_no_process_and_is_made_anew() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let users = start_users(&mut t);
-    let _held = hold(&t);
+    let (mut t, users, _held) = held_by_users_and_the_test();
     let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, 0);
@@ -197,10 +208,7 @@ fn a_sigbus_sent_naming_a_mapped_address_is_no_lost_page() {
 /// registry makes the slot anew and tells every user.
 #[test]
 fn a_segment_cut_short_and_grown_back_is_made_anew() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let users = start_users(&mut t);
-    let _held = hold(&t);
+    let (mut t, users, _held) = held_by_users_and_the_test();
     let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, 4096);
@@ -225,10 +233,7 @@ fn a_symbolic_link_in_place_of_a_segment_is_made_anew() {
 
 #[test]
 fn a_removed_segment_is_made_anew_so_that_new_endpoints_bind() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let users = start_users(&mut t);
-    let _held = hold(&t);
+    let (mut t, users, _held) = held_by_users_and_the_test();
     let path = t.segment_path(NAME);
     std::fs::remove_file(&path).expect("remove the segment");
     eventually("the registry makes the slot anew", || {
@@ -256,10 +261,7 @@ fn a_slot_whose_stored_schema_is_overwritten_is_made_anew() {
 }
 
 fn a_slot_overwritten_is_made_anew(at: usize, bytes: &[u8]) {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let users = start_users(&mut t);
-    let _held = hold(&t);
+    let (mut t, users, _held) = held_by_users_and_the_test();
     t.overwrite_segment(NAME, at, bytes);
     users_are_told_and_new_endpoints_bind(&mut t, users[0]);
 }
@@ -318,10 +320,7 @@ fn waiters_asleep_on_a_segment_cut_short_learn_that_it_was_made_anew() {
 /// of the users told, before the test looked at its file; once in 4 runs beside the others.)
 #[test]
 fn a_segment_grown_is_made_anew_so_that_new_endpoints_bind() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let users = start_users(&mut t);
-    let _held = hold(&t);
+    let (mut t, users, _held) = held_by_users_and_the_test();
     let path = t.segment_path(NAME);
     let full = size_of(&path).expect("segment exists");
     set_size(&path, full + 8192);

@@ -100,10 +100,10 @@ impl Slot {
             // An odd version this handle already gave up on, unchanged: a record left half
             // changed (its writer killed between its stores, or the word overwritten), which
             // every later call would spin on for as long again.
-            let stuck =
-                v1 % 2 == 1 && v1 == v2 && self.unsettled_version.load(Ordering::Relaxed) == v1;
+            let unsettled = v1 % 2 == 1 && v1 == v2;
+            let stuck = unsettled && self.unsettled_version.load(Ordering::Relaxed) == v1;
             if tries == TRIES_FOR_A_SETTLED_RECORD || stuck {
-                if v1 == v2 && v1 % 2 == 1 {
+                if unsettled {
                     self.unsettled_version.store(v1, Ordering::Relaxed);
                 }
                 return WriterInfo {
