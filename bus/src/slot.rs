@@ -442,6 +442,7 @@ impl Slot {
         self.tell_lost_pages();
         let mut stalled = 0u32;
         let mut attempts = 0u64;
+        self.touch_buffer(last_seen.wrapping_add(1));
         loop {
             let n = self.load64(OFF_LATEST);
             if n == last_seen || n == 0 {
@@ -561,6 +562,21 @@ impl Slot {
             name: self.name.to_string(),
             reason,
             sequence,
+        }
+    }
+
+    /// Loads (and discards) the first words of the buffer that value `n` goes to, so that their
+    /// cache lines are on their way before `latest` says which buffer to read. A reader that
+    /// polls for the next value would otherwise fetch the buffer only after `latest`, one
+    /// cross-core miss after another (the buffer's address depends on `latest`); issued first,
+    /// the misses overlap. The writer already takes these lines back from this reader's cache
+    /// when it writes them (the reader read them four values ago), so polling them costs the
+    /// writer nothing more. Order plays no part: the value is read again as the protocol says.
+    fn touch_buffer(&self, n: u64) {
+        let buf = self.buffer_offset(n);
+        std::hint::black_box(self.relaxed64(buf + BUF_SEQ));
+        if self.layout.capacity >= 8 {
+            std::hint::black_box(self.relaxed64(buf + BUF_HEADER));
         }
     }
 
