@@ -21,7 +21,7 @@ use super::stats::{Row, Stats, System};
 pub struct Counts {
     /// Rounds the compared publish-cost cases are split into (see `rounds_of`).
     pub rounds: usize,
-    /// Writes timed one by one per publish-cost row.
+    /// Writes per publish-cost row, timed `raw::PUBLISH_BATCH` at a time.
     pub each: usize,
     /// Writes per publish-cost row with sleeping subscribers (each waits for them to re-sleep).
     pub blocked: usize,
@@ -43,7 +43,7 @@ pub fn throughput(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
         let size = super::stats::fmt_bytes(bytes);
         let raw_case = format!("raw shm write {size}");
         eprintln!("bus-bench: throughput, {size}");
-        let (samples, took) = raw::writes(h, bytes, warmup, count, false)?;
+        let (samples, took) = raw::writes(h, bytes, warmup, count, raw::THROUGHPUT_BATCH)?;
         let mut row = Row::new(
             "throughput",
             System::Raw,
@@ -58,10 +58,22 @@ pub fn throughput(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
         let name = h.slot_name(&format!("throughput-{bytes}"));
         let (samples, took) = if bytes == 64 {
             let mut p = create_pub::<Pod64>(&h.bus, &name, bytes)?;
-            write_run(&mut p, Pod64::make(bytes), warmup, count, false)?
+            write_run(
+                &mut p,
+                Pod64::make(bytes),
+                warmup,
+                count,
+                raw::THROUGHPUT_BATCH,
+            )?
         } else {
             let mut p = create_pub::<Blob>(&h.bus, &name, bytes)?;
-            write_run(&mut p, Blob::make(bytes), warmup, count, false)?
+            write_run(
+                &mut p,
+                Blob::make(bytes),
+                warmup,
+                count,
+                raw::THROUGHPUT_BATCH,
+            )?
         };
         let case = if bytes == 64 {
             "bus write 64 B POD".to_string()
@@ -83,7 +95,7 @@ fn write_run<T: Payload>(
     mut value: T,
     warmup: usize,
     count: usize,
-    each: bool,
+    batch: usize,
 ) -> Result<(Vec<u64>, Duration), String> {
     let mut seq = 0u64;
     for _ in 0..warmup {
@@ -91,7 +103,7 @@ fn write_run<T: Payload>(
         value.set_seq(seq);
         p.write(&value).map_err(|e| e.to_string())?;
     }
-    raw::time_writes(count, each, || {
+    raw::time_writes(count, batch, || {
         seq += 1;
         value.set_seq(seq);
         p.write(&value).map_err(|e| e.to_string())
@@ -126,10 +138,10 @@ impl Load {
     /// `count` timed writes (after `warmup` untimed ones) under this load.
     fn measure(self, h: &mut Harness, warmup: usize, count: usize) -> Result<Vec<u64>, String> {
         let timed = |p: &mut Publication<Pod64, bus::Pod>, _: &Slot| {
-            write_run(p, Pod64::make(64), warmup, count, true).map(|(s, _)| s)
+            write_run(p, Pod64::make(64), warmup, count, raw::PUBLISH_BATCH).map(|(s, _)| s)
         };
         match self {
-            Load::Raw => raw::writes(h, 64, warmup, count, true).map(|(s, _)| s),
+            Load::Raw => raw::writes(h, 64, warmup, count, raw::PUBLISH_BATCH).map(|(s, _)| s),
             Load::Alone => with_readers(h, "none", 0, timed),
             Load::Polling(n) => with_readers(h, "busy-readers", n, timed),
             Load::Sleeping(n) => {
@@ -174,7 +186,7 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
             clock,
             stats(raw::clock_cost(c.each), clock)?,
         )
-        .note("two Instant::now() calls: included in every row below"),
+        .note("two Instant::now() calls: a 16th of it in each polling and slot row, all of it in each sleeping row"),
     );
     let row = |load: Load, samples: Vec<u64>| -> Result<Row, String> {
         let case = load.case();
@@ -254,7 +266,7 @@ fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
             "bus-bench: publish cost, {in_domain} slots in the domain (set up in {:.1} s)",
             started.elapsed().as_secs_f64()
         );
-        let (samples, _) = write_run(&mut p, value, warmup, c.each, true)?;
+        let (samples, _) = write_run(&mut p, value, warmup, c.each, raw::PUBLISH_BATCH)?;
         let case = format!("no reader, {slots} slots");
         rows.push(
             Row::new("publish", System::Bus, &case, stats(samples, &case)?)
@@ -270,7 +282,7 @@ fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
     }
     if let Some((mut p, slots)) = first {
         let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
-        let (samples, _) = write_run(&mut p, value, warmup, c.each, true)?;
+        let (samples, _) = write_run(&mut p, value, warmup, c.each, raw::PUBLISH_BATCH)?;
         let case = format!("the {slots}-slot case's slot again");
         rows.push(
             Row::new("publish", System::Bus, &case, stats(samples, &case)?)

@@ -198,14 +198,14 @@ pub fn echo(mode: Mode, bytes: usize, segment: &str) -> Result<(), String> {
 }
 
 /// The raw single-writer baseline: copy `bytes` into a private segment and publish a counter
-/// (Release), `writes` times. Returns per-write times: one sample per write when `each` is set
-/// (two clock reads around every write), else one per batch of 1000 (batch time / 1000).
+/// (Release), `writes` times. Returns per-write times, one sample per `batch` writes (see
+/// `time_writes`).
 pub fn writes(
     h: &mut Harness,
     bytes: usize,
     warmup: usize,
     writes: usize,
-    each: bool,
+    batch: usize,
 ) -> Result<(Vec<u64>, Duration), String> {
     let segment = h.raw_segment("write");
     let map = Mapping::create(&segment, segment_len(bytes), None).map_err(|e| e.to_string())?;
@@ -220,39 +220,41 @@ pub fn writes(
     for _ in 0..warmup {
         write();
     }
-    time_writes(writes, each, || {
+    time_writes(writes, batch, || {
         write();
         Ok(())
     })
 }
 
-/// Times `count` calls of `write`: each one (`each`), or in batches of 1000. Returns the
-/// per-write samples and the whole run's wall time.
+/// Writes timed together in one publish-cost sample. A write costs tens of nanoseconds, and on
+/// some machines the clock moves in steps of about 10 ns (26 TSC cycles on the 2-vCPU AMD EPYC
+/// guest): one write per sample would make a one-step difference look like a 17 % spread.
+/// Sixteen writes per sample read to about a nanosecond, and pay a sixteenth of the clock pair.
+pub const PUBLISH_BATCH: usize = 16;
+
+/// Writes per sample of the throughput runs.
+pub const THROUGHPUT_BATCH: usize = 1000;
+
+/// Times `count` calls of `write` in batches of `batch` (the last may be shorter). Returns
+/// one sample per batch, the batch's time divided by its writes, and the whole run's wall
+/// time.
 pub fn time_writes(
     count: usize,
-    each: bool,
+    batch: usize,
     mut write: impl FnMut() -> Result<(), String>,
 ) -> Result<(Vec<u64>, Duration), String> {
-    const BATCH: usize = 1000;
-    let mut samples = Vec::with_capacity(if each { count } else { count / BATCH + 1 });
+    let batch = batch.max(1);
+    let mut samples = Vec::with_capacity(count / batch + 1);
     let run = Instant::now();
-    if each {
-        for _ in 0..count {
-            let start = Instant::now();
+    let mut left = count;
+    while left > 0 {
+        let this = left.min(batch);
+        let start = Instant::now();
+        for _ in 0..this {
             write()?;
-            samples.push(start.elapsed().as_nanos() as u64);
         }
-    } else {
-        let mut left = count;
-        while left > 0 {
-            let batch = left.min(BATCH);
-            let start = Instant::now();
-            for _ in 0..batch {
-                write()?;
-            }
-            samples.push(start.elapsed().as_nanos() as u64 / batch as u64);
-            left -= batch;
-        }
+        samples.push(start.elapsed().as_nanos() as u64 / this as u64);
+        left -= this;
     }
     Ok((samples, run.elapsed()))
 }
