@@ -6,7 +6,9 @@
 //! - slot ping-pong (hA writes /bench/ping, hB's pong copies it to /bench/pong, hA waits for it)
 //!   for 64 B, 1 KiB and 64 KiB values, and raw UDP ping-pong of the same sizes, the two
 //!   alternating in rounds;
-//! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second.
+//! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second;
+//!   twice, the writer at normal priority and then at `nice -n 19` (taking only the CPU the
+//!   registries leave, where it shares one with them).
 //!
 //! The two hosts share the machine's CPUs, unless `--cpu-per-host` gives each one of its own, as
 //! two computers have: every datagram then wakes the other host's CPU, the raw baseline's as
@@ -49,7 +51,8 @@ enum Cmd {
         /// Round trips per size (64 KiB uses a quarter).
         #[arg(long, default_value_t = 4000)]
         iterations: usize,
-        /// Seconds of 64 B flood for the update rate.
+        /// Seconds of each of the two 64 B floods for the update rate (writer at normal
+        /// priority, then at nice 19).
         #[arg(long, default_value_t = 3.0)]
         flood_seconds: f64,
         /// Run each host's processes on a CPU of its own (hA on the first this process may
@@ -407,22 +410,40 @@ fn orchestrate(
     c.args(["--domain", domain, "count"]);
     lab.spawn(c)?;
     std::thread::sleep(Duration::from_millis(500));
-    let before = mirrored(&lab)?;
-    let mut c = lab.cmd(0, &me);
-    c.args(["--domain", domain, "flood", &flood_seconds.to_string()]);
-    let written: u64 = lab
-        .output(c)?
-        .trim()
-        .parse()
-        .map_err(|e: std::num::ParseIntError| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(1100));
-    let after = mirrored(&lab)?;
-    println!(
-        "\nupdate rate, 64 B: {written} values written on hA in {flood_seconds} s ({:.0}/s); \
-         {} written into hB's mirror ({:.0}/s)",
-        written as f64 / flood_seconds,
-        after - before,
-        (after - before) as f64 / flood_seconds
-    );
+    // Twice: the writer at the registry's priority, then at the lowest (`nice -n 19`). A writer
+    // that writes millions of values a second keeps a CPU busy; where it shares one with its
+    // registry (always with --cpu-per-host) it takes half of the CPU the reflection needs. At
+    // the lowest priority it takes only what the registries leave: the reflection's own rate.
+    for niced in [false, true] {
+        let before = mirrored(&lab)?;
+        let mut c = if niced {
+            let mut c = lab.cmd(0, Path::new("nice"));
+            c.args(["-n", "19"]).arg(&me);
+            c
+        } else {
+            lab.cmd(0, &me)
+        };
+        c.args(["--domain", domain, "flood", &flood_seconds.to_string()]);
+        let written: u64 = lab
+            .output(c)?
+            .trim()
+            .parse()
+            .map_err(|e: std::num::ParseIntError| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(1100));
+        let after = mirrored(&lab)?;
+        let writer = if niced {
+            "writer at nice 19"
+        } else {
+            "writer at normal priority"
+        };
+        println!(
+            "{}update rate, 64 B, {writer}: {written} values written on hA in {flood_seconds} s \
+             ({:.0}/s); {} written into hB's mirror ({:.0}/s)",
+            if niced { "" } else { "\n" },
+            written as f64 / flood_seconds,
+            after - before,
+            (after - before) as f64 / flood_seconds
+        );
+    }
     Ok(())
 }
