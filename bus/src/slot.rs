@@ -569,9 +569,11 @@ impl Slot {
     /// cache lines are on their way before `latest` says which buffer to read. A reader that
     /// polls for the next value would otherwise fetch the buffer only after `latest`, one
     /// cross-core miss after another (the buffer's address depends on `latest`); issued first,
-    /// the misses overlap. The writer already takes these lines back from this reader's cache
-    /// when it writes them (the reader read them four values ago), so polling them costs the
-    /// writer nothing more. Order plays no part: the value is read again as the protocol says.
+    /// the misses overlap. The writer takes these lines back from the reader's cache in any
+    /// case (the reader read them four values ago); a poll that lands while the writer fills
+    /// the buffer can make it take one back once more, which the publish-cost benchmark with
+    /// polling subscribers does not show beyond its drift. Order plays no part: the value is
+    /// read again as the protocol says.
     fn touch_buffer(&self, n: u64) {
         let buf = self.buffer_offset(n);
         std::hint::black_box(self.relaxed64(buf + BUF_SEQ));

@@ -186,7 +186,7 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
             clock,
             stats(raw::clock_cost(c.each), clock)?,
         )
-        .note("two Instant::now() calls: a 16th of it in each polling and slot row, all of it in each sleeping row"),
+        .note("two Instant::now() calls: per write, a 16th of it in the rows timed 16 together, all of it in the sleeping rows"),
     );
     let row = |load: Load, samples: Vec<u64>| -> Result<Row, String> {
         let case = load.case();
