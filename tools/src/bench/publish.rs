@@ -233,10 +233,12 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-/// How long the slot series waits after making its slots before it times writes. Writes timed
-/// at once cost 51 to 58 ns, the same slot timed again at the end 36 to 37 ns; with this pause
-/// all three counts read 36 to 38 ns (2-vCPU AMD EPYC guest, 2026-11-24): the setup's aftermath
-/// in the registry and in this process's bus thread, not the number of slots.
+/// How long the slot series waits after making its slots before it times writes: the setup's
+/// aftermath (in the registry, and in this process's bus thread) is not the number of slots.
+/// On the 2-vCPU AMD EPYC guest (2026-11-24) writes timed at once read 51 to 58 ns where the
+/// same slot read 36 to 37 ns at the end, in four runs of four; with the pause four runs of
+/// five read flat (0 to 7 %). The fifth read 39 / 58 / 58 ns: a write there costs about 37 or
+/// about 57 ns, and switches between the two on its own.
 const SETTLE_AFTER_SETUP: Duration = Duration::from_secs(1);
 
 /// Writes to one slot while 10, 1,000, 10,000 slots exist, in a domain of its own (so that the
