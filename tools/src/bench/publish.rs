@@ -235,10 +235,11 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
 
 /// How long the slot series waits after making its slots before it times writes: the setup's
 /// aftermath (in the registry, and in this process's bus thread) is not the number of slots.
-/// On the 2-vCPU AMD EPYC guest (2026-11-24) writes timed at once read 51 to 58 ns where the
-/// same slot read 36 to 37 ns at the end, in four runs of four; with the pause four runs of
-/// five read flat (0 to 7 %). The fifth read 39 / 58 / 58 ns: a write there costs about 37 or
-/// about 57 ns, and switches between the two on its own.
+/// On the 2-vCPU AMD EPYC guest (2026-11-24) writes timed at once read 51 to 58 ns (four
+/// runs), where the same slot read 36 to 37 ns when timed again at the end (two of those runs);
+/// with the pause four full runs of five read flat (0 to 7 %). The fifth read 39 / 58 / 58 ns,
+/// and a `--quick` run 36 to 57 ns: a write there costs about 37 or about 57 ns, and switches
+/// between the two on its own.
 const SETTLE_AFTER_SETUP: Duration = Duration::from_secs(1);
 
 /// Writes to one slot while 10, 1,000, 10,000 slots exist, in a domain of its own (so that the
