@@ -258,12 +258,8 @@ fn stats_tells_slots_from_names_awaited_and_bound_from_waiting_subscriptions() {
 fn doctor_fails_on_a_value_nobody_can_read() {
     let mut t = TestBus::new();
     t.start_registry();
-    let bus = t.bus();
-    let mut p = bus.publish::<u64>("/doctor/value").unwrap();
-    p.wait_bound(WATCHDOG).unwrap();
     let marker = 0x1122_3344_5566_7788u64;
-    p.write(&marker).unwrap();
-    drop(p);
+    t.leave_value("/doctor/value", marker);
     // The value's bytes sit 64 bytes into their buffer, its stored length 8 bytes in.
     let path = t.segment_path("/doctor/value");
     let bytes = std::fs::read(&path).unwrap();

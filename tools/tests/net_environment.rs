@@ -17,7 +17,7 @@ const B: usize = 1;
 fn values_cross_a_link_narrower_than_the_mtu_asked_for() {
     let mut lab = Lab::new(2);
     for h in [A, B] {
-        ip(&lab, h, &["link", "set", "eth0", "mtu", "1400"]);
+        lab.run(h, "ip", &["link", "set", "eth0", "mtu", "1400"]);
     }
     for h in [A, B] {
         lab.start_registry(h, &["--mtu", "1500"], &[]);
@@ -35,24 +35,14 @@ fn values_cross_a_link_narrower_than_the_mtu_asked_for() {
     );
 }
 
-/// Runs `ip ARGS` inside host `host`.
-fn ip(lab: &Lab, host: usize, args: &[&str]) {
-    let status = lab
-        .command(host, std::path::Path::new("ip"))
-        .args(args)
-        .status()
-        .expect("run ip");
-    assert!(status.success(), "ip {args:?}");
-}
-
 /// A robot booting: the registry starts before its network is up (no address, no route for
 /// the group). It used to exit ("joining 239.255.66.66: No such device"), taking the local bus
 /// down with it; it now serves this computer's bus and opens the network once it is there.
 #[test]
 fn a_registry_started_before_its_network_serves_locally_and_joins_later() {
     let mut lab = Lab::new(2);
-    ip(&lab, A, &["link", "set", "eth0", "down"]);
-    ip(&lab, A, &["addr", "flush", "dev", "eth0"]);
+    lab.run(A, "ip", &["link", "set", "eth0", "down"]);
+    lab.run(A, "ip", &["addr", "flush", "dev", "eth0"]);
     lab.start_registry(A, &["--interface", "eth0"], &[]);
     lab.start_registry(B, &[], &[]);
     // The local bus serves meanwhile: a value written and read on A.
@@ -65,13 +55,13 @@ fn a_registry_started_before_its_network_serves_locally_and_joins_later() {
     });
     // The network comes up: reflection starts without a restart.
     let ip_a = lab.hosts[A].ip.clone();
-    ip(
-        &lab,
+    lab.run(
         A,
+        "ip",
         &["addr", "add", &format!("{ip_a}/24"), "dev", "eth0"],
     );
-    ip(&lab, A, &["link", "set", "eth0", "up"]);
-    ip(&lab, A, &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
+    lab.run(A, "ip", &["link", "set", "eth0", "up"]);
+    lab.run(A, "ip", &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
     let remote = lab.read_until(B, "/boot/remote", "3", "20");
     lab.write_from(A, "/boot/remote", "1000", "50", "64");
     let s = summary(&lab.finish(remote));
@@ -96,9 +86,9 @@ fn a_registry_follows_its_interface_to_a_new_address() {
     let before = lab.read_until(B, "/moved", "5", "20");
     let s = summary(&lab.finish(before));
     assert!(s["last"].as_u64() >= Some(5), "{s}");
-    ip(&lab, A, &["addr", "flush", "dev", "eth0"]);
-    ip(&lab, A, &["addr", "add", "10.77.0.99/24", "dev", "eth0"]);
-    ip(&lab, A, &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
+    lab.run(A, "ip", &["addr", "flush", "dev", "eth0"]);
+    lab.run(A, "ip", &["addr", "add", "10.77.0.99/24", "dev", "eth0"]);
+    lab.run(A, "ip", &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
     netns::eventually("A's registry follows the new address", || {
         lab.log(A).contains("has address 10.77.0.99 now")
     });

@@ -180,16 +180,18 @@ impl Registry {
             self.forget_dead_publisher(&reg.name);
             self.retype_unused(&reg.name, &parsed);
         }
-        let unused = self
-            .slots
-            .get(&reg.name)
-            .is_some_and(|e| e.slot.is_some() && self.nothing_uses(&reg.name, e));
+        // Asked only of a slot of another type (the refusal below says it is kept for nobody).
+        let kept_for_nobody = self.slots.get(&reg.name).is_some_and(|e| {
+            e.schema.hash.0 != reg.schema_hash
+                && e.slot.is_some()
+                && self.nothing_uses(&reg.name, e)
+        });
         let entry = self
             .slots
             .entry(reg.name.clone())
             .or_insert_with(|| SlotEntry::pending(&parsed));
         if entry.schema.hash.0 != reg.schema_hash {
-            let slot_type = if unused {
+            let slot_type = if kept_for_nobody {
                 format!(
                     "{} (the last value of a publisher now gone, kept; a publisher of another \
                      type takes the name)",

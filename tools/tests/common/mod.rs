@@ -236,7 +236,6 @@ impl TestBus {
         }
     }
 
-    /// The file in /dev/shm of public slot `name`'s segment.
     /// Publishes `value` on public slot `name` (once the registry bound it), and drops the
     /// publication: the slot keeps the value, its writer gone.
     pub fn leave_value(&self, name: &str, value: u64) {
@@ -246,6 +245,7 @@ impl TestBus {
         p.write(&value).expect("write");
     }
 
+    /// The file in /dev/shm of public slot `name`'s segment.
     pub fn segment_path(&self, name: &str) -> String {
         let segment = self
             .domain
