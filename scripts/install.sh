@@ -22,7 +22,8 @@ self="$(readlink -f "$0")"
 root=""
 prefix=/usr/local
 bin_dir=""
-usage_error() { echo "install.sh: $1 (see --help)" >&2; exit 2; }
+# Exit status 64 (EX_USAGE), as every Baton program's for a command line that does not parse.
+usage_error() { echo "install.sh: $1 (see --help)" >&2; exit 64; }
 # An option's value: present, not empty, and not the next option.
 need() { [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || usage_error "$1 needs a directory"; }
 # Relative directories are the caller's: made absolute before moving to the repository.

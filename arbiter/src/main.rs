@@ -23,7 +23,7 @@ It decides only when one of those changes or a block's time to live runs out, an
 the command every heartbeat_ms, so that a driver can tell a hung arbiter by its command's age.\n\n\
 On SIGTERM or SIGINT it sends every resource its safe command, publishes that, and exits.\n\n\
 Exit status: 0 when stopped so; 1 for a configuration that is not valid (at start), another \
-arbiter of the same name, or a bus failure (its slots made anew under it: start it again); 2 for \
+arbiter of the same name, or a bus failure (its slots made anew under it: start it again); 64 for \
 a command line that does not parse.\n\n\
 Config (TOML):\n  name = \"arm\"\n  heartbeat_ms = 100   # 10 to 60000; 0: never\n  [[resources]]\n  \
 name = \"shoulder\"\n  kind = \"position\"   # position | velocity | switch\n  min = -1.5\n  \
@@ -50,7 +50,7 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 
 fn main() {
     daemon::init_logging("info");
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     if args.check {
         match arbiter::config::ArbiterConfig::load(&args.config) {
             Ok(config) => {

@@ -122,7 +122,7 @@ fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
 }
 
 /// The command line is checked before anything runs: a resource given twice, a bad name and
-/// a time to live out of range are usage errors (exit 2); a run whose commands never reached a
+/// a time to live out of range are usage errors (exit 64); a run whose commands never reached a
 /// running arbiter ends with an error, so that `robot-controller ... && next` does not go on.
 #[test]
 fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
@@ -139,7 +139,7 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
         all.extend_from_slice(args);
         let c = r.t.spawn_bin("robot-controller", &all);
         let out = r.t.finish(c);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
         if args[0] == "--ttl-ms" {
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("from 10 to 3600000"), "{args:?}: {err}");
@@ -149,7 +149,7 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
         "robot-controller",
         &["--name", "a b", "--status", "compromising"],
     );
-    assert_eq!(r.t.finish(c).status.code(), Some(2));
+    assert_eq!(r.t.finish(c).status.code(), Some(64));
     // No registry at all: it waits, and says at the end that nothing was commanded.
     let c = r.x_holding_the_turret("0.5");
     let out = r.t.finish(c);

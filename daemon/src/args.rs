@@ -1,6 +1,27 @@
-//! Command-line values shared by the binaries: a number out of range is refused with the range
-//! and its unit, as a usage error (clap's own messages say "invalid digit" for `-5` and give
-//! `u64::MAX` as the upper bound).
+//! The command line of every Baton program: how a command line that does not parse ends (one
+//! exit status for all of them), and values shared by the binaries (a number out of range is
+//! refused with the range and its unit, as a usage error: clap's own messages say "invalid
+//! digit" for `-5` and give `u64::MAX` as the upper bound).
+
+/// Exit status of every Baton program whose command line does not parse or is out of range
+/// (`EX_USAGE` of sysexits.h). Not clap's own 2: `bus-inspect wait` says a timeout with 2 and
+/// `bus-stress read` a bad read, and a script must not take a typo for either.
+pub const EXIT_USAGE: i32 = 64;
+
+/// Parses the process's command line; one that does not parse prints clap's message and exits
+/// with [`EXIT_USAGE`] (`--help` and `--version` print and exit 0).
+pub fn parse_args<A: clap::Parser>() -> A {
+    A::try_parse().unwrap_or_else(|e| exit_usage(e))
+}
+
+/// Ends the process on a command-line error found by clap or after it (a check clap cannot
+/// make alone): its message on stderr, exit status [`EXIT_USAGE`]; help and version requests
+/// print to stdout and exit 0.
+pub fn exit_usage(error: clap::Error) -> ! {
+    // A broken stderr loses the message, not the exit status.
+    let _ = error.print();
+    std::process::exit(if error.use_stderr() { EXIT_USAGE } else { 0 })
+}
 
 /// A clap parser of a whole number from `min` to `max` (`u64::MAX`: no upper bound) whose error
 /// says the range and unit (a zero interval or limit would be taken and misbehave, not be

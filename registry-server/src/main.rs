@@ -135,8 +135,10 @@ fn main() {
     if let Err(e) = daemon::on_stop(stop) {
         daemon::exit_on_error("registry-server", e);
     }
-    let matches = Args::command().get_matches();
-    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let matches = Args::command()
+        .try_get_matches()
+        .unwrap_or_else(|e| daemon::exit_usage(e));
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| daemon::exit_usage(e));
     if let Err(e) = run(args, &given_net_settings(&matches)) {
         daemon::exit_on_error("registry-server", e);
     }

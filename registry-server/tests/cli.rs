@@ -23,8 +23,8 @@ fn a_bad_domain_name_is_refused_with_the_rule() {
         .args(["--domain", "no/slashes"])
         .output()
         .unwrap();
-    // A command-line error, as any other bad value (status 2).
-    assert_eq!(out.status.code(), Some(2));
+    // A command-line error, as any other bad value (status 64, as in every Baton program).
+    assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("invalid domain name") && err.contains("A-Z"),
@@ -32,7 +32,7 @@ fn a_bad_domain_name_is_refused_with_the_rule() {
     );
     // An empty BUS_DOMAIN (a unit's `Environment=BUS_DOMAIN=`) is said to be the likely cause.
     let out = registry().env("BUS_DOMAIN", "").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is BUS_DOMAIN set to nothing?"), "{err}");
 }
@@ -43,7 +43,7 @@ fn a_peer_is_an_address_with_or_without_its_port() {
         .args(["--peer", "10.0.0.5.7447"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("expected IP:PORT or IP, e.g. 10.0.0.5:7447 or 10.0.0.5"),

@@ -28,7 +28,7 @@ The file is reloaded on SIGHUP and whenever it changes; an invalid new file is r
 previous config stays in force. Controllers that appear on the bus without being listed are \
 ignored, or placed after the listed ones with `unlisted = \"last\"`.\n\n\
 Exit status: 0 on SIGTERM or SIGINT (the order in force stays on /robot/manager); 1 for a file \
-that is not valid at start, another manager publishing the order, or a bus failure; 2 for a \
+that is not valid at start, another manager publishing the order, or a bus failure; 64 for a \
 command line that does not parse.\n\n\
 Config (TOML):\n  controllers = [\"teleop\", \"autonomy\"]   # highest priority first\n  \
 arbiters = [\"arm\", \"drive\"]\n  unlisted = \"last\"                      # or \"ignore\" (default)"
@@ -58,7 +58,7 @@ fn main() {
         daemon::exit_on_error("robot-manager", format_args!("blocking signals: {e}"));
     }
     daemon::init_logging("info");
-    let mut args = Args::parse();
+    let mut args: Args = daemon::parse_args();
     if args.check {
         match ManagerFile::load(&args.config) {
             Ok(file) => {

@@ -28,7 +28,7 @@ whenever this controller's outcome or owned resources change. Ends after --durat
 Ctrl-C / SIGTERM (or SIGHUP when its terminal closes), releasing its resources at once.\n\n\
 Exit status: 0 when interrupted, or when --duration-s ends after every arbiter it commands \
 answered it; 1 when a command was refused, its name is taken, or --duration-s ran out before \
-every arbiter commanded answered (the error says why); 2 for a command line that does not \
+every arbiter commanded answered (the error says why); 64 for a command line that does not \
 parse.\n\n\
 Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
 )]
@@ -63,16 +63,14 @@ struct Args {
 
 fn main() {
     daemon::init_logging("warn");
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let mut given = std::collections::BTreeSet::new();
     if let Some((resource, _)) = args.set.iter().find(|(r, _)| !given.insert(r)) {
         use clap::CommandFactory;
-        Args::command()
-            .error(
-                clap::error::ErrorKind::ArgumentConflict,
-                format!("--set {resource} is given twice: give each resource one command"),
-            )
-            .exit();
+        daemon::exit_usage(Args::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!("--set {resource} is given twice: give each resource one command"),
+        ));
     }
     if let Err(e) = run(&args) {
         daemon::exit_on_error("robot-controller", e);

@@ -43,7 +43,7 @@ enum Role {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let result = match &args.role {
         Some(Role::Echo { domain }) => bus::Domain::new(domain)
             .map_err(|e| e.to_string())

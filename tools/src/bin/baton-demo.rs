@@ -38,7 +38,7 @@ enum Role {
 
 fn main() {
     daemon::init_logging("warn");
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let result = match args.role {
         Some(Role::Narrate { t0_ns, domain }) => bus::Domain::new(&domain)
             .map_err(|e| e.to_string())

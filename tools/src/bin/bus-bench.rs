@@ -53,7 +53,7 @@ enum Command {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let result = match &args.command {
         Some(Command::Peer(peer)) => {
             bench::peer(peer).map_err(|e| format!("peer {:?}: {e}", peer.role))

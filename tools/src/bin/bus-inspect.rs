@@ -250,8 +250,6 @@ struct Window {
 
 /// Exit status of a command that ran but did not get what it waited for.
 const TIMED_OUT: i32 = 2;
-/// Exit status of a command line that does not parse (clap's own 2 would read as a timeout).
-const USAGE: i32 = 64;
 
 /// A slot name as given, checked by the bus's rule (an invalid one is a usage error, 64, as an
 /// invalid `--domain` is).
@@ -260,13 +258,7 @@ fn slot_name_arg(text: &str) -> Result<bus::SlotName, String> {
 }
 
 fn main() {
-    let args = match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(if e.use_stderr() { USAGE } else { 0 });
-        }
-    };
+    let args: Args = daemon::parse_args();
     let result = run(&args.domain, args.command);
     match result {
         Ok(0) => {}

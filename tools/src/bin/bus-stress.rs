@@ -79,7 +79,7 @@ fn main() {
     // Warnings of the bus library (a registration refused, a value never published) reach
     // the user; RUST_LOG raises or lowers the level.
     daemon::init_logging("warn");
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let result = bus::Bus::open(args.domain)
         .map_err(|e| e.to_string())
         .and_then(|bus| run(&bus, args.command));

@@ -80,7 +80,7 @@ enum Cmd {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     if let Err(e) = run(&args.domain, args.command) {
         eprintln!("net-bench: {e}");
         std::process::exit(1);

@@ -52,10 +52,6 @@ struct Args {
     domain: bus::Domain,
 }
 
-/// Exit status of a command line that does not parse or names impossible arbiters (EX_USAGE,
-/// as `bus-inspect`).
-const USAGE: i32 = 64;
-
 /// An arbiter name, by the arbiter's own rule: it becomes one segment of the slot names.
 fn arbiter_name(name: &str) -> Result<String, String> {
     if is_valid_name(name) {
@@ -93,13 +89,9 @@ fn main() {
     // Its own warnings (a command it passes over) and the bus's (a refusing registry) go to
     // stderr, the journal under systemd.
     daemon::init_logging("info");
-    let args = match Args::try_parse().and_then(Args::check) {
-        Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(if e.use_stderr() { USAGE } else { 0 });
-        }
-    };
+    let args = Args::try_parse()
+        .and_then(Args::check)
+        .unwrap_or_else(|e| daemon::exit_usage(e));
     // Hardware stands still when the simulator stops: nothing to save.
     if let Err(e) = daemon::on_stop(daemon::exit_on_stop("robot-sim")) {
         daemon::exit_on_error("robot-sim", e);

@@ -1,0 +1,77 @@
+//! One convention for every Baton program's command line, so that a script can tell a typo from
+//! what a program reports: a command line that does not parse exits 64 (`EX_USAGE`) with clap's
+//! message on stderr, whichever program it is (2 means a timeout to `bus-inspect wait` and a bad
+//! read to `bus-stress read`); `--help` prints and exits 0.
+
+mod common;
+
+use std::process::Command;
+
+/// Every binary of the workspace.
+const PROGRAMS: [&str; 11] = [
+    "registry-server",
+    "robot-manager",
+    "arbiter",
+    "robot-controller",
+    "robot-sim",
+    "bus-inspect",
+    "bus-stress",
+    "bus-bench",
+    "net-bench",
+    "arbiter-bench",
+    "baton-demo",
+];
+
+#[test]
+fn every_program_exits_64_for_a_command_line_that_does_not_parse() {
+    for program in PROGRAMS {
+        let out = Command::new(common::bin(program))
+            .arg("--no-such-option")
+            // A domain nobody uses, should a program get as far as the bus.
+            .env("BUS_DOMAIN", "command-lines-test")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{program}: {err}");
+        assert!(err.contains("--no-such-option"), "{program}: {err}");
+        assert!(out.stdout.is_empty(), "{program}: {out:?}");
+
+        let out = Command::new(common::bin(program))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{program} --help: {out:?}");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("Usage:"), "{program} --help: {help}");
+    }
+}
+
+#[test]
+fn a_check_made_after_parsing_is_a_usage_error_too() {
+    // Values clap reads but the program refuses afterwards go the same way.
+    for (program, args) in [
+        ("robot-sim", &["--arm", "x", "--drive", "x"][..]),
+        (
+            "robot-controller",
+            &[
+                "--name",
+                "c",
+                "--status",
+                "compromising",
+                "--set",
+                "arm/turret=1",
+                "--set",
+                "arm/turret=2",
+            ][..],
+        ),
+        ("registry-server", &["--domain", "no/slash"][..]),
+        ("bus-inspect", &["get", "no-leading-slash"][..]),
+    ] {
+        let out = Command::new(common::bin(program))
+            .args(args)
+            .env("BUS_DOMAIN", "command-lines-test")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{program} {args:?}: {out:?}");
+    }
+}
