@@ -12,7 +12,9 @@ use tools::stress::{cycling_size, Checked};
 #[command(
     name = "bus-stress",
     version = daemon::version(bus::slot::VERSION, None),
-    about = "Write or check self-checking values on a Baton slot"
+    about = "Write or check self-checking values on a Baton slot",
+    after_help = "Exit status: 0 done (read: every value checked good); 1 an error, or read \
+no value at all; 2 read: a bad value; 64 a command line that does not parse."
 )]
 struct Args {
     /// Bus domain.
@@ -54,7 +56,8 @@ enum Command {
     /// value whose checksum fails, one numbered below the one before from the same writer
     /// (a writer restarted numbers from 1 again: counted in `writers_changed`, not as read
     /// backwards), or a read the bus reported as an error (said on stderr: a value that did
-    /// not decode, or the slot made anew by the registry).
+    /// not decode, or the slot made anew by the registry). Exits 1 when it read no value at
+    /// all: a check of nothing passes nothing.
     Read {
         /// Public name of the slot to subscribe to.
         #[arg(long)]
@@ -189,7 +192,17 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             println!(
                 "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\",\"writers_changed\":{restarts}}}"
             );
-            Ok(if bad > 0 || backwards > 0 { 2 } else { 0 })
+            if bad > 0 || backwards > 0 {
+                return Ok(2);
+            }
+            if reads == 0 {
+                eprintln!(
+                    "bus-stress: read no value of {name} in {seconds} s (its slot never \
+                     appeared, or nothing was written to it)"
+                );
+                return Ok(1);
+            }
+            Ok(0)
         }
     }
 }
