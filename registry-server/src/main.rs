@@ -213,9 +213,10 @@ fn check_net_options(a: &NetArgs, settings_given: &[String]) -> Result<(), Strin
 
 /// The network settings with a default (their value cannot tell whether they were given)
 /// given on the command line, as `--option`s; `--host` from `BATON_HOST` (the units' environment
-/// file) is not one.
+/// file) is not one. Nor is `--state-dir` from `STATE_DIRECTORY`: systemd sets that for every
+/// registry unit with `StateDirectory=`, with `--net` or without.
 fn given_net_settings(matches: &clap::ArgMatches) -> Vec<String> {
-    const SETTINGS: [&str; 10] = [
+    const SETTINGS: [&str; 11] = [
         "host",
         "mcast_group",
         "mcast_port",
@@ -226,6 +227,7 @@ fn given_net_settings(matches: &clap::ArgMatches) -> Vec<String> {
         "refresh_ms",
         "max_value",
         "reassembly_limit",
+        "state_dir",
     ];
     SETTINGS
         .iter()
@@ -451,6 +453,10 @@ mod tests {
         // Settings with a default, given without --net, are refused alike (they were ignored).
         let e = check(&["--mtu", "1400", "--host", "robot"]).unwrap_err();
         assert!(e.starts_with("--host, --mtu only apply to"), "{e}");
+        // The directory keeps only the network session: given by hand, it is refused as well.
+        let e = check(&["--state-dir", "/var/lib/baton"]).unwrap_err();
+        assert!(e.starts_with("--state-dir only applies to"), "{e}");
+        assert!(check(&["--net", "--state-dir", "/var/lib/baton"]).is_ok());
     }
 
     #[test]
