@@ -118,7 +118,8 @@ struct NetArgs {
     /// so that peers take this registry's datagrams as a new run even if the clock went back
     /// since (a computer without a real-time clock). systemd's StateDirectory= sets it. Without
     /// it, a registry restarted with its clock set back is refused by the peers that heard its
-    /// previous run, until they restart.
+    /// previous run, until they restart. Needs --net (from STATE_DIRECTORY it is taken either
+    /// way).
     #[arg(long, env = "STATE_DIRECTORY", value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
 }

@@ -142,6 +142,20 @@ fn registries_serving(domain: &str) -> Vec<nix::unistd::Pid> {
         .collect()
 }
 
+/// systemd sets STATE_DIRECTORY for every registry unit (`StateDirectory=`), with `--net` or
+/// without. Taken from there the directory is not a network option given by hand: a registry
+/// without `--net` starts (refused, every such unit would fail and restart for ever).
+#[test]
+fn a_state_directory_from_systemd_is_taken_without_net() {
+    let dir = std::env::temp_dir();
+    let text = first_log_lines(
+        "statedir",
+        &[("STATE_DIRECTORY", dir.to_str().unwrap())],
+        false,
+    );
+    assert!(!text.contains("only applies"), "{text}");
+}
+
 /// Colours only on a terminal without NO_COLOR: the journal and log files get plain text.
 #[test]
 fn logs_are_coloured_only_on_a_terminal() {

@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = daemon::parse_args();
     let run = || -> Result<(), String> {
         let domain = bus::Domain::new(&args.domain).map_err(|e| e.to_string())?;
         let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;

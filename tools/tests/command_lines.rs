@@ -47,10 +47,16 @@ fn every_program_exits_64_for_a_command_line_that_does_not_parse() {
 }
 
 #[test]
-fn a_check_made_after_parsing_is_a_usage_error_too() {
-    // Values clap reads but the program refuses afterwards go the same way.
-    for (program, args) in [
-        ("robot-sim", &["--arm", "x", "--drive", "x"][..]),
+fn a_value_refused_is_a_usage_error_too() {
+    // By a value parser of the program's own (a domain, a slot name) or by a check made once
+    // clap is done (two options that contradict each other). Under `timeout`: a program that
+    // took these arguments would run (a registry, a simulator) and fail the test, not hang it.
+    for (program, args, said) in [
+        (
+            "robot-sim",
+            &["--arm", "x", "--drive", "x"][..],
+            "must name different arbiters",
+        ),
         (
             "robot-controller",
             &[
@@ -63,15 +69,28 @@ fn a_check_made_after_parsing_is_a_usage_error_too() {
                 "--set",
                 "arm/turret=2",
             ][..],
+            "is given twice",
         ),
-        ("registry-server", &["--domain", "no/slash"][..]),
-        ("bus-inspect", &["get", "no-leading-slash"][..]),
+        (
+            "registry-server",
+            &["--domain", "no/slash"][..],
+            "invalid domain name",
+        ),
+        (
+            "bus-inspect",
+            &["get", "no-leading-slash"][..],
+            "starts with '/'",
+        ),
     ] {
-        let out = Command::new(common::bin(program))
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(common::bin(program))
             .args(args)
             .env("BUS_DOMAIN", "command-lines-test")
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(64), "{program} {args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{program} {args:?}: {err}");
+        assert!(err.contains(said), "{program} {args:?}: {err}");
     }
 }
