@@ -267,6 +267,12 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     std::io::Write::write_all(&mut put.stdin.take().unwrap(), b"43\n").unwrap();
     assert!(put.wait_with_output().unwrap().status.success());
     assert_eq!(json(&t.inspect(&["get", "/robot/forced", "--json"])), 43);
+    // A negative number is the value, not an option: no `--` before it.
+    let mut signed = bus.publish::<i64>("/robot/signed").unwrap();
+    signed.write(&1).unwrap();
+    signed.wait_bound(WATCHDOG).unwrap();
+    ok(&t.inspect(&["put", "/robot/signed", "-5", "--force"]));
+    assert_eq!(json(&t.inspect(&["get", "/robot/signed", "--json"])), -5);
     let err = refused(&t.inspect(&["put", "/robot/missing", "1"]));
     assert!(err.contains("no slot /robot/missing"), "{err}");
 }

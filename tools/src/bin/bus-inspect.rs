@@ -127,14 +127,14 @@ enum Command {
         #[arg(value_parser = slot_name_arg)]
         name: bus::SlotName,
         /// Stop after this many values (at least 1).
-        #[arg(long, value_parser = daemon::whole_number(1, u64::MAX, "a count of values"))]
+        #[arg(long, value_parser = daemon::whole_number(1, u64::MAX, "a count of values"), allow_negative_numbers = true)]
         count: Option<u64>,
         /// Stop after this many seconds, at most a year (exit status 2 if --count values were
         /// not seen; 1 if the slot never appeared).
-        #[arg(long, value_parser = timeout_seconds)]
+        #[arg(long, value_parser = timeout_seconds, allow_negative_numbers = true)]
         timeout: Option<Duration>,
         /// How often to look for a new value, milliseconds (1 to 3600000).
-        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"))]
+        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
         poll_ms: u64,
         /// One JSON object per value: name, type, sequence, time_ns, writer, origin, value.
         #[arg(long)]
@@ -171,7 +171,9 @@ enum Command {
         #[arg(value_parser = slot_name_arg)]
         name: bus::SlotName,
         /// The value as JSON, e.g. '{"x": 1.0, "y": 2.0}', or - to read it from stdin (for
-        /// values too big for a command line: `bus-inspect put /x - < value.json`).
+        /// values too big for a command line: `bus-inspect put /x - < value.json`). A negative
+        /// number needs no `--` before it.
+        #[arg(allow_negative_numbers = true)]
         value: String,
         /// Write even though the slot's writer runs (see above for what that risks).
         #[arg(long)]
@@ -188,10 +190,10 @@ enum Command {
         #[arg(required = true, value_parser = slot_name_arg)]
         names: Vec<bus::SlotName>,
         /// Give up after this many seconds (at most a year).
-        #[arg(long, value_parser = timeout_seconds)]
+        #[arg(long, value_parser = timeout_seconds, allow_negative_numbers = true)]
         timeout: Option<Duration>,
         /// How often to look, milliseconds.
-        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"))]
+        #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
         poll_ms: u64,
         #[command(flatten)]
         json: Json,
@@ -241,10 +243,10 @@ enum Command {
 #[derive(ClapArgs, Clone, Copy)]
 struct Window {
     /// Seconds to measure (above 0, at most 86400).
-    #[arg(long, default_value = "2", value_parser = window_seconds)]
+    #[arg(long, default_value = "2", value_parser = window_seconds, allow_negative_numbers = true)]
     window: Duration,
     /// How often to sample the buffers, milliseconds (0.001 to 10000).
-    #[arg(long, default_value = "1", value_parser = sample_milliseconds)]
+    #[arg(long, default_value = "1", value_parser = sample_milliseconds, allow_negative_numbers = true)]
     sample_ms: Duration,
 }
 
@@ -396,7 +398,7 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             } else {
                 value
             };
-            let w = put::put(domain, &name, &value, force).map_err(err)?;
+            let w = put::put(domain, &name, &value, force).map_err(|e| not_found(domain, e))?;
             show(json.json, &w, |w| {
                 format!(
                     "wrote {} bytes to {} (sequence {})\n",
@@ -505,12 +507,15 @@ fn without_registry(domain: &Domain, error: Option<&str>) -> i32 {
     1
 }
 
-/// The error of `get` or `info`; for a slot that does not exist, followed (on its own line, in
+/// The error of `get`, `info` or `put`; for a slot that does not exist, followed (on its own line, in
 /// doctor's words) by the absence of a registry when none answers either: without one nothing
-/// is published, and the domain may be the wrong one.
+/// is published, and the domain may be the wrong one. (Then without the pointer to `list
+/// --remote`, which asks that registry.)
 fn not_found(domain: &Domain, e: inspect::Error) -> String {
     match (&e, registry::answers(domain)) {
-        (inspect::Error::NoSlot { .. }, Err(none)) => format!("{e}\nbus-inspect: {none}"),
+        (inspect::Error::NoSlot { name, domain }, Err(none)) => {
+            format!("no slot {name} in domain '{domain}'\nbus-inspect: {none}")
+        }
         _ => e.to_string(),
     }
 }

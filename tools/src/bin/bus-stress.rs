@@ -40,7 +40,7 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         max_size: usize,
         /// Stop after this many seconds (default: run until killed).
-        #[arg(long, value_parser = seconds)]
+        #[arg(long, value_parser = seconds, allow_negative_numbers = true)]
         seconds: Option<f64>,
         /// Stop after this many values.
         #[arg(long)]
@@ -49,7 +49,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         interval_ms: u64,
         /// After the last value, keep running (holding the publication) this many seconds.
-        #[arg(long, default_value_t = 0.0, value_parser = seconds)]
+        #[arg(long, default_value_t = 0.0, value_parser = seconds, allow_negative_numbers = true)]
         linger: f64,
     },
     /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read: a
@@ -63,7 +63,7 @@ enum Command {
         #[arg(long)]
         name: String,
         /// Read for this many seconds.
-        #[arg(long, value_parser = seconds)]
+        #[arg(long, value_parser = seconds, allow_negative_numbers = true)]
         seconds: f64,
         /// Wait for updates (futex) instead of busy polling.
         #[arg(long)]

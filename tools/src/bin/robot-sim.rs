@@ -37,7 +37,7 @@ struct Args {
     #[arg(long, default_value = "drive", value_parser = arbiter_name)]
     drive: String,
     /// Simulation steps per second (above 0, at most 1000).
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
     rate_hz: f64,
     /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
     /// (the arbiters re-stamp their commands every heartbeat_ms, 100 ms by default), or its
