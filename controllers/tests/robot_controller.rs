@@ -134,15 +134,24 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
         &["--set", "arm/elbow1"],
         &["--set", "elbow1=1"],
         &["--set", "arm/../x=1"],
+        &["--duration-s", "0"],
+        &["--duration-s", "-1"],
     ] {
         let mut all = vec!["--name", "x", "--status", "compromising"];
         all.extend_from_slice(args);
         let c = r.t.spawn_bin("robot-controller", &all);
         let out = r.t.finish(c);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
         if args[0] == "--ttl-ms" {
-            let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("from 10 to 3600000"), "{args:?}: {err}");
+        }
+        // Out of range, said so (a negative number is no unknown option).
+        if args[0] == "--duration-s" {
+            assert!(
+                err.contains("more than 0 and at most 31536000"),
+                "{args:?}: {err}"
+            );
         }
     }
     let c = r.t.spawn_bin(
@@ -156,6 +165,13 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("waiting for registry-server"), "{err}");
+    // Nothing reached the bus, so nothing is said to be released.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("x: held nothing: its block never reached the bus")
+            && !said.contains("released every resource"),
+        "{said}"
+    );
 }
 
 /// An arbiter that hangs (stopped with SIGSTOP) is told apart from one with nothing to say:

@@ -48,9 +48,9 @@ struct Args {
     /// arbiters honour it if this process stops refreshing it.
     #[arg(long, default_value_t = 200, value_parser = daemon::whole_number(10, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
     ttl_ms: u64,
-    /// Run this many seconds (0 to 31536000, a year), then release and exit (default: until
-    /// interrupted).
-    #[arg(long, value_parser = seconds)]
+    /// Run this many seconds (above 0, at most 31536000: a year), then release and exit
+    /// (default: until interrupted).
+    #[arg(long, value_parser = seconds, allow_negative_numbers = true)]
     duration_s: Option<Duration>,
     /// Print each change as one JSON object per line.
     #[arg(long)]
@@ -230,10 +230,21 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 /// Releases everything at once; the lines printed before said what it held, the last one says
-/// that is over.
+/// that is over. A block that never reached the bus (no registry made its slot) held nothing:
+/// that is said instead of a release.
 fn release(args: &Args, controller: &mut RobotController) -> Result<(), String> {
+    let in_place = controller.block_in_place();
     controller.release().map_err(|e| e.to_string())?;
-    print_note(args, "released", "released every resource", "");
+    if in_place {
+        print_note(args, "released", "released every resource", "");
+    } else {
+        print_note(
+            args,
+            "released",
+            "held nothing: its block never reached the bus",
+            "",
+        );
+    }
     Ok(())
 }
 
@@ -242,8 +253,11 @@ fn seconds(text: &str) -> Result<Duration, String> {
     let s: f64 = text
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(0.0..=365.0 * 86400.0).contains(&s) {
-        return Err(format!("{text} s: give 0 to 31536000 seconds"));
+    // 0 would end the run before any arbiter could answer: a run that fails by construction.
+    if !(s > 0.0 && s <= 365.0 * 86400.0) {
+        return Err(format!(
+            "{text} s: give more than 0 and at most 31536000 seconds"
+        ));
     }
     Duration::try_from_secs_f64(s).map_err(|e| e.to_string())
 }
