@@ -144,7 +144,12 @@ fn of_two_managers_started_before_the_registry_the_refused_one_ends() {
     let mut r = Robot::new(&["a"]);
     let first = r.manager();
     let second = r.manager();
-    the_refused_one(&mut r, first, second, "already has a live publisher");
+    the_refused_one(
+        &mut r,
+        first,
+        second,
+        "another robot-manager publishes the priority order on /robot/manager",
+    );
     eventually("the other publishes the order", || {
         order_is(&r, json!(["a"]))
     });

@@ -111,7 +111,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .capacity(64 * 1024)
         .create::<arbiter::protocol::ManagerConfig, bus::Serde>()
-        .map_err(|e| e.to_string())?;
+        .map_err(order_refused)?;
     let (directory, directory_wake) = watch_directory(&bus)?;
     // Unlisted controllers keep the places the order in force gave them (a restarted manager
     // must not reorder, or for a moment drop, them); the directory then removes those gone.
@@ -128,7 +128,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             args.config.display(),
             order_too_large(size, capacity)
         ),
-        e => e.to_string(),
+        e => order_refused(e),
     })?;
     // The controllers of the last order found too large for the slot: said once.
     let mut too_large: Option<Vec<String>> = None;
@@ -166,7 +166,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         if let Some(e) = publication.bind_error() {
             // Two managers started before the registry: the one refused must not go on
             // logging an order that is not in force.
-            return Err(e.to_string());
+            return Err(order_refused(e));
         }
         if said_unbound && publication.is_bound() {
             said_unbound = false;
@@ -270,7 +270,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                     }
                     too_large = Some(next.controllers);
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(order_refused(e)),
             }
         }
         if let Some(new) = candidate {
@@ -288,7 +288,7 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
                      memory was overwritten, or the slot made anew): writing it again",
                     arbiter::protocol::MANAGER_SLOT
                 );
-                publication.write(&published).map_err(|e| e.to_string())?;
+                publication.write(&published).map_err(order_refused)?;
             }
         }
         let now_unplaced = file.unplaced(&discovered);
@@ -300,6 +300,20 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
             );
         }
         health.end();
+    }
+}
+
+/// Why the order cannot be published. Another manager holding `/robot/manager` is said in a
+/// robot's words: the bus's own ("already has a live publisher") does not say what to do.
+fn order_refused(e: bus::BusError) -> String {
+    match e {
+        bus::BusError::AlreadyPublished { pid, .. } => format!(
+            "another robot-manager publishes the priority order on {} ({}): a robot has one \
+             manager; stop that one first",
+            arbiter::protocol::MANAGER_SLOT,
+            bus::error::publisher(pid)
+        ),
+        e => e.to_string(),
     }
 }
 
