@@ -172,6 +172,7 @@ fn wheels_stop_while_the_drive_arbiter_hangs(set_clock_back: bool) {
     let log = t.stderr_of(drive.sim);
     assert!(
         log.contains("drive: the command was not re-stamped for 500 ms")
+            && log.contains("not executing it (the wheels stop)")
             && log.contains("drive: executing its command"),
         "the simulator says why the wheels stopped and when they go again: {log}"
     );
@@ -213,6 +214,9 @@ fn the_simulator_says_when_the_arm_arbiter_hangs_while_the_arm_rests() {
         t.stderr_of(sim)
             .contains("arm: the command was not re-stamped for 500 ms")
     });
+    // What the arm does meanwhile, not what the drive would.
+    let log = t.stderr_of(sim);
+    assert!(log.contains("not executing it (the joints hold)"), "{log}");
     t.signal(arbiter, Signal::SIGCONT);
     eventually(
         "the simulator says it executes the arm's command again",

@@ -136,7 +136,10 @@ fn run(args: &Args) -> Result<(), String> {
     let period = Duration::from_secs_f64(1.0 / args.rate_hz);
     let mut last_arm = None;
     let mut last_drive = None;
-    let (mut arm_seen, mut drive_seen) = (Followed::new(), Followed::new());
+    let (mut arm_seen, mut drive_seen) = (
+        Followed::new("the joints hold"),
+        Followed::new("the wheels stop"),
+    );
     let mut next = Instant::now();
     let mut first = true;
     let health = daemon::Health::new();
@@ -251,6 +254,8 @@ struct Followed {
     /// How soon the command executed goes stale unless re-stamped (`None`: none executed, or
     /// it cannot go stale).
     stale_in: Option<Duration>,
+    /// What its resources do while no command of it is executed, for the log.
+    meanwhile: &'static str,
 }
 
 /// Why a command is not executed.
@@ -263,9 +268,10 @@ enum NotExecuted {
 }
 
 impl Followed {
-    fn new() -> Followed {
+    fn new(meanwhile: &'static str) -> Followed {
         Followed {
             refused: Some(NotExecuted::NoneYet),
+            meanwhile,
             ..Followed::default()
         }
     }
@@ -321,13 +327,14 @@ impl Followed {
         if refused != self.refused {
             match refused {
                 Some(NotExecuted::ArbiterGone) => tracing::warn!(
-                    "{arbiter}: its arbiter is gone: not executing its command (joints hold, \
-                     wheels stop)"
+                    "{arbiter}: its arbiter is gone: not executing its command ({})",
+                    self.meanwhile
                 ),
                 Some(NotExecuted::Stale) => tracing::warn!(
                     "{arbiter}: the command was not re-stamped for {} ms (its arbiter hangs, or \
-                     its clock is off): not executing it (joints hold, wheels stop)",
-                    timeout.unwrap_or_default().as_millis()
+                     its clock is off): not executing it ({})",
+                    timeout.unwrap_or_default().as_millis(),
+                    self.meanwhile
                 ),
                 None => tracing::info!("{arbiter}: executing its command"),
                 Some(NotExecuted::NoneYet) => {}
