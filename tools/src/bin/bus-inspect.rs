@@ -507,10 +507,10 @@ fn without_registry(domain: &Domain, error: Option<&str>) -> i32 {
     1
 }
 
-/// The error of `get`, `info` or `put`; for a slot that does not exist, followed (on its own line, in
-/// doctor's words) by the absence of a registry when none answers either: without one nothing
-/// is published, and the domain may be the wrong one. (Then without the pointer to `list
-/// --remote`, which asks that registry.)
+/// The error of `get`, `info` or `put`; for a slot that does not exist, followed (on its own
+/// line, in doctor's words) by the absence of a registry when none answers either: without one
+/// nothing is published, and the domain may be the wrong one. (Then without the pointer to
+/// `list --remote`, which asks that registry.)
 fn not_found(domain: &Domain, e: inspect::Error) -> String {
     match (&e, registry::answers(domain)) {
         (inspect::Error::NoSlot { name, domain }, Err(none)) => {
