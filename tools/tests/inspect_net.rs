@@ -454,7 +454,7 @@ fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
         lab.run(host, "ip", &["route", "del", "224.0.0.0/4"]);
     }
     // doctor exits 1 when a check fails: its report is read all the same.
-    let route = |lab: &Lab, host| {
+    let check = |lab: &Lab, host, which: &str| {
         let out = lab.inspect(host, &["doctor", "--json"]);
         let d: serde_json::Value =
             serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
@@ -462,10 +462,11 @@ fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|c| c["check"] == "multicast route")
+            .find(|c| c["check"] == which)
             .cloned()
             .unwrap_or_default()
     };
+    let route = |lab: &Lab, host| check(lab, host, "multicast route");
     lab.start_registry(A, &["--interface", "eth0"], &[]);
     lab.start_registry(B, &["--interface", "eth0"], &[]);
     eventually("A hears B through its interface", || {
@@ -498,5 +499,31 @@ fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
             .unwrap()
             .contains("give the registry --interface"),
         "{r}"
+    );
+    // --peer does not help: the registry joins the group before its network opens, and
+    // without a route or an interface that never happens. doctor said the --peer addresses
+    // were reached by unicast (network walkthrough); it now says nothing is sent.
+    lab.stop_registry(A);
+    let peer = lab.hosts[B].ip.clone();
+    lab.start_registry(A, &["--peer", &peer], &[]);
+    eventually("the registry waits for its network", || {
+        lab.log(A).contains("network: not ready")
+    });
+    eventually("doctor sees the registry with --peer", || {
+        route(&lab, A)["status"] == "fail"
+    });
+    let r = route(&lab, A);
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("has not opened (its log says `network: not ready`), so nothing is sent, to the --peer addresses neither"),
+        "{r}"
+    );
+    let p = check(&lab, A, "peers");
+    assert_eq!(p["status"], "warn", "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("has not opened"),
+        "{p}"
     );
 }

@@ -171,6 +171,8 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
     let peers = args
         .iter()
         .any(|a| a == "--peer" || a.starts_with("--peer="));
+    let igmp = std::fs::read_to_string(format!("/proc/{pid}/net/igmp")).unwrap_or_default();
+    let devices = joined(&igmp, group);
     checks.push(match (route_for(&table, group), interface) {
         // --interface names the device multicast leaves by (IP_MULTICAST_IF): no route needed.
         (None, Some(i)) => Check::new(
@@ -178,6 +180,27 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             Status::Ok,
             format!("no route for {group}, none needed: the registry sends on --interface {i}"),
         ),
+        // The registry joins the group before it opens its network; without a route or an
+        // interface the join has nothing to go through, so it has not opened: no datagram
+        // leaves, to the --peer addresses neither.
+        (None, None) if devices.is_empty() => Check::new(
+            "multicast route",
+            Status::Fail,
+            format!(
+                "no route for {group} in the registry's network namespace, and no interface \
+                 joined to it: the registry's network has not opened (its log says `network: \
+                 not ready`), so nothing is sent{}; give the registry --interface (the device \
+                 towards the other computers) or add a route (`ip route add 224.0.0.0/4 dev \
+                 eth0`)",
+                if peers {
+                    ", to the --peer addresses neither"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        // Joined while a route was there (removed since): the membership stays, the --peer
+        // addresses are still reached.
         (None, None) if peers => Check::new(
             "multicast route",
             Status::Warn,
@@ -219,8 +242,6 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             ),
         ),
     });
-    let igmp = std::fs::read_to_string(format!("/proc/{pid}/net/igmp")).unwrap_or_default();
-    let devices = joined(&igmp, group);
     checks.push(if devices.is_empty() {
         Check::new(
             "multicast group",
@@ -275,10 +296,14 @@ fn peers_heard(domain: &Domain) -> Check {
         .into_iter()
         .find(|s| !s.mirrored && s.writer_alive)
     else {
+        // The registry publishes its statistics from the moment its network opens.
         return Check::new(
             "peers",
-            Status::Skip,
-            "the registry's statistics slot holds no value yet".into(),
+            Status::Warn,
+            "no network statistics yet: the registry's network has not opened (its log says \
+             why: `network: not ready (...)`), or opened a moment ago; nothing is sent or heard \
+             until it does"
+                .into(),
         );
     };
     let peers = own.peers();
