@@ -256,8 +256,9 @@ pub struct ValueMeta {
     pub writer_pid: u32,
     /// Which writer that is: another id under the same pid is another writer (a process
     /// restarted, or, in a mirror, the publisher on the origin host restarted). A mirror's
-    /// writer is its registry (`writer_pid` is the registry's), so its id changes as well when
-    /// that registry restarts; `origin` tells which host the value comes from.
+    /// writing process is its registry (`writer_pid` is the registry's), but its id is the
+    /// origin publisher's alone: this computer's registry restarted is no other writer.
+    /// `origin` tells which host the value comes from.
     pub writer_id: WriterId,
     /// Host the value came from; `None` for values written on this computer.
     pub origin: Option<String>,
@@ -398,7 +399,11 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             write_time: info.write_time(),
             writer: writer.state,
             writer_pid: writer.pid,
-            writer_id: writer.id(),
+            writer_id: if origin.is_empty() {
+                writer.id()
+            } else {
+                writer.origin_publisher_id()
+            },
             origin: (!origin.is_empty()).then_some(origin),
         })
     }

@@ -40,9 +40,9 @@ pub struct WriterInfo {
 
 /// Which writer wrote a value, beyond its pid: its process's start time and its publication's
 /// number in that process; for a mirror of another host's slot, which of that host's
-/// publishers. Another `WriterId` is another writer, also under the same pid: a process
-/// restarted, another publication of the same process, or the publisher on the origin host
-/// restarted (the mirror's pid, its registry's, stays the same).
+/// publishers (`origin_publisher_id`). Another `WriterId` is another writer, also under the
+/// same pid: a process restarted, another publication of the same process, or the publisher on
+/// the origin host restarted (the mirror's pid, its registry's, stays the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WriterId {
     pid: u32,
@@ -55,6 +55,17 @@ impl WriterInfo {
         WriterId {
             pid: self.pid,
             start_time: self.start_time,
+            endpoint: self.endpoint,
+        }
+    }
+
+    /// The id of a mirror's writer: the origin's publisher alone (the number its registry
+    /// records, `set_mirror_writer`). The process that writes the mirror is this computer's
+    /// registry; restarted, it is no other writer to the mirror's readers.
+    pub fn origin_publisher_id(&self) -> WriterId {
+        WriterId {
+            pid: 0,
+            start_time: 0,
             endpoint: self.endpoint,
         }
     }
