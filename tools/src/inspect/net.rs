@@ -316,10 +316,11 @@ fn peers_heard(domain: &Domain) -> Check {
                 "this registry hears no other computer: none runs a registry of this domain \
                  with --net, the network between is cut, or what they send is dropped ({}; \
                  `bus-inspect stats` has the counters)",
+                // Totals: a cause that stopped long ago still shows, so say since when.
                 if drops.is_empty() {
-                    "nothing dropped".to_owned()
+                    "nothing dropped since the registry started".to_owned()
                 } else {
-                    format!("dropped: {}", drops.join(", "))
+                    format!("dropped since the registry started: {}", drops.join(", "))
                 }
             ),
         );
