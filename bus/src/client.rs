@@ -351,7 +351,11 @@ impl ClientShared {
         // in its own words; logged here only when no one does (a registration sent again after
         // reconnecting, or answered after the creation stopped waiting).
         if let (Some(name), Some(Err(err))) = (refused, unheard) {
-            tracing::warn!(endpoint = %name, "registry refused: {err}");
+            match err {
+                // Its text says "registry refused" already.
+                BusError::Refused { .. } => tracing::warn!(endpoint = %name, "{err}"),
+                err => tracing::warn!(endpoint = %name, "registry refused: {err}"),
+            }
         }
         self.announce();
     }

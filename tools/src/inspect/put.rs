@@ -48,24 +48,8 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         }
     }
     let slot = opened?;
-    let schema = slot.schema().parse().map_err(|e| {
-        Error::Refused(format!(
-            "put {name}: the slot's stored schema is unreadable: {e}"
-        ))
-    })?;
-    let bytes = schema.encode_json(&value).map_err(|e| {
-        Error::Refused(format!(
-            "put {name}: the value does not match the slot's schema: {e}; the schema is: {}",
-            schema.describe().replace('\n', "; ")
-        ))
-    })?;
-    if bytes.len() > slot.capacity() {
-        return Err(Error::Refused(format!(
-            "put {name}: the value is {} bytes encoded, the slot holds at most {}",
-            bytes.len(),
-            slot.capacity()
-        )));
-    }
+    // Who writes the slot first: a refusal no value can lift comes before what is wrong with
+    // the value (fixing a value only to be refused for another reason).
     let writer = slot.writer();
     // A writer marked alive whose process cannot be seen from here (another pid namespace:
     // the registry recorded pid 0) may well run: as good as alive.
@@ -93,6 +77,24 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
             "put {name}: refused: {what}; a second writer breaks the slot's single-writer \
              protocol (readers may see a torn value) and its next write overwrites yours. Stop \
              the writer, or use --force if you accept that"
+        )));
+    }
+    let schema = slot.schema().parse().map_err(|e| {
+        Error::Refused(format!(
+            "put {name}: the slot's stored schema is unreadable: {e}"
+        ))
+    })?;
+    let bytes = schema.encode_json(&value).map_err(|e| {
+        Error::Refused(format!(
+            "put {name}: the value does not match the slot's schema: {e}; the schema is: {}",
+            schema.describe().replace('\n', "; ")
+        ))
+    })?;
+    if bytes.len() > slot.capacity() {
+        return Err(Error::Refused(format!(
+            "put {name}: the value is {} bytes encoded, the slot holds at most {}",
+            bytes.len(),
+            slot.capacity()
         )));
     }
     drop(slot);
