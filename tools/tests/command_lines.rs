@@ -7,20 +7,7 @@ mod common;
 
 use std::process::Command;
 
-/// Every binary of the workspace.
-const PROGRAMS: [&str; 11] = [
-    "registry-server",
-    "robot-manager",
-    "arbiter",
-    "robot-controller",
-    "robot-sim",
-    "bus-inspect",
-    "bus-stress",
-    "bus-bench",
-    "net-bench",
-    "arbiter-bench",
-    "baton-demo",
-];
+use common::PROGRAMS;
 
 #[test]
 fn every_program_exits_64_for_a_command_line_that_does_not_parse() {

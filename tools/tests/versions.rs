@@ -6,19 +6,7 @@ mod common;
 
 use std::process::Command;
 
-const PROGRAMS: [&str; 11] = [
-    "registry-server",
-    "robot-manager",
-    "arbiter",
-    "robot-controller",
-    "robot-sim",
-    "bus-inspect",
-    "bus-stress",
-    "baton-demo",
-    "bus-bench",
-    "net-bench",
-    "arbiter-bench",
-];
+use common::PROGRAMS;
 
 fn head() -> String {
     let out = Command::new("git")

@@ -33,6 +33,21 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Every binary of the workspace (a test of all of them names each).
+pub const PROGRAMS: [&str; 11] = [
+    "registry-server",
+    "robot-manager",
+    "arbiter",
+    "robot-controller",
+    "robot-sim",
+    "bus-inspect",
+    "bus-stress",
+    "baton-demo",
+    "bus-bench",
+    "net-bench",
+    "arbiter-bench",
+];
+
 pub fn bin(name: &str) -> PathBuf {
     // Cargo puts every workspace binary in the directory above the test executable's `deps/`.
     let test_exe = std::env::current_exe().expect("test executable path");
