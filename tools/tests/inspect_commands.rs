@@ -224,11 +224,13 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     assert!(err.contains("does not match"), "{err}");
     // Without --force the writer is said first: no fixing of a value that would be refused
     // anyway (network walkthrough).
-    let err = refused(&t.inspect(&["put", "/robot/status", r#"{"name": "x"}"#]));
-    assert!(
-        err.contains("writer runs") && !err.contains("does not match"),
-        "{err}"
-    );
+    for value in [r#"{"name": "x"}"#, "{not json"] {
+        let err = refused(&t.inspect(&["put", "/robot/status", value]));
+        assert!(
+            err.contains("writer runs") && !err.contains("does not match"),
+            "{value}: {err}"
+        );
+    }
     let err = refused(&t.inspect(&["put", "/robot/status", "{not json", "--force"]));
     assert!(err.contains("not JSON"), "{err}");
     // A key typed twice: serde_json would keep the last one silently.

@@ -26,17 +26,11 @@ pub struct Written {
     pub size: usize,
 }
 
-/// Writes `json` (text) into `name`. Refused, with nothing written, when the text is not JSON
-/// (or gives a key twice), does not match the slot's schema (the error names the path in the
-/// value), does not fit the slot, or the slot's writer is alive and `force` is not given.
+/// Writes `json` (text) into `name`. Refused, with nothing written: first when the slot's
+/// writer is alive or it is a mirror and `force` is not given (no value could lift that); then
+/// when the text is not JSON (or gives a key twice), does not match the slot's schema (the
+/// error names the path in the value) or does not fit the slot.
 pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<Written> {
-    let value = parse_json(json).map_err(|e| {
-        Error::Refused(match e.classify() {
-            // Valid JSON that `parse_json` refuses: a key given twice.
-            serde_json::error::Category::Data => format!("put {name}: {e}"),
-            _ => format!("put {name}: the value is not JSON: {e}"),
-        })
-    })?;
     // Checks first, on a read-only mapping: a refused put never maps the slot writable.
     let opened = open(domain, name);
     if let Err(Error::NoSlot { .. }) = &opened {
@@ -50,6 +44,59 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
     let slot = opened?;
     // Who writes the slot first: a refusal no value can lift comes before what is wrong with
     // the value (fixing a value only to be refused for another reason).
+    writer_refusal(name, &slot, force)?;
+    let value = parse_json(json).map_err(|e| {
+        Error::Refused(match e.classify() {
+            // Valid JSON that `parse_json` refuses: a key given twice.
+            serde_json::error::Category::Data => format!("put {name}: {e}"),
+            _ => format!("put {name}: the value is not JSON: {e}"),
+        })
+    })?;
+    let schema = slot.schema().parse().map_err(|e| {
+        Error::Refused(format!(
+            "put {name}: the slot's stored schema is unreadable: {e}"
+        ))
+    })?;
+    let bytes = schema.encode_json(&value).map_err(|e| {
+        Error::Refused(format!(
+            "put {name}: the value does not match the slot's schema: {e}; the schema is: {}",
+            schema.describe().replace('\n', "; ")
+        ))
+    })?;
+    if bytes.len() > slot.capacity() {
+        return Err(Error::Refused(format!(
+            "put {name}: the value is {} bytes encoded, the slot holds at most {}",
+            bytes.len(),
+            slot.capacity()
+        )));
+    }
+    drop(slot);
+    let slot = open_mode(domain, name, true)?;
+    // Looked at again: a writer may have started, or died, while the value was read and
+    // encoded (a big one from stdin takes a while).
+    let (writer, alive) = writer_refusal(name, &slot, force)?;
+    // A writer that died while no registry ran is still marked alive: readers that trust the
+    // mark (an arbiter obeys a controller block only while its writer lives) would take this
+    // value for the dead writer's. Marked gone first, as the registry would have, the value
+    // is what it is: one left by a writer that is gone.
+    if writer.state == WriterState::Alive && !alive {
+        slot.mark_writer_gone();
+    }
+    let sequence = slot.write(&bytes)?;
+    Ok(Written {
+        name: name.to_string(),
+        sequence,
+        size: bytes.len(),
+    })
+}
+
+/// Refuses a put into a slot whose writer runs, or into a mirror, unless `force`; otherwise the
+/// writer as read and whether it counts as alive.
+fn writer_refusal(
+    name: &SlotName,
+    slot: &bus::slot::Slot,
+    force: bool,
+) -> Result<(bus::slot::WriterInfo, bool)> {
     let writer = slot.writer();
     // A writer marked alive whose process cannot be seen from here (another pid namespace:
     // the registry recorded pid 0) may well run: as good as alive.
@@ -79,39 +126,7 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
              the writer, or use --force if you accept that"
         )));
     }
-    let schema = slot.schema().parse().map_err(|e| {
-        Error::Refused(format!(
-            "put {name}: the slot's stored schema is unreadable: {e}"
-        ))
-    })?;
-    let bytes = schema.encode_json(&value).map_err(|e| {
-        Error::Refused(format!(
-            "put {name}: the value does not match the slot's schema: {e}; the schema is: {}",
-            schema.describe().replace('\n', "; ")
-        ))
-    })?;
-    if bytes.len() > slot.capacity() {
-        return Err(Error::Refused(format!(
-            "put {name}: the value is {} bytes encoded, the slot holds at most {}",
-            bytes.len(),
-            slot.capacity()
-        )));
-    }
-    drop(slot);
-    let slot = open_mode(domain, name, true)?;
-    // A writer that died while no registry ran is still marked alive: readers that trust the
-    // mark (an arbiter obeys a controller block only while its writer lives) would take this
-    // value for the dead writer's. Marked gone first, as the registry would have, the value
-    // is what it is: one left by a writer that is gone.
-    if writer.state == WriterState::Alive && !alive {
-        slot.mark_writer_gone();
-    }
-    let sequence = slot.write(&bytes)?;
-    Ok(Written {
-        name: name.to_string(),
-        sequence,
-        size: bytes.len(),
-    })
+    Ok((writer, alive))
 }
 
 /// The host that publishes `name`, when another computer does and this one has no slot of it
