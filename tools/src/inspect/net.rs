@@ -182,8 +182,9 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
         ),
         // The registry joins the group before it opens its network; without a route or an
         // interface the join has nothing to go through, so it has not opened: no datagram
-        // leaves, to the --peer addresses neither.
-        (None, None) if devices.is_empty() => Check::new(
+        // leaves, to the --peer addresses neither. Told by its statistics, which it publishes
+        // from the moment its network opens.
+        (None, None) if own_statistics(domain).is_none() => Check::new(
             "multicast route",
             Status::Fail,
             format!(
@@ -199,8 +200,8 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
                 }
             ),
         ),
-        // Joined while a route was there (removed since): the membership stays, the --peer
-        // addresses are still reached.
+        // Opened while a route was there (removed since): the --peer addresses are still
+        // reached.
         (None, None) if peers => Check::new(
             "multicast route",
             Status::Warn,
@@ -287,15 +288,19 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
     checks
 }
 
+/// The running registry's network statistics; `None` until its network opened. This run's: an
+/// earlier run under another host name left its slot, its writer gone.
+fn own_statistics(domain: &Domain) -> Option<super::stats::NetSlot> {
+    super::stats::read(domain)
+        .into_iter()
+        .find(|s| !s.mirrored && s.writer_alive)
+}
+
 /// Whom the registry hears, from its own statistics slot: the rows above say the network is
 /// set up, not that anything passes (a cut cable, a different key and a missing route on the
 /// other computer all look fine from here).
 fn peers_heard(domain: &Domain) -> Check {
-    // This run's: an earlier run under another host name left its slot, its writer gone.
-    let Some(own) = super::stats::read(domain)
-        .into_iter()
-        .find(|s| !s.mirrored && s.writer_alive)
-    else {
+    let Some(own) = own_statistics(domain) else {
         // The registry publishes its statistics from the moment its network opens.
         return Check::new(
             "peers",
