@@ -68,6 +68,23 @@ fn a_value_refused_is_a_usage_error_too() {
             &["get", "no-leading-slash"][..],
             "starts with '/'",
         ),
+        // A negative number is a value out of range, not an unknown option.
+        (
+            "bus-inspect",
+            &["watch", "/x", "--timeout", "-3"][..],
+            "give seconds above 0",
+        ),
+        ("robot-sim", &["--rate-hz", "-5"][..], "expected 0 < rate"),
+        (
+            "robot-sim",
+            &["--command-timeout-ms", "-5"][..],
+            "expected milliseconds",
+        ),
+        (
+            "bus-stress",
+            &["read", "--name", "/x", "--seconds", "-1"][..],
+            "give 0 to 31536000 seconds",
+        ),
     ] {
         let out = Command::new("timeout")
             .arg("20")

@@ -78,12 +78,18 @@ fn without_a_registry_list_get_info_stats_and_graph_say_so() {
         assert!(says_note(&err), "{args:?}: {err}");
     }
     assert!(ok(&t.inspect(&["list"])).contains("/lonely/x"));
-    for command in ["get", "info"] {
-        let out = t.inspect(&[command, "/robot/manager"]);
-        assert_eq!(out.status.code(), Some(1), "{command}: {out:?}");
+    for args in [
+        &["get", "/robot/manager"][..],
+        &["info", "/robot/manager"],
+        &["put", "/robot/manager", "1"],
+    ] {
+        let out = t.inspect(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("no slot /robot/manager"), "{command}: {err}");
-        assert!(says_note(&err), "{command}: {err}");
+        assert!(err.contains("no slot /robot/manager"), "{args:?}: {err}");
+        assert!(says_note(&err), "{args:?}: {err}");
+        // Not `list --remote`, which asks the registry that is not there.
+        assert!(!err.contains("list --remote"), "{args:?}: {err}");
     }
     // `stats` and `graph` print what shared memory shows, but without the processes they
     // describe through the registry they end in 1, saying why on stderr.

@@ -248,7 +248,7 @@ fn release(args: &Args, controller: &mut RobotController) -> Result<(), String> 
     Ok(())
 }
 
-/// `--duration-s`: a finite, non-negative number of seconds (at most a year).
+/// `--duration-s`: a finite number of seconds above 0 (at most a year).
 fn seconds(text: &str) -> Result<Duration, String> {
     let s: f64 = text
         .parse()

@@ -44,7 +44,7 @@ struct Args {
     /// computer's clock is off. A smaller value than three of the command's own heartbeats is
     /// raised to that for the command; a command of an arbiter without heartbeat (heartbeat_ms
     /// 0) never grows old. 0: commands never grow old.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(0, u64::MAX, "milliseconds"), allow_negative_numbers = true)]
     command_timeout_ms: u64,
     /// Bus domain.
     #[arg(long, env = "BUS_DOMAIN", default_value = bus::names::DEFAULT_DOMAIN,
