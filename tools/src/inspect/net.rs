@@ -171,8 +171,6 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
     let peers = args
         .iter()
         .any(|a| a == "--peer" || a.starts_with("--peer="));
-    let igmp = std::fs::read_to_string(format!("/proc/{pid}/net/igmp")).unwrap_or_default();
-    let devices = joined(&igmp, group);
     checks.push(match (route_for(&table, group), interface) {
         // --interface names the device multicast leaves by (IP_MULTICAST_IF): no route needed.
         (None, Some(i)) => Check::new(
@@ -188,8 +186,8 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             "multicast route",
             Status::Fail,
             format!(
-                "no route for {group} in the registry's network namespace, and no interface \
-                 joined to it: the registry's network has not opened (its log says `network: \
+                "no route for {group} in the registry's network namespace, and no network \
+                 statistics: the registry's network has not opened (its log says `network: \
                  not ready`), so nothing is sent{}; give the registry --interface (the device \
                  towards the other computers) or add a route (`ip route add 224.0.0.0/4 dev \
                  eth0`)",
@@ -243,6 +241,8 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             ),
         ),
     });
+    let igmp = std::fs::read_to_string(format!("/proc/{pid}/net/igmp")).unwrap_or_default();
+    let devices = joined(&igmp, group);
     checks.push(if devices.is_empty() {
         Check::new(
             "multicast group",
