@@ -233,18 +233,13 @@ fn run(args: &Args) -> Result<(), String> {
 /// that is over. A block that never reached the bus (no registry made its slot) held nothing:
 /// that is said instead of a release.
 fn release(args: &Args, controller: &mut RobotController) -> Result<(), String> {
-    let in_place = controller.block_in_place();
-    controller.release().map_err(|e| e.to_string())?;
-    if in_place {
-        print_note(args, "released", "released every resource", "");
+    let said = if controller.block_in_place() {
+        "released every resource"
     } else {
-        print_note(
-            args,
-            "released",
-            "held nothing: its block never reached the bus",
-            "",
-        );
-    }
+        "held nothing: its block never reached the bus"
+    };
+    controller.release().map_err(|e| e.to_string())?;
+    print_note(args, "released", said, "");
     Ok(())
 }
 

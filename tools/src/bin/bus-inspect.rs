@@ -514,7 +514,7 @@ fn without_registry(domain: &Domain, error: Option<&str>) -> i32 {
 fn not_found(domain: &Domain, e: inspect::Error) -> String {
     match (&e, registry::answers(domain)) {
         (inspect::Error::NoSlot { name, domain }, Err(none)) => {
-            format!("no slot {name} in domain '{domain}'\nbus-inspect: {none}")
+            format!("{}\nbus-inspect: {none}", inspect::no_slot(name, domain))
         }
         _ => e.to_string(),
     }

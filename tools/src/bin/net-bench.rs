@@ -414,7 +414,11 @@ fn orchestrate(
     // that writes millions of values a second keeps a CPU busy; where it shares one with its
     // registry (always with --cpu-per-host) it takes half of the CPU the reflection needs. At
     // the lowest priority it takes only what the registries leave: the reflection's own rate.
-    for niced in [false, true] {
+    println!();
+    for (niced, writer) in [
+        (false, "writer at normal priority"),
+        (true, "writer at nice 19"),
+    ] {
         let before = mirrored(&lab)?;
         let mut c = if niced {
             let mut c = lab.cmd(0, Path::new("nice"));
@@ -431,15 +435,9 @@ fn orchestrate(
             .map_err(|e: std::num::ParseIntError| e.to_string())?;
         std::thread::sleep(Duration::from_millis(1100));
         let after = mirrored(&lab)?;
-        let writer = if niced {
-            "writer at nice 19"
-        } else {
-            "writer at normal priority"
-        };
         println!(
-            "{}update rate, 64 B, {writer}: {written} values written on hA in {flood_seconds} s \
+            "update rate, 64 B, {writer}: {written} values written on hA in {flood_seconds} s \
              ({:.0}/s); {} written into hB's mirror ({:.0}/s)",
-            if niced { "" } else { "\n" },
             written as f64 / flood_seconds,
             after - before,
             (after - before) as f64 / flood_seconds

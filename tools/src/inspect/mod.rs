@@ -55,12 +55,19 @@ impl fmt::Display for Error {
             Error::Bus(e) => e.fmt(f),
             Error::NoSlot { name, domain } => write!(
                 f,
-                "no slot {name} in domain '{domain}', here or published by another computer \
-                 (`bus-inspect --domain {domain} list --remote` shows the names there are)"
+                "{}, here or published by another computer (`bus-inspect --domain {domain} \
+                 list --remote` shows the names there are)",
+                no_slot(name, domain)
             ),
             Error::Refused(reason) => f.write_str(reason),
         }
     }
+}
+
+/// That `name` has no slot in `domain`, without saying where else to look (`Error::NoSlot`
+/// points at `list --remote`, which needs a registry).
+pub fn no_slot(name: &str, domain: &str) -> String {
+    format!("no slot {name} in domain '{domain}'")
 }
 
 impl std::error::Error for Error {}

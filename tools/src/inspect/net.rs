@@ -171,6 +171,7 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
     let peers = args
         .iter()
         .any(|a| a == "--peer" || a.starts_with("--peer="));
+    let statistics = own_statistics(domain);
     checks.push(match (route_for(&table, group), interface) {
         // --interface names the device multicast leaves by (IP_MULTICAST_IF): no route needed.
         (None, Some(i)) => Check::new(
@@ -182,7 +183,7 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
         // interface the join has nothing to go through, so it has not opened: no datagram
         // leaves, to the --peer addresses neither. Told by its statistics, which it publishes
         // from the moment its network opens.
-        (None, None) if own_statistics(domain).is_none() => Check::new(
+        (None, None) if statistics.is_none() => Check::new(
             "multicast route",
             Status::Fail,
             format!(
@@ -283,7 +284,7 @@ pub fn checks(domain: &Domain, registry: Option<u32>, refused: bool) -> Vec<Chec
             format!("TTL {ttl}: datagrams cross up to {} router(s)", ttl - 1),
         ),
     });
-    checks.push(peers_heard(domain));
+    checks.push(peers_heard(statistics));
     checks.push(clock(domain));
     checks
 }
@@ -299,8 +300,8 @@ fn own_statistics(domain: &Domain) -> Option<super::stats::NetSlot> {
 /// Whom the registry hears, from its own statistics slot: the rows above say the network is
 /// set up, not that anything passes (a cut cable, a different key and a missing route on the
 /// other computer all look fine from here).
-fn peers_heard(domain: &Domain) -> Check {
-    let Some(own) = own_statistics(domain) else {
+fn peers_heard(statistics: Option<super::stats::NetSlot>) -> Check {
+    let Some(own) = statistics else {
         // The registry publishes its statistics from the moment its network opens.
         return Check::new(
             "peers",
