@@ -42,13 +42,14 @@ struct Args {
     /// first. (A private slot goes 5 s after it is last used, and so does a mirror whose host
     /// still has the value, its publisher running there or its value kept: its values are then
     /// no longer asked for.) With --net the 1,000 written last are offered to other hosts.
-    #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED)]
-    keep_unused: usize,
+    #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED as u64,
+          value_parser = daemon::whole_number(0, u64::MAX, "a count of slots"), allow_negative_numbers = true)]
+    keep_unused: u64,
     /// The slots kept by --keep-unused take at most this many MiB of shared memory together
     /// (a slot's segment holds its capacity about four times over; /dev/shm is RAM). A slot
     /// whose segment alone is larger is not kept once unused.
     #[arg(long, default_value_t = registry::state::DEFAULT_KEEP_UNUSED_MIB,
-          value_parser = clap::value_parser!(u64).range(..=1 << 20))]
+          value_parser = daemon::whole_number(0, 1 << 20, "MiB"), allow_negative_numbers = true)]
     keep_unused_mib: u64,
     #[command(flatten)]
     net: NetArgs,
@@ -69,13 +70,13 @@ struct NetArgs {
     #[arg(long, default_value = "239.255.66.66")]
     mcast_group: std::net::Ipv4Addr,
     /// UDP port of the multicast group (discovery), 1 to 65535.
-    #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..), allow_negative_numbers = true)]
     mcast_port: u16,
     /// Interface for multicast: a name (eth0) or its IPv4 address; default: the routing table's.
     #[arg(long)]
     interface: Option<String>,
     /// Multicast TTL, 0 to 255 (1: this network segment only; 0: this computer only).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=255))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=255), allow_negative_numbers = true)]
     ttl: u32,
     /// Registry reached by unicast, for networks without multicast: its IPv4 address and
     /// discovery port (10.0.0.5:7447), or the address alone for the port of --mcast-port.
@@ -87,18 +88,18 @@ struct NetArgs {
     /// that is smaller (said in the log). At least room for a datagram's headers and 64 bytes:
     /// 164 bytes, 180 with --key-file (its MAC).
     #[arg(long, default_value_t = 1500,
-          value_parser = daemon::whole_number(LEAST_MTU, MAX_UDP, "bytes"))]
+          value_parser = daemon::whole_number(LEAST_MTU, MAX_UDP, "bytes"), allow_negative_numbers = true)]
     mtu: u64,
     /// Announcement interval, milliseconds (at least 10).
-    #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     announce_ms: u64,
     /// A host not heard from for this long is forgotten, milliseconds (at least 50; or for
     /// three of its own announcement intervals, when that is longer).
-    #[arg(long, default_value_t = 3000, value_parser = daemon::whole_number(50, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 3000, value_parser = daemon::whole_number(50, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     forget_ms: u64,
     /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds
     /// (at least 10).
-    #[arg(long, default_value_t = 1000, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"))]
+    #[arg(long, default_value_t = 1000, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     refresh_ms: u64,
     /// Shared key file (any bytes, at least 16; not readable or writable by others): datagrams
     /// carry a keyed MAC and unauthenticated ones are dropped. Without it the network is
@@ -106,13 +107,13 @@ struct NetArgs {
     #[arg(long)]
     key_file: Option<std::path::PathBuf>,
     /// Largest value accepted or sent over the network, bytes (at least 1).
-    #[arg(long, default_value_t = 64 << 20, value_parser = daemon::whole_number(1, MAX_VALUE, "bytes"))]
+    #[arg(long, default_value_t = 64 << 20, value_parser = daemon::whole_number(1, MAX_VALUE, "bytes"), allow_negative_numbers = true)]
     max_value: u64,
     /// Memory held at most for incomplete (fragmented) values, bytes (their buffers plus 256
     /// bytes each; at most 4,096 are held whatever their size); at least 65536, or no value of
     /// more than a few datagrams could ever be put together.
     #[arg(long, default_value_t = 256 << 20,
-          value_parser = daemon::whole_number(65_536, 1 << 40, "bytes"))]
+          value_parser = daemon::whole_number(65_536, 1 << 40, "bytes"), allow_negative_numbers = true)]
     reassembly_limit: u64,
     /// Directory for what must outlive a restart: with --net, the last network session number,
     /// so that peers take this registry's datagrams as a new run even if the clock went back
@@ -164,7 +165,7 @@ fn run(args: Args, net_settings_given: &[String]) -> Result<(), String> {
         group,
         net,
         keep_unused: registry::state::KeepUnused {
-            slots: args.keep_unused,
+            slots: usize::try_from(args.keep_unused).unwrap_or(usize::MAX),
             bytes: args.keep_unused_mib << 20,
         },
     };
@@ -483,6 +484,26 @@ mod tests {
                 "--max-value",
                 "4294967295",
                 "expected bytes from 1 to 4294966271",
+            ),
+            // A negative number is a value out of range, not an unknown option.
+            ("--mtu", "-1", "expected bytes from 164 to 65507"),
+            ("--mcast-port", "-1", "-1 is not in 1..=65535"),
+            ("--ttl", "-1", "-1 is not in 0..=255"),
+            ("--announce-ms", "-5", "expected milliseconds from 10 to"),
+            ("--forget-ms", "-5", "expected milliseconds from 50 to"),
+            ("--refresh-ms", "-5", "expected milliseconds from 10 to"),
+            ("--max-value", "-1", "expected bytes from 1 to"),
+            ("--reassembly-limit", "-1", "expected bytes from 65536 to"),
+            ("--keep-unused-mib", "-1", "expected MiB from 0 to 1048576"),
+            (
+                "--keep-unused-mib",
+                "1048577",
+                "expected MiB from 0 to 1048576",
+            ),
+            (
+                "--keep-unused",
+                "-1",
+                "expected a count of slots, at least 0",
             ),
         ] {
             let e = parse(option, bad).unwrap_err();

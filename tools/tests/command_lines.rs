@@ -85,6 +85,11 @@ fn a_value_refused_is_a_usage_error_too() {
             &["read", "--name", "/x", "--seconds", "-1"][..],
             "give 0 to 31536000 seconds",
         ),
+        (
+            "registry-server",
+            &["--keep-unused", "-3"][..],
+            "expected a count of slots",
+        ),
     ] {
         let out = Command::new("timeout")
             .arg("20")
