@@ -235,3 +235,58 @@ fn a_driver_restarted_on_another_host_holds_a_released_joint_where_it_measures_i
     let c = shoulder_command(&lab);
     assert!(c.is_some_and(|c| c < 0.4), "{c:?}");
 }
+
+/// The registry of the arbiter's own computer restarted while the driver runs on another one:
+/// the mirror of the driver's state gets a new writing process (the new registry), but the
+/// driver is the same. The arbiter told drivers apart by the mirror's writer process, took the
+/// restart for another driver, and forgot where it held released joints (said in its log).
+#[test]
+fn a_restart_of_the_arbiters_own_registry_is_not_another_driver() {
+    let mut lab = robot_on_a_and_payload_b("controllers = [\"x\"]\narbiters = [\"arm\"]\n");
+    // `robot_on_a_and_payload_b` started the manager (child 0), then the arbiter (child 1).
+    let arbiter = 1;
+    lab.spawn(B, "robot-sim", &[]);
+    controller(
+        &mut lab,
+        A,
+        "x",
+        "compromising",
+        &["arm/shoulder=1.2"],
+        &["--ttl-ms", "2000"],
+    );
+    eventually("the shoulder reaches 1.2", || {
+        arm_block(&lab).is_some_and(|b| {
+            b["resources"]["shoulder"]["state"]
+                .as_f64()
+                .is_some_and(|s| (s - 1.2).abs() < 0.01)
+        })
+    });
+    lab.kill_registry(A);
+    lab.start_registry(A, &[], &[]);
+    // Values the new registry wrote into the mirror have reached the arbiter once its block
+    // shows a state sequence beyond the restart's.
+    let state_sequence = |lab: &Lab| {
+        lab.list_row(A, "/robot/resource/arm/state")["sequence"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let after_restart = state_sequence(&lab);
+    eventually("the driver's state flows into host A again", || {
+        state_sequence(&lab) > after_restart + 10
+    });
+    expect(
+        &lab,
+        "x keeps the shoulder",
+        json!({"turret": null, "shoulder": "x"}),
+        json!({"x": "full"}),
+    );
+    let pid = nix::unistd::Pid::from_raw(lab.pid(arbiter) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the arbiter");
+    let out = lab.finish(arbiter);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("stopping on"),
+        "the arbiter's log is not its own: {log}"
+    );
+    assert!(!log.contains("another driver"), "{log}");
+}
