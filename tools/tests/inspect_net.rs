@@ -442,6 +442,21 @@ fn list_names_local_slots_by_the_running_registrys_host_name() {
     assert!(!text.contains("aaa-old (local)"), "{text}");
 }
 
+/// Host `host`'s `bus-inspect doctor --json` row of check `which` (JSON null if absent). doctor
+/// exits 1 when a check fails: its report is read all the same.
+fn doctor_check(lab: &Lab, host: usize, which: &str) -> serde_json::Value {
+    let out = lab.inspect(host, &["doctor", "--json"]);
+    let d: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    d["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == which)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// With no multicast route in its namespace, a registry given --interface still sends to the
 /// group (on that device) and is heard: doctor says the route is not needed rather than failing
 /// and telling that discovery cannot leave the computer, which the guide's own advice (give
@@ -453,19 +468,7 @@ fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
     for host in [A, B] {
         lab.run(host, "ip", &["route", "del", "224.0.0.0/4"]);
     }
-    // doctor exits 1 when a check fails: its report is read all the same.
-    let check = |lab: &Lab, host, which: &str| {
-        let out = lab.inspect(host, &["doctor", "--json"]);
-        let d: serde_json::Value =
-            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-        d["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["check"] == which)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let check = doctor_check;
     let route = |lab: &Lab, host| check(lab, host, "multicast route");
     lab.start_registry(A, &["--interface", "eth0"], &[]);
     lab.start_registry(B, &["--interface", "eth0"], &[]);
@@ -515,5 +518,56 @@ fn doctor_needs_no_multicast_route_when_the_registry_has_an_interface() {
     assert!(
         p["detail"].as_str().unwrap().contains("has not opened"),
         "{p}"
+    );
+}
+
+/// The multicast route removed after the registry's network opened: with --peer the peers are
+/// still reached by unicast, and doctor warns that only they are; without --peer it fails, as
+/// discovery then reaches no other computer.
+#[test]
+fn doctor_says_what_still_passes_once_the_route_goes_after_the_network_opened() {
+    let mut lab = Lab::new(2);
+    let peer = lab.hosts[B].ip.clone();
+    lab.start_registry(A, &["--peer", &peer], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("A hears B", || {
+        lab.stats(A).is_some_and(|s| {
+            s["peers"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["host"] == "hB"))
+        })
+    });
+    lab.run(A, "ip", &["route", "del", "224.0.0.0/4"]);
+    let r = doctor_check(&lab, A, "multicast route");
+    assert_eq!(r["status"], "warn", "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only the --peer addresses are reached (by unicast)"),
+        "{r}"
+    );
+    // As it says: a value written on A after the route went reaches B.
+    let reader = lab.read_until(B, "/routeless/x", "3", "20");
+    lab.write_from(A, "/routeless/x", "1000", "50", "64");
+    let s = common::summary(&lab.finish(reader));
+    assert!(s["last"].as_u64() >= Some(3), "{s}");
+    // Without --peer (started while the route was there, so its network opened), nothing
+    // reaches another computer.
+    lab.run(A, "ip", &["route", "add", "224.0.0.0/4", "dev", "eth0"]);
+    lab.stop_registry(A);
+    lab.start_registry(A, &[], &[]);
+    eventually("A's network opens again", || {
+        lab.log(A).matches("network: reflecting as host").count() >= 2
+    });
+    lab.run(A, "ip", &["route", "del", "224.0.0.0/4"]);
+    let r = doctor_check(&lab, A, "multicast route");
+    assert_eq!(r["status"], "fail", "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("discovery cannot leave this computer"),
+        "{r}"
     );
 }
