@@ -188,6 +188,17 @@ fn a_controller_cut_off_from_the_robot_says_the_network_may_be_cut() {
     );
 }
 
+/// Waits until the arm's memory block on host A says the shoulder measures `position`.
+fn shoulder_reaches(lab: &Lab, position: f64) {
+    eventually(&format!("the shoulder reaches {position}"), || {
+        arm_block(lab).is_some_and(|b| {
+            b["resources"]["shoulder"]["state"]
+                .as_f64()
+                .is_some_and(|s| (s - position).abs() < 0.01)
+        })
+    });
+}
+
 /// The shoulder's held command in the arm's memory block on host A.
 fn shoulder_command(lab: &Lab) -> Option<f64> {
     arm_block(lab).and_then(|b| b["resources"]["shoulder"]["command"].as_f64())
@@ -210,13 +221,7 @@ fn a_driver_restarted_on_another_host_holds_a_released_joint_where_it_measures_i
         &["arm/shoulder=1.2"],
         &["--ttl-ms", "200"],
     );
-    eventually("the shoulder reaches 1.2", || {
-        arm_block(&lab).is_some_and(|b| {
-            b["resources"]["shoulder"]["state"]
-                .as_f64()
-                .is_some_and(|s| (s - 1.2).abs() < 0.01)
-        })
-    });
+    shoulder_reaches(&lab, 1.2);
     lab.kill(x);
     expect(
         &lab,
@@ -254,13 +259,7 @@ fn a_restart_of_the_arbiters_own_registry_is_not_another_driver() {
         &["arm/shoulder=1.2"],
         &["--ttl-ms", "2000"],
     );
-    eventually("the shoulder reaches 1.2", || {
-        arm_block(&lab).is_some_and(|b| {
-            b["resources"]["shoulder"]["state"]
-                .as_f64()
-                .is_some_and(|s| (s - 1.2).abs() < 0.01)
-        })
-    });
+    shoulder_reaches(&lab, 1.2);
     lab.kill_registry(A);
     lab.start_registry(A, &[], &[]);
     // Values the new registry wrote into the mirror have reached the arbiter once its block
