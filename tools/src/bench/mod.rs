@@ -77,6 +77,7 @@ impl Plan {
             idle: (n / 100).max(20),
             counts: publish::Counts {
                 rounds,
+                polling_rounds: if o.quick { 2 } else { 25 },
                 each: n * 5,
                 blocked: (n / 20).max(50),
                 throughput: n * 100,
