@@ -29,7 +29,8 @@ const EXAMPLES: &str = "Examples:
   bus-inspect --domain test clean --yes
 
 Exit status: 0 done; 1 any other error (a slot that does not exist or never appeared, a refused
-put, a doctor check that failed, a segment clean kept); 2 wait, or watch --count, reached its
+put, a doctor check that failed, a segment clean kept, output that could not be written:
+a pipe whose reader left is no error); 2 wait, or watch --count, reached its
 --timeout first; 64 a command line that does not parse or a value out of range.";
 
 #[derive(Parser)]
@@ -263,7 +264,13 @@ fn main() {
     let args: Args = daemon::parse_args();
     let result = run(&args.domain, args.command);
     match result {
-        Ok(0) => {}
+        Ok(0) => {
+            // What was done is done (a `put` wrote); not being able to say so is an error.
+            if let Some(e) = OUTPUT_FAILED.get() {
+                eprintln!("bus-inspect: writing the output: {e}");
+                std::process::exit(1);
+            }
+        }
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("bus-inspect: {e}");
@@ -272,10 +279,28 @@ fn main() {
     }
 }
 
-/// Prints one line; `false` once stdout is closed (`| head`), so loops stop quietly.
-fn say(line: &str) -> bool {
+/// Why the output could not be written (a full disk, an unwritable file), if it could not: the
+/// command then ends with status 1. A pipe whose reader left (`| head`) is not recorded: that
+/// reader wanted no more.
+static OUTPUT_FAILED: std::sync::OnceLock<std::io::Error> = std::sync::OnceLock::new();
+
+/// Prints `text` as it is; `false` once stdout cannot be written, so loops stop quietly.
+fn emit(text: &str) -> bool {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                let _ = OUTPUT_FAILED.set(e);
+            }
+            false
+        }
+    }
+}
+
+/// Prints one line (see `emit`).
+fn say(line: &str) -> bool {
+    emit(&format!("{line}\n"))
 }
 
 fn json_line<T: serde::Serialize>(value: &T) -> Result<bool, String> {
@@ -293,7 +318,7 @@ fn show<T: serde::Serialize>(
     if json {
         json_line(value)?;
     } else {
-        print!("{}", text(value));
+        emit(&text(value));
     }
     Ok(())
 }
@@ -468,7 +493,7 @@ fn list(
             json_line(r)?;
         }
     } else {
-        print!("{}", render::list(&slots, &remote));
+        emit(&render::list(&slots, &remote));
     }
     for e in &errors {
         eprintln!("bus-inspect: unreadable: {e}");
@@ -537,9 +562,9 @@ fn rates(
             json_line(r)?;
         }
     } else if bandwidth {
-        print!("{}", render::bw(&reports));
+        emit(&render::bw(&reports));
     } else {
-        print!("{}", render::hz(&reports));
+        emit(&render::hz(&reports));
     }
     Ok(i32::from(reports.iter().any(|r| !r.exists)))
 }
