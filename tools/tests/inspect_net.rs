@@ -442,6 +442,34 @@ fn list_names_local_slots_by_the_running_registrys_host_name() {
     assert!(!text.contains("aaa-old (local)"), "{text}");
 }
 
+/// The registry restarted without `--net`: the local slots are named by the computer's host
+/// name, as the new registry's directory says, not by the `--host` of the earlier run, whose
+/// statistics slot stays (probing `list`, `info` and `get`).
+#[test]
+fn a_registry_restarted_without_net_names_local_slots_by_the_host_name() {
+    let mut lab = Lab::new(1);
+    lab.start_registry(A, &["--host", "aaa-old"], &[]);
+    eventually("A's statistics under its --host", || {
+        lab.list_row(A, "/baton/registry/aaa-old/net")["sequence"].as_u64() > Some(0)
+    });
+    lab.kill_registry(A);
+    // Started by hand: the lab's registries all reflect.
+    lab.spawn(A, "registry-server", &[]);
+    lab.write_from(A, "/lab/plain", "1", "0", "16");
+    let here = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    eventually("the local slot is named by the host name", || {
+        let out = lab.inspect(A, &["list", "/lab/plain"]);
+        String::from_utf8_lossy(&out.stdout).contains(&format!("{here} (local)"))
+    });
+    let info = lab.inspect(A, &["info", "/lab/plain"]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(text.contains(&format!("{here} (local)")), "{text}");
+    assert!(!text.contains("aaa-old"), "{text}");
+}
+
 /// Host `host`'s `bus-inspect doctor --json` row of check `which` (JSON null if absent). doctor
 /// exits 1 when a check fails: its report is read all the same.
 fn doctor_check(lab: &Lab, host: usize, which: &str) -> serde_json::Value {

@@ -146,10 +146,22 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// This computer's name on the bus of `domain`: the host of the registry's own (not mirrored)
-/// statistics slot `/baton/registry/<host>/net` when it reflects with `--net` (it may have been
-/// given `--host`), otherwise the host name, which is the registry's default.
+/// This computer's name on the bus of `domain`: the host its last registry wrote into its
+/// directory (its `--host` with `--net`, else the computer's host name); without a directory,
+/// the host of the registry's own (not mirrored) statistics slot `/baton/registry/<host>/net`,
+/// the running registry's first; otherwise the host name, which is the registry's default.
 pub fn local_host(domain: &Domain) -> String {
+    // The last registry to run here writes its host name into its directory, with --net or
+    // without (then the computer's host name): the statistics below may be those of an earlier
+    // run with another --host.
+    if let Some(host) = remote::directory(domain)
+        .ok()
+        .flatten()
+        .map(|d| d.host)
+        .filter(|h| !h.is_empty())
+    {
+        return host;
+    }
     let files = domain.segment_files().unwrap_or_default();
     // (whether its registry writes it now, host): a computer renamed keeps the statistics of
     // its old name, their writer gone; the running registry's are the ones that count.

@@ -275,22 +275,31 @@ pub struct RemoteName {
     pub here: bool,
 }
 
-/// The names other computers publish that have no slot here, matching `pattern` like `list`,
-/// from the registry's directory (`/baton/registry/directory`); empty while no registry
-/// publishes one.
-pub fn remote_names(domain: &Domain, pattern: Option<&str>) -> Result<Vec<RemoteName>> {
+/// The registry's directory (`/baton/registry/directory`) as last written; `None` while no
+/// registry has written one.
+pub fn directory(domain: &Domain) -> Result<Option<bus::directory::Directory>> {
     let name = SlotName::public(bus::directory::DIRECTORY_SLOT)?;
     let slot = match open(domain, &name) {
         Ok(slot) => slot,
-        Err(Error::NoSlot { .. }) => return Ok(Vec::new()),
+        Err(Error::NoSlot { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     let mut bytes = Vec::new();
     if slot.read(0, &mut bytes)?.is_none() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let directory: bus::directory::Directory = bus::codec::decode(&bytes)
-        .map_err(|e| Error::Refused(format!("the registry's directory does not decode: {e}")))?;
+    bus::codec::decode(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Refused(format!("the registry's directory does not decode: {e}")))
+}
+
+/// The names other computers publish that have no slot here, matching `pattern` like `list`,
+/// from the registry's directory (`/baton/registry/directory`); empty while no registry
+/// publishes one.
+pub fn remote_names(domain: &Domain, pattern: Option<&str>) -> Result<Vec<RemoteName>> {
+    let Some(directory) = directory(domain)? else {
+        return Ok(Vec::new());
+    };
     let mut names = Vec::new();
     for entry in directory.entries {
         let Some(origin) = entry.origin_host else {
