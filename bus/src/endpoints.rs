@@ -253,6 +253,9 @@ pub struct ValueMeta {
     /// The state now of the value's writer: `Gone` once it exited or died, also when another
     /// publication has taken the slot since but not written yet (`Slot::writer_state_of`).
     pub writer: WriterState,
+    /// The writing process; 0 for a value of an earlier writer than the one the slot records
+    /// now (a process that took the name but has not written yet): the slot keeps one
+    /// writer's record.
     pub writer_pid: u32,
     /// Which writer that is: another id under the same pid is another writer (a process
     /// restarted, or, in a mirror, the publisher on the origin host restarted). A mirror's

@@ -205,10 +205,19 @@ fn a_new_publisher_does_not_revive_its_dead_predecessors_value() {
         serde_json::from_slice(&t.inspect(&["info", "/revive", "--json"]).stdout)
             .unwrap_or_default()
     };
-    common::eventually("the new writer registered", || {
-        info()["slot"]["writer_pid"].as_i64() == Some(i64::from(idle_pid))
+    common::eventually("the new writer registered and bound", || {
+        info()["endpoints"]["publishers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|e| e["pid"] == idle_pid && e["bound"] == true))
     });
     assert_eq!(sub.writer(), Some(bus::WriterState::Gone));
+    // The value's writer is not the new process, which did not write it (probing `list`: it
+    // showed `gone (<the new pid>)`, a running process); the slot keeps no earlier writer.
+    assert_eq!(info()["slot"]["writer_pid"], 0, "{}", info());
+    let listed = t.inspect(&["list", "/revive"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("gone (an earlier writer)"), "{text}");
+    assert_eq!(sub.meta().unwrap().writer_pid, 0);
     let mut fresh = bus.subscribe::<Checked>("/revive").unwrap();
     fresh.wait_bound(common::WATCHDOG).unwrap();
     assert!(fresh.update().unwrap(), "the value left behind");

@@ -72,10 +72,17 @@ fn a_remote_publisher_killed_shows_as_writer_gone_to_subscribers_on_other_hosts(
     let idle = lab.write_from(A, "/mortal", "0", "0", "16");
     let idle_pid = lab.pid(idle);
     eventually("the new publisher registered on A", || {
-        let out = lab.inspect(A, &["list", "/mortal", "--json"]);
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .is_ok_and(|row| row["writer_pid"].as_u64() == Some(u64::from(idle_pid)))
+        let out = lab.inspect(A, &["info", "/mortal", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|info| {
+            info["endpoints"]["publishers"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|e| e["pid"] == idle_pid && e["bound"] == true))
+        })
     });
+    // The value's writer is the killed one, not the new process (whose pid list showed).
+    let out = lab.inspect(A, &["list", "/mortal", "--json"]);
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(row["writer_pid"], 0, "{row}");
     // A few announcements later B knows it.
     std::thread::sleep(Duration::from_millis(500));
     let r = lab.read_for(B, "/mortal", "1");

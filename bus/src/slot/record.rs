@@ -150,24 +150,37 @@ impl Slot {
         self.state_of_value(self.writer_state(), sequence)
     }
 
-    /// As `writer`, with the state of the writer of value `sequence` (`writer_state_of`).
+    /// The writer of value `sequence`: the recorded writer (`writer`), or for a value from
+    /// before it (`writer_state_of`) an earlier writer, gone, whose pid, start time and
+    /// endpoint the slot no longer holds (all 0): the recorded writer's would name a process
+    /// that did not write the value.
     pub fn writer_of(&self, sequence: Option<u64>) -> WriterInfo {
         let writer = self.writer();
-        WriterInfo {
-            state: self.state_of_value(writer.state, sequence),
-            ..writer
+        if self.is_earlier_writers(sequence) {
+            return WriterInfo {
+                pid: 0,
+                start_time: 0,
+                endpoint: 0,
+                state: WriterState::Gone,
+            };
         }
+        writer
     }
 
     /// `state`, the recorded writer's, as that of the writer of value `sequence`: gone if the
     /// value was written before the recorded writer's first (sequence 0 is never a value).
     fn state_of_value(&self, state: WriterState, sequence: Option<u64>) -> WriterState {
-        let earlier = || sequence.is_some_and(|s| s != 0 && s < self.writer_first_sequence());
-        if state == WriterState::Alive && earlier() {
+        if state == WriterState::Alive && self.is_earlier_writers(sequence) {
             WriterState::Gone
         } else {
             state
         }
+    }
+
+    /// Whether value `sequence` was written before the recorded writer's first (sequence 0 is
+    /// never a value).
+    fn is_earlier_writers(&self, sequence: Option<u64>) -> bool {
+        sequence.is_some_and(|s| s != 0 && s < self.writer_first_sequence())
     }
 
     /// The first sequence that is the recorded writer's (`set_writer`; 0: every value).

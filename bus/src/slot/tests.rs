@@ -337,6 +337,9 @@ fn a_value_from_before_the_writer_registered_is_a_gone_writers() {
     assert_eq!(slot.writer_state(), WriterState::Alive, "the record");
     assert_eq!(slot.writer_state_of(Some(2)), WriterState::Gone);
     assert_eq!(slot.writer_of(Some(2)).state, WriterState::Gone);
+    // Its identity is not the recorded writer's, which did not write it: unknown.
+    assert_eq!(slot.writer_of(Some(2)).pid, 0);
+    assert_ne!(slot.writer_of(Some(2)).id(), slot.writer().id());
     assert_eq!(slot.writer_state_of(None), WriterState::Alive);
     assert_eq!(slot.writer_state_of(Some(0)), WriterState::Alive);
     slot.write(b"new").unwrap();

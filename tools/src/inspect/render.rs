@@ -34,6 +34,8 @@ fn writer_cell(
             "alive {}({pid})",
             program.map_or(String::new(), |p| format!("{p} "))
         ),
+        // A value from before the writer registered now: its own writer is not recorded.
+        (_, false, None) if pid == 0 => "gone (an earlier writer)".into(),
         (_, false, None) => format!("gone ({pid})"),
     }
 }

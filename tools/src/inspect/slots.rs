@@ -170,8 +170,9 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         e => e,
     })?;
     let origin = slot.origin();
-    let writer = writer_now(slot, info.sequence);
-    let writer_pid = slot.writer().pid;
+    let recorded = slot.writer_of(Some(info.sequence));
+    let writer = writer_now(&recorded);
+    let writer_pid = recorded.pid;
     Ok(Some(Reading {
         name: slot.name().to_string(),
         type_name: slot.schema().type_name.clone(),
@@ -189,10 +190,9 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     }))
 }
 
-/// The state of the writer of value `sequence`, with a writer marked alive whose process has
-/// died (while no registry ran to notice) reported as gone, as `list` does.
-fn writer_now(slot: &Slot, sequence: u64) -> WriterState {
-    let writer = slot.writer_of(Some(sequence));
+/// The state of `writer` (a value's, `Slot::writer_of`), with a writer marked alive whose
+/// process has died (while no registry ran to notice) reported as gone, as `list` does.
+fn writer_now(writer: &bus::slot::WriterInfo) -> WriterState {
     if writer.state == WriterState::Alive && !writer.is_running() {
         WriterState::Gone
     } else {
