@@ -415,3 +415,59 @@ fn a_manager_started_first_says_when_its_order_is_in_force() {
     });
     eventually("the order on the bus", || order_is(&r, json!(["a", "b"])));
 }
+
+/// A file written in place right after an earlier write of it was closed: the manager, woken by
+/// that close, read the file once the new write had begun and published its first part (here
+/// without the `unlisted` line, so unlisted controllers would drop out of the order) until the
+/// close (probing the config reload: four rounds of eight, with controllers waking the manager
+/// often). It now drops a read during which the file was written, and takes the file at its
+/// close. The manager waits 300 ms before it reads (a test switch), the new write begins
+/// within them.
+#[test]
+fn a_write_begun_just_after_a_close_is_not_taken_half_done() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let mut r = Robot::new(&["a", "b"]);
+    std::fs::write(&r.manager_file, manager_toml_unlisted_last(&["a", "b"])).unwrap();
+    r.t.start_registry();
+    let f = r.manager_file.to_str().unwrap().to_owned();
+    let manager = r.t.spawn_with_env(
+        common::bin("robot-manager"),
+        &["--config", &f],
+        &[("BATON_TEST_MANAGER_PAUSE_BEFORE_READ_MS", "300")],
+    );
+    eventually("the first order", || order_is(&r, json!(["a", "b"])));
+    let whole = "controllers = [\"a\", \"b\"]\narbiters = [\"arm\"]\nunlisted = \"last\"\n";
+    // Longer than `whole`, so that none of it is left behind the new bytes.
+    let first_part = "controllers = [\"b\", \"a\"]  # the new order, longer than the file before\n\
+                      arbiters = [\"arm\"]\n";
+    std::fs::write(&r.manager_file, whole).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&r.manager_file)
+        .unwrap();
+    file.write_all(first_part.as_bytes()).unwrap();
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let order = manager_order(&r);
+        assert!(
+            !order.as_ref().is_some_and(|m| m["unlisted"] != "last"),
+            "the first part was taken: {order:?}\n{}",
+            r.t.stderr_of(manager)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        r.t.stderr_of(manager)
+            .contains("was written to while it was read: taking it once its writer closes it"),
+        "{}",
+        r.t.stderr_of(manager)
+    );
+    file.write_all(b"unlisted = \"last\"\n").unwrap();
+    drop(file);
+    eventually("the whole new file", || {
+        manager_order(&r)
+            .is_some_and(|m| m["controllers"] == json!(["b", "a"]) && m["unlisted"] == "last")
+    });
+}

@@ -61,6 +61,9 @@ pub struct ConfigWatch {
     /// and the reading of its event: an empty file was taken (and refused, with an error) while
     /// a valid one was being written.
     unconfirmed: Option<(Fingerprint, Instant)>,
+    /// A reload asked for by events read after a load (`written_during_load`), taken by the
+    /// next `reload_due`.
+    pending_reload: bool,
 }
 
 impl ConfigWatch {
@@ -77,6 +80,7 @@ impl ConfigWatch {
             writing: None,
             unwatched: None,
             unconfirmed: None,
+            pending_reload: false,
         };
         watch.watch_config().map_err(|e| e.message)?;
         Ok(watch)
@@ -105,7 +109,7 @@ impl ConfigWatch {
     /// whether the config is to be loaded now. `asked`: a SIGHUP came, which reloads unless the
     /// file is half-written (its close reloads it then).
     pub fn reload_due(&mut self, asked: bool) -> bool {
-        let mut reload = asked;
+        let mut reload = asked || std::mem::take(&mut self.pending_reload);
         self.read_events(&mut reload);
         // The symlink may point elsewhere now, or a directory be a new one: watch where it
         // leads, before looking at the file (a failure here is a reason to try again soon, not
@@ -168,6 +172,26 @@ impl ConfigWatch {
             self.unconfirmed = None;
         }
         reload
+    }
+
+    /// Whether a write in place of the config began while it was being loaded (after
+    /// `reload_due` said to load it): what was read is then part of the new file, or none of it
+    /// (truncated), and is to be dropped; its close reloads it. The events of a write come with
+    /// the write itself, so one that changed the bytes read is queued by the time the load has
+    /// read them. Only a write since the last `reload_due` counts.
+    pub fn written_during_load(&mut self) -> bool {
+        self.writing = None;
+        let mut reload = false;
+        self.read_events(&mut reload);
+        self.pending_reload |= reload;
+        let written = self.writing.is_some();
+        if written {
+            tracing::info!(
+                "{} was written to while it was read: taking it once its writer closes it",
+                self.path.display()
+            );
+        }
+        written
     }
 
     /// Takes in the events queued: a close or move of the config (or a lost event) asks for a

@@ -145,6 +145,10 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
     let _watchdog = daemon::start_watchdog(move || watched.is_healthy());
     // When the slot was last read back (`READ_BACK_EVERY`).
     let mut read_back = std::time::Instant::now();
+    let pause_before_read = std::env::var(PAUSE_BEFORE_READ_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis);
     starting.store(false, Ordering::SeqCst);
     loop {
         let mut fds = [
@@ -228,12 +232,20 @@ fn run(args: &Args, handled: &SigSet) -> Result<(), String> {
         let reload = config_watch.reload_due(hangup);
         let mut candidate = None;
         if reload {
-            match ManagerFile::load(&args.config) {
-                Ok(new) => {
-                    warn_cautions(&args.config, &new);
-                    candidate = Some(new);
+            if let Some(pause) = pause_before_read {
+                std::thread::sleep(pause);
+            }
+            let loaded = ManagerFile::load(&args.config);
+            // A writer that reopened the file just after closing it: what was read is its
+            // new beginning (or nothing), not a file to judge.
+            if !config_watch.written_during_load() {
+                match loaded {
+                    Ok(new) => {
+                        warn_cautions(&args.config, &new);
+                        candidate = Some(new);
+                    }
+                    Err(e) => keep_previous(&e),
                 }
-                Err(e) => keep_previous(&e),
             }
         }
         let proposed = candidate.as_ref().unwrap_or(&file);
@@ -319,6 +331,10 @@ fn order_refused(e: bus::BusError) -> String {
 
 /// How often, in milliseconds, until the registry has bound the order's slot (or refused it).
 const REFUSAL_LOOK_EVERY: u16 = 200;
+
+/// Test switch: milliseconds to wait between deciding to read the config file again and
+/// reading it, so that a test can begin a write in between (a race a slow wake-up opens).
+const PAUSE_BEFORE_READ_ENV: &str = "BATON_TEST_MANAGER_PAUSE_BEFORE_READ_MS";
 /// How often the order's slot is read back (at the periodic look, `LOOK_EVERY`).
 const READ_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(LOOK_EVERY as u64);
 
