@@ -71,13 +71,13 @@ pub enum SchemaError {
     NotReprC { type_name: String, detail: String },
     #[error("corrupt schema bytes at offset {offset}: {reason}")]
     Corrupt { offset: usize, reason: String },
-    #[error("cannot decode a {type_name} value at {path}: {reason}")]
+    #[error("cannot decode the value (type {type_name}) at {path}: {reason}")]
     Decode {
         type_name: String,
         path: String,
         reason: String,
     },
-    #[error("{path}: {reason} (encoding a {type_name} from JSON)")]
+    #[error("{path}: {reason} (encoding type {type_name} from JSON)")]
     Encode {
         type_name: String,
         path: String,

@@ -125,11 +125,26 @@ fn f32_value(x: f32) -> Value {
         .map_or(Value::Null, Value::from)
 }
 
+/// `message` for a whole number beyond 64 bits, with how a 128-bit integer takes one.
+fn big_number(message: &str, prim: Prim) -> String {
+    if matches!(prim, Prim::U128 | Prim::I128) {
+        format!("{message}: give an integer beyond 64 bits as a string")
+    } else {
+        message.to_owned()
+    }
+}
+
 /// Little-endian bytes of `json` as `prim`, or why it does not fit.
 pub(super) fn prim_bytes(prim: Prim, json: &Value) -> Result<[u8; 16], String> {
     let name = format!("{prim:?}").to_lowercase();
     let wrong = || format!("expected {name}, found {}", found(json));
     let out_of_range = || format!("expected {name}, found {} (out of range)", found(json));
+    // A whole number beyond 64 bits, which serde_json reads as a float: out of range for every
+    // integer type (a 128-bit one takes such a number as a string), not a float where a whole
+    // number was wanted.
+    let beyond_64_bits = matches!(json, Value::Number(n)
+        if n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18)
+            && !n.is_u64() && !n.is_i64());
     let bits = prim.size() * 8;
     let value: u128 = match (prim, json) {
         (Prim::F32, Value::Null) => u128::from(f32::NAN.to_bits()),
@@ -143,6 +158,9 @@ pub(super) fn prim_bytes(prim: Prim, json: &Value) -> Result<[u8; 16], String> {
             u128::from(narrow.to_bits())
         }
         (Prim::F64, Value::Number(n)) => u128::from(n.as_f64().ok_or_else(wrong)?.to_bits()),
+        (Prim::U8 | Prim::U16 | Prim::U32 | Prim::U64 | Prim::U128, _) if beyond_64_bits => {
+            return Err(big_number(&out_of_range(), prim));
+        }
         (Prim::U8 | Prim::U16 | Prim::U32 | Prim::U64 | Prim::U128, _) => {
             let v = match json {
                 Value::Number(n) if n.is_u64() => n.as_u64().map(u128::from),
@@ -156,6 +174,7 @@ pub(super) fn prim_bytes(prim: Prim, json: &Value) -> Result<[u8; 16], String> {
             }
             v
         }
+        (_, _) if beyond_64_bits => return Err(big_number(&out_of_range(), prim)),
         (_, _) => {
             let v = match json {
                 Value::Number(n) if n.is_i64() => n.as_i64().map(i128::from),

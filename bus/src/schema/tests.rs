@@ -367,6 +367,17 @@ fn encode_errors_name_the_path() {
         let error = schema.encode_json(&value).expect_err(message).to_string();
         assert!(error.starts_with(message), "{error}");
     }
+    // A whole number beyond 64 bits, which JSON readers take as a float, is out of range (it
+    // was "expected u8, found number 1.8446744073709552e19").
+    let big: serde_json::Value = serde_json::from_str(
+        r#"{"pose": {"x": 1.0, "y": 2.0, "tag": "t"}, "mode": "Idle", "small": 18446744073709551616}"#,
+    )
+    .unwrap();
+    let error = schema.encode_json(&big).unwrap_err().to_string();
+    assert!(
+        error.starts_with(".small: expected u8, found number") && error.contains("(out of range)"),
+        "{error}"
+    );
 }
 
 mod app_a {
