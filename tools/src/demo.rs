@@ -158,10 +158,7 @@ pub fn run(hosts: usize) -> Result<(), String> {
     let arm = file("arm.toml", ARM)?;
     let drive = file("drive.toml", DRIVE)?;
     let lab = if hosts == 2 {
-        Some(Lab::new(
-            &format!("bd{}", std::process::id()),
-            &["robot", "payload"],
-        )?)
+        Some(Lab::new("bd", &["robot", "payload"])?)
     } else {
         None
     };

@@ -6,6 +6,8 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 /// One host: its namespace name, address and the process that holds its mount namespace.
@@ -18,6 +20,8 @@ pub struct Host {
 
 /// A bridge and the hosts attached to it.
 pub struct Lab {
+    /// What the names of this lab's namespaces begin with (see `Lab::new`).
+    tag: String,
     switch: String,
     pub hosts: Vec<Host>,
 }
@@ -90,14 +94,29 @@ fn plug_in(switch: &str, namespace: &str, i: usize, address: &str) -> Result<(),
 
 impl Lab {
     /// `names.len()` hosts on one bridge, addressed 10.77.0.1, .2, ... (inside namespaces this
-    /// lab creates; nothing leaves the machine). `tag` prefixes the namespace names and must
-    /// be unique among labs that exist at the same time.
-    pub fn new(tag: &str, names: &[&str]) -> Result<Lab, String> {
+    /// lab creates; nothing leaves the machine). The namespaces are named `baton-`, `kind`
+    /// (lowercase letters: "bt" for the tests), this process's pid, a count and the host
+    /// (`baton-bt812x0-hA`), so that labs of one process and of several never share a name, and
+    /// so that the labs of a process that was killed before it could remove them are known, and
+    /// removed here.
+    pub fn new(kind: &str, names: &[&str]) -> Result<Lab, String> {
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        static SWEEP: Once = Once::new();
         if !nix::unistd::geteuid().is_root() {
             return Err("several hosts need root (network and mount namespaces)".into());
         }
+        if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_lowercase()) {
+            return Err(format!("a lab's kind is lowercase letters, not {kind:?}"));
+        }
+        SWEEP.call_once(remove_abandoned_labs);
+        let tag = format!(
+            "baton-{kind}{}x{}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        );
         let switch = format!("{tag}-sw");
         let mut lab = Lab {
+            tag,
             switch: switch.clone(),
             hosts: Vec::new(),
         };
@@ -116,7 +135,7 @@ impl Lab {
         ip(&["-n", &switch, "link", "set", "br0", "up"])?;
         switch_without_firewall(&switch)?;
         for (i, name) in names.iter().enumerate() {
-            let namespace = format!("{tag}-{name}");
+            let namespace = format!("{}-{name}", lab.tag);
             ip(&["netns", "add", &namespace])?;
             let address = format!("10.77.0.{}", i + 1);
             plug_in(&switch, &namespace, i, &address)?;
@@ -182,6 +201,12 @@ impl Lab {
         plug_in(&self.switch, &h.namespace, host, &h.address)
     }
 
+    /// What this lab's namespace names begin with (`baton-bt812x0`), unique among the labs that
+    /// exist: a prefix for scratch files of the lab's own.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
     /// Pid of the process holding host `host`'s namespaces (for `nsenter -t`).
     pub fn holder_pid(&self, host: usize) -> u32 {
         self.hosts[host].holder.id()
@@ -211,6 +236,56 @@ impl Lab {
     }
 }
 
+/// Removes the namespaces of labs whose process is gone: killed before its `Lab` was dropped
+/// (SIGKILL, a watchdog, a machine's restart of the test runner). Their holders, which
+/// outlive the process, are killed first so that the namespaces go with the names. A name of
+/// this process's own pid is abandoned too: it is from an earlier process of that pid, as this
+/// runs before this process's first lab. A name not made by `Lab::new` is left alone, and so
+/// is a lab of a process that runs. Best effort: what cannot be removed stays, as before.
+pub fn remove_abandoned_labs() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    let own = std::process::id();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = lab_owner(name) else {
+            continue;
+        };
+        if pid != own && Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                if let Ok(pid) = pid.parse::<i32>() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        let _ = ip(&["netns", "del", name]);
+    }
+}
+
+/// The pid in a namespace name made by `Lab::new` (`baton-bt812x0-hA` gives 812); None for
+/// other names.
+fn lab_owner(name: &str) -> Option<u32> {
+    let (tag, host) = name.strip_prefix("baton-")?.split_once('-')?;
+    let digits = tag.trim_start_matches(|c: char| c.is_ascii_lowercase());
+    let (pid, count) = digits.split_once('x')?;
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let made_here = digits.len() < tag.len() && all_digits(count) && !host.is_empty();
+    if made_here {
+        pid.parse().ok().filter(|_| all_digits(pid))
+    } else {
+        None
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         for h in &mut self.hosts {
@@ -219,5 +294,30 @@ impl Drop for Lab {
             let _ = ip(&["netns", "del", &h.namespace]);
         }
         let _ = ip(&["netns", "del", &self.switch]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lab_owner;
+
+    #[test]
+    fn the_owner_of_a_lab_is_read_from_its_names_only() {
+        assert_eq!(lab_owner("baton-bt812x0-hA"), Some(812));
+        assert_eq!(lab_owner("baton-nb77x3-sw"), Some(77));
+        assert_eq!(lab_owner("baton-bd9x0-payload"), Some(9));
+        for other in [
+            "bt812x0-hA",
+            "baton-bt812x0",
+            "baton-812x0-hA",
+            "baton-btx0-hA",
+            "baton-bt812-hA",
+            "baton-bt812x-hA",
+            "baton-bt8a2x0-hA",
+            "baton-bt812x0-",
+            "myns",
+        ] {
+            assert_eq!(lab_owner(other), None, "{other}");
+        }
     }
 }

@@ -1,10 +1,15 @@
 //! The network as it really is under a registry: a link whose MTU is below the registry's
-//! `--mtu` (a VPN, a VLAN), and a network that is not up yet when the registry starts.
+//! `--mtu` (a VPN, a VLAN), and a network that is not up yet when the registry starts; and the
+//! lab's own namespaces, left by a test runner that was killed.
 
 mod common;
 mod netns;
 
-use common::summary;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{summary, WATCHDOG};
 use netns::Lab;
 
 const A: usize = 0;
@@ -152,4 +157,76 @@ fn a_registrys_own_looped_back_datagrams_are_not_drops() {
     });
     assert_eq!(lab.dropped(A, "own"), 0);
     assert_eq!(lab.dropped(B, "own"), 0);
+}
+
+/// A test runner killed before its labs were dropped (SIGKILL, a watchdog, a restart of the
+/// machine's services) left their namespaces, and the holder processes that keep them, for
+/// good: a later runner of the same pid could not even make its own. A new lab removes those
+/// of processes that are gone, holders first, and leaves those of a process that runs.
+#[test]
+fn the_namespaces_of_a_killed_runner_are_removed_by_the_next_lab() {
+    struct Cleanup(Vec<String>, Vec<std::process::Child>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for c in &mut self.1 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            for n in &self.0 {
+                let _ = Command::new("ip").args(["netns", "del", n]).status();
+            }
+        }
+    }
+    let ip = |args: &[&str]| {
+        let s = Command::new("ip").args(args).status().expect("run ip");
+        assert!(s.success(), "ip {args:?}");
+    };
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    gone.wait().expect("wait for true");
+    let runner = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    let abandoned = format!("baton-bt{}x0-hA", gone.id());
+    let kept = format!("baton-bt{}x0-hA", runner.id());
+    let mut cleanup = Cleanup(vec![abandoned.clone(), kept.clone()], vec![runner]);
+    ip(&["netns", "add", &abandoned]);
+    ip(&["netns", "add", &kept]);
+    let holder = Command::new("ip")
+        .args(["netns", "exec", &abandoned, "sleep", "60"])
+        .spawn()
+        .expect("spawn a holder");
+    cleanup.1.push(holder);
+    let deadline = Instant::now() + WATCHDOG;
+    let pids_in = |n: &str| {
+        let out = Command::new("ip").args(["netns", "pids", n]).output();
+        String::from_utf8_lossy(&out.expect("ip netns pids").stdout).into_owned()
+    };
+    while pids_in(&abandoned).trim().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the holder never entered {abandoned}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    tools::hosts::remove_abandoned_labs();
+
+    let list = Command::new("ip").args(["netns", "list"]).output();
+    let list = String::from_utf8_lossy(&list.expect("ip netns list").stdout).into_owned();
+    let names: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        !names.contains(&abandoned.as_str()),
+        "{abandoned} stayed: {list}"
+    );
+    assert!(
+        names.contains(&kept.as_str()),
+        "{kept} of a running process was removed: {list}"
+    );
+    let holder = cleanup.1.last_mut().expect("the holder");
+    let status = holder.wait().expect("wait for the holder");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
 }

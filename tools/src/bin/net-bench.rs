@@ -315,7 +315,7 @@ fn orchestrate(
         None
     };
     let mut lab = Rig {
-        lab: Lab::new(&format!("nb{}", std::process::id()), &["hA", "hB"])?,
+        lab: Lab::new("nb", &["hA", "hB"])?,
         children: Vec::new(),
         host_cpus,
     };

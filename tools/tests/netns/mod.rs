@@ -9,7 +9,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::common::{bin, summary, WATCHDOG};
@@ -38,19 +37,14 @@ pub struct Lab {
 impl Lab {
     /// A switch and `n` hosts named hA, hB, hC, ...
     pub fn new(n: usize) -> Lab {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let tag = format!(
-            "bt{}x{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
         let names: Vec<String> = (0..n)
             .map(|i| format!("h{}", (b'A' + i as u8) as char))
             .collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let hosts_lab = tools::hosts::Lab::new(&tag, &names).unwrap_or_else(|e| {
+        let hosts_lab = tools::hosts::Lab::new("bt", &names).unwrap_or_else(|e| {
             panic!("cannot build the network lab (root and iproute2 needed): {e}")
         });
+        let tag = hosts_lab.tag().to_owned();
         let hosts = hosts_lab
             .hosts
             .iter()
