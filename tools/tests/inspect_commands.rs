@@ -114,6 +114,13 @@ fn list_info_get_and_watch_show_the_live_bus() {
     assert!(info["origin"].is_null());
     let text = ok(&t.inspect(&["info", "/robot/status"]));
     assert!(text.contains("enum Mode"), "{text}");
+    // The registry's own slot has a writer and no publication; "none" alone read as a slot
+    // nobody writes, while `put` refuses it for its writer.
+    let own = ok(&t.inspect(&["info", "/baton/registry/directory"]));
+    assert!(
+        own.contains("publishers  none: the registry writes this slot itself"),
+        "{own}"
+    );
     let missing = refused(&t.inspect(&["info", "/robot/missing"]));
     assert!(missing.contains("no slot /robot/missing"), "{missing}");
 

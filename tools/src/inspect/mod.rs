@@ -170,7 +170,7 @@ pub fn local_host(domain: &Domain) -> String {
         .filter_map(|(name, _)| {
             let host = name
                 .as_str()
-                .strip_prefix("/baton/registry/")?
+                .strip_prefix(stats::PREFIX)?
                 .strip_suffix("/net")?;
             let slot = open(domain, name).ok()?;
             let running = slot.writer().is_running();

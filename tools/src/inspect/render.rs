@@ -188,7 +188,17 @@ pub fn info(i: &Info) -> String {
                     v.iter().map(endpoint).collect::<Vec<_>>().join(", ")
                 }
             };
-            lines.push(format!("publishers  {}", list(&e.publishers)));
+            let registrys_own = i.name.starts_with(super::stats::PREFIX)
+                && i.slot
+                    .as_ref()
+                    .is_some_and(|s| !s.mirrored && s.writer_alive);
+            if e.publishers.is_empty() && registrys_own {
+                // It has a writer, which `put` defends, but no publication: said so, lest
+                // "none" read as a slot nobody writes.
+                lines.push("publishers  none: the registry writes this slot itself".into());
+            } else {
+                lines.push(format!("publishers  {}", list(&e.publishers)));
+            }
             lines.push(format!("subscribers {}", list(&e.subscribers)));
             let c: Vec<String> = e
                 .connections

@@ -11,8 +11,9 @@ use serde::Serialize;
 
 use super::table::{self, Align, Table};
 
-/// Prefix and suffix of the registries' statistics slots.
-const PREFIX: &str = "/baton/registry/";
+/// Prefix of the registries' own slots (the directory, the statistics), and suffix of the
+/// statistics slots.
+pub(super) const PREFIX: &str = "/baton/registry/";
 const SUFFIX: &str = "/net";
 
 /// One registry's network statistics slot.
