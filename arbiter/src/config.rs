@@ -123,14 +123,14 @@ impl ArbiterConfig {
                 let kind = r.kind.name();
                 let bound = |v: f64| {
                     if v.is_finite() {
-                        v.to_string()
+                        readable(v)
                     } else {
                         "unbounded".to_owned()
                     }
                 };
                 let safe = match r.safe {
                     SafeCommand::Hold => "hold".to_owned(),
-                    SafeCommand::Value(v) => v.to_string(),
+                    SafeCommand::Value(v) => readable(v),
                 };
                 format!(
                     "{} ({kind}, {}..{}, safe {safe})",
@@ -277,9 +277,31 @@ impl ArbiterConfig {
     }
 }
 
+/// `v` as the file may have said it: in full (`-1.5`, `2000`), but with an exponent where
+/// the full form would run to dozens of digits (`1e308` printed 309 characters).
+fn readable(v: f64) -> String {
+    if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_gives_huge_and_tiny_bounds_with_an_exponent() {
+        let c = ArbiterConfig::parse(
+            "name = \"arm\"\n[[resources]]\nname = \"s\"\nmin = -1e308\nmax = 1.5\n\
+             safe = 0.0000001\n[[resources]]\nname = \"t\"\nmin = -2000\nmax = 1e300\n",
+        )
+        .unwrap();
+        let s = c.summary();
+        assert!(s.contains("s (position, -1e308..1.5, safe 1e-7)"), "{s}");
+        assert!(s.contains("t (position, -2000..1e300, safe hold)"), "{s}");
+    }
 
     #[test]
     fn defaults_and_errors() {
