@@ -246,6 +246,11 @@ fn put_writes_through_the_schema_and_refuses_what_does_not_fit() {
     let err = refused(&t.inspect(&["put", "/robot/status", &twice, "--force"]));
     assert!(err.contains(r#""battery" is given twice"#), "{err}");
     assert!(!err.contains("not JSON"), "{err}");
+    // JSON nested past serde_json's guard is JSON still: said as what it is.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let err = refused(&t.inspect(&["put", "/robot/status", &deep, "--force"]));
+    assert!(err.contains("nested more than 128 levels deep"), "{err}");
+    assert!(!err.contains("not JSON"), "{err}");
     assert!(!sub.update().unwrap(), "a refused put wrote nothing");
 
     // Once the writer is gone, put is the slot's only writer.

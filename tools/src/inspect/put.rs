@@ -49,6 +49,11 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
         Error::Refused(match e.classify() {
             // Valid JSON that `parse_json` refuses: a key given twice.
             serde_json::error::Category::Data => format!("put {name}: {e}"),
+            // serde_json's guard against a stack overflow, which no schema needs to reach.
+            _ if e.to_string().starts_with("recursion limit exceeded") => format!(
+                "put {name}: the value is nested more than 128 levels deep ({e}); no slot's \
+                 type is"
+            ),
             _ => format!("put {name}: the value is not JSON: {e}"),
         })
     })?;
@@ -141,7 +146,11 @@ fn published_elsewhere(domain: &Domain, name: &SlotName) -> Result<Option<String
 /// Parses `text` as JSON, refusing an object that names a key twice: `serde_json::Value` keeps
 /// the last and drops the others without a word, and a value typed by hand with a key given
 /// twice is a mistake whose other half would be written silently.
+///
+/// A UTF-8 byte-order mark before the value (a file saved by some Windows editors) is passed
+/// over, as other JSON readers do; serde_json calls it "expected value at line 1 column 1".
 fn parse_json(text: &str) -> serde_json::Result<serde_json::Value> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut reader = serde_json::Deserializer::from_str(text);
     let StrictJson(value) = StrictJson::deserialize(&mut reader)?;
     reader.end()?;
@@ -235,6 +244,12 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(text).unwrap()
         );
         assert!(parse_json("1 2").is_err(), "trailing text");
+        assert_eq!(
+            parse_json("\u{feff}{\"a\": 1}").unwrap()["a"],
+            1,
+            "a byte-order mark"
+        );
+        assert!(parse_json("1\u{feff}").is_err(), "a mark elsewhere");
         assert!(parse_json("{").is_err());
     }
 
