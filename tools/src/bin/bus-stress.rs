@@ -55,7 +55,8 @@ enum Command {
     /// Read and check every value seen; prints a JSON summary line. Exits 2 on any bad read: a
     /// value whose checksum fails, one numbered below the one before from the same writer
     /// (a writer restarted numbers from 1 again: counted in `writers_changed`, not as read
-    /// backwards), or a read the bus reported as an error (said on stderr: a value that did
+    /// backwards; a value of a writer earlier than the slot's current one, read late, names no
+    /// writer and is compared with nothing), or a read the bus reported as an error (said on stderr: a value that did
     /// not decode, or the slot made anew by the registry). Exits 1 when it read no value at
     /// all: a check of nothing passes nothing.
     Read {
@@ -147,6 +148,8 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             // The writer of the values read, and how often it changed: a writer restarted
             // numbers its values from 1 again, which is no value read backwards.
             let (mut writer_id, mut restarts) = (None, 0u64);
+            // The writer of the value read last: only a value of the same writer is compared.
+            let mut last_writer = None;
             while Instant::now() < end {
                 let changed = if wait {
                     group.wait_any(end.saturating_duration_since(Instant::now()))
@@ -162,24 +165,29 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 }
                 let sub = group.get(member);
                 let gone = sub.writer() == Some(bus::WriterState::Gone);
+                // The writer is None for a value of a writer earlier than the slot's current
+                // one (pid 0: a reader that fell behind reads the last value of a writer that
+                // exited after the next took the name). Which earlier writer is not known: such
+                // a value is no change of writer, and is not compared with the one before.
                 let fresh = sub
                     .meta()
-                    .map(|m| (m.sequence, m.writer_id))
+                    .map(|m| (m.sequence, (m.writer_pid != 0).then_some(m.writer_id)))
                     .filter(|(s, _)| *s != slot_sequence);
                 if let (Some((seq, id)), Some(value)) = (fresh, sub.value()) {
                     slot_sequence = seq;
                     reads += 1;
-                    if writer_id.replace(id).is_some_and(|before| before != id) {
-                        restarts += 1;
-                        last = 0;
+                    if let Some(id) = id {
+                        if writer_id.replace(id).is_some_and(|before| before != id) {
+                            restarts += 1;
+                        }
                     }
                     if !value.is_valid() {
                         bad += 1;
                     }
-                    if value.sequence < last {
+                    if id.is_some() && id == last_writer && value.sequence < last {
                         backwards += 1;
                     }
-                    last = value.sequence;
+                    (last, last_writer) = (value.sequence, id);
                 }
                 if until.is_some_and(|u| last >= u) || (until_writer_gone && gone) {
                     break;
