@@ -19,7 +19,14 @@ fn require_root() {
 
 /// `registry-server` in a new mount namespace whose /dev/shm holds `size`.
 fn registry_with_small_shm(t: &mut TestBus, size: &str) -> usize {
-    let script = format!("mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$0\" \"$@\"",);
+    registry_with_small_shm_after(t, size, "true")
+}
+
+/// `registry-server` in a new mount namespace whose /dev/shm holds `size`, started after the
+/// shell command `before` has run there.
+fn registry_with_small_shm_after(t: &mut TestBus, size: &str, before: &str) -> usize {
+    let script =
+        format!("mount -t tmpfs -o size={size} tmpfs /dev/shm && {before} && exec \"$0\" \"$@\"");
     let registry = bin("registry-server");
     t.spawn(
         PathBuf::from("unshare"),
@@ -169,12 +176,109 @@ fn a_slot_that_does_not_fit_in_dev_shm_is_refused_not_a_crash() {
     let out = write_in(&t, registry, "/full/small", 64);
     assert!(out.status.success(), "{out:?}");
     assert!(t.is_running(registry));
+}
 
-    // A /dev/shm too small for the registry's own directory slot: it says so and exits 1.
+/// A /dev/shm without room for the registry's own directory slot as the registry starts (a
+/// restart on a full /dev/shm, its directory removed): it used to exit, leaving the bus without
+/// a registry; it serves the bus without the directory, says so, and makes the directory once
+/// there is room.
+#[test]
+fn a_registry_without_room_for_its_directory_serves_the_bus_and_makes_it_later() {
+    require_root();
     let mut t = TestBus::new();
-    let registry = registry_with_small_shm(&mut t, "2m");
-    let out = t.finish(registry);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("No space left on device"), "{err}");
+    // 6 MiB less 3 MiB taken: no room for the directory's 4 MiB.
+    let registry = registry_with_small_shm_after(
+        &mut t,
+        "6m",
+        "dd if=/dev/zero of=/dev/shm/filler bs=1M count=3 2>/dev/null",
+    );
+    wait_for_registry(&mut t, registry);
+    eventually("the registry says it serves without the directory", || {
+        t.stderr_of(registry)
+            .contains("serving the bus without /baton/registry/directory")
+    });
+    assert!(t.stderr_of(registry).contains("No space left on device"));
+    let out = write_in(&t, registry, "/full/without", 64);
+    assert!(out.status.success(), "{out:?}");
+    assert!(directory_in(&t, registry).is_none());
+    let out = run_in(&t, registry, "rm", &["/dev/shm/filler"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(
+        "the directory is made, and lists what was published",
+        || directory_in(&t, registry).is_some_and(|d| d.contains("/full/without")),
+    );
+    assert!(t.stderr_of(registry).contains("made anew at last"));
+}
+
+/// The directory removed from a full /dev/shm is made anew at once when its own room is
+/// enough: the registry held a second mapping of it, which kept that room taken, and it could
+/// not be made anew even once everything else was gone.
+#[test]
+fn the_directory_removed_from_a_full_dev_shm_is_made_anew_in_its_own_room() {
+    require_root();
+    let mut t = TestBus::new();
+    // 9 MiB: the directory (4 MiB) and a 4 MiB file leave less than 1 MiB.
+    let registry = registry_with_small_shm(&mut t, "9m");
+    wait_for_registry(&mut t, registry);
+    let out = run_in(
+        &t,
+        registry,
+        "dd",
+        &["if=/dev/zero", "of=/dev/shm/filler", "bs=1M", "count=4"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let directory = t.segment_path("/baton/registry/directory");
+    let out = run_in(&t, registry, "rm", &[&directory]);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the directory is made anew", || {
+        t.stderr_of(registry).contains("making it anew") && directory_in(&t, registry).is_some()
+    });
+    assert!(
+        !t.stderr_of(registry).contains("cannot make it anew"),
+        "{}",
+        t.stderr_of(registry)
+    );
+}
+
+/// A publication that asks for a larger slot than the one a gone publisher's value is kept in
+/// replaces that slot; refused for want of room, it took the slot and the value with it.
+#[test]
+fn a_larger_publication_refused_for_room_leaves_the_kept_value() {
+    require_root();
+    let mut t = TestBus::new();
+    let registry = registry_with_small_shm(&mut t, "10m");
+    wait_for_registry(&mut t, registry);
+    let out = write_in(&t, registry, "/full/kept", 1000);
+    assert!(out.status.success(), "{out:?}");
+    // About 6 MiB free less 5 MiB: no room for four buffers of 400 kB.
+    let out = run_in(
+        &t,
+        registry,
+        "dd",
+        &["if=/dev/zero", "of=/dev/shm/filler", "bs=1M", "count=5"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = write_in(&t, registry, "/full/kept", 400_000);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No space left on device"),
+        "{out:?}"
+    );
+    let inspect = bin("bus-inspect");
+    let args = [
+        "--domain",
+        t.domain.as_str(),
+        "list",
+        "/full/kept",
+        "--json",
+    ];
+    let out = run_in(&t, registry, inspect.to_str().unwrap(), &args);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("\"sequence\":4"), "{out:?}");
+    assert!(
+        t.stderr_of(registry)
+            .contains("/full/kept: kept as it was, with its value"),
+        "{}",
+        t.stderr_of(registry)
+    );
 }

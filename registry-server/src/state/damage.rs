@@ -103,19 +103,19 @@ impl Registry {
         }
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
         // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
-        self.follow_if_directory(name, &segment);
+        self.follow_if_directory(name);
         Some(told)
     }
 
     /// After slot `name` was made anew: the directory is written into the new one if it is
     /// the directory's.
-    fn follow_if_directory(&mut self, name: &SlotName, segment: &str) {
+    fn follow_if_directory(&mut self, name: &SlotName) {
         if self
             .directory
             .as_ref()
             .is_some_and(|d| d.slot_name() == name.as_str())
         {
-            self.reopen_directory(segment);
+            self.reopen_directory();
         }
     }
 
@@ -134,7 +134,7 @@ impl Registry {
         super::write_as_registry(entry.slot.as_ref()?);
         tracing::info!("{name}: made anew at last");
         let bound = entry.bind_waiting(&segment);
-        self.follow_if_directory(name, &segment);
+        self.follow_if_directory(name);
         Some(bound)
     }
 

@@ -7,14 +7,17 @@ use bus::directory::{
     is_host_local, Directory, DirectoryEntry, DIRECTORY_CAPACITY, DIRECTORY_SLOT,
 };
 use bus::schema::Schema;
-use bus::slot::{Slot, WriterState};
+use bus::slot::WriterState;
 use bus::SlotName;
 
 use super::Registry;
 
-/// The directory slot and what was last written to it.
+/// The directory slot's name and what was last written to it. The slot itself is the
+/// registry's entry's (`SlotEntry::slot`), mapped once: a second mapping here kept the memory
+/// of a directory removed from /dev/shm taken, and on a full /dev/shm it could then not be made
+/// anew even once everything else was gone.
 pub(super) struct Published {
-    slot: Slot,
+    name: SlotName,
     last: Option<Directory>,
     host: String,
     /// A directory too big for the slot was reported once.
@@ -23,20 +26,32 @@ pub(super) struct Published {
 
 impl Published {
     pub(super) fn slot_name(&self) -> &str {
-        self.slot.name().as_str()
+        self.name.as_str()
     }
 }
 
 impl Registry {
     /// Creates (or adopts) the directory slot and writes the first directory. `host` is this
-    /// computer's name on the bus.
+    /// computer's name on the bus. A directory that cannot be created for want of room (a
+    /// full /dev/shm) is no reason not to serve the bus: it is made at a later check
+    /// (`make_own_anew`), as one removed while the registry runs is.
     pub fn create_directory_slot(&mut self, host: &str) -> Result<(), String> {
         let name = SlotName::public(DIRECTORY_SLOT).map_err(|e| e.to_string())?;
         let schema = Schema::of_serde::<Directory>().map_err(|e| e.to_string())?;
-        let segment = self.create_own_slot(&name, &schema, DIRECTORY_CAPACITY as u64)?;
-        let slot = Slot::open(&segment, true).map_err(|e| format!("{segment}: {e}"))?;
+        if let Err(e) = self.create_own_slot(&name, &schema, DIRECTORY_CAPACITY as u64) {
+            let retried = self
+                .slots
+                .get(&name)
+                .is_some_and(|entry| entry.own.is_some() && entry.slot.is_none());
+            if !retried {
+                return Err(e);
+            }
+            tracing::error!(
+                "{e}; serving the bus without {DIRECTORY_SLOT}, and trying again at every check"
+            );
+        }
         self.directory = Some(Published {
-            slot,
+            name,
             last: None,
             host: host.to_owned(),
             overflow_logged: false,
@@ -45,18 +60,12 @@ impl Registry {
         Ok(())
     }
 
-    /// Maps the directory slot again (it was made anew) and writes the directory into it.
-    pub(super) fn reopen_directory(&mut self, segment: &str) {
-        match Slot::open(segment, true) {
-            Ok(slot) => {
-                if let Some(p) = self.directory.as_mut() {
-                    p.slot = slot;
-                    p.last = None;
-                }
-                self.publish_directory();
-            }
-            Err(e) => tracing::error!("cannot map the directory made anew: {e}"),
+    /// Writes the directory into its slot made anew.
+    pub(super) fn reopen_directory(&mut self) {
+        if let Some(p) = self.directory.as_mut() {
+            p.last = None;
         }
+        self.publish_directory();
     }
 
     /// Whether the directory lists `name` as the remote claim rather than as the slot here: a
@@ -129,6 +138,10 @@ impl Registry {
         let Some(p) = self.directory.as_mut() else {
             return;
         };
+        // Not there while it cannot be made (anew): written when it is (`reopen_directory`).
+        let Some(slot) = self.slots.get(&p.name).and_then(|e| e.slot.as_ref()) else {
+            return;
+        };
         if p.last.as_ref() == Some(&now) {
             return;
         }
@@ -137,7 +150,7 @@ impl Registry {
             tracing::error!("cannot encode the directory: {e}");
             return;
         }
-        match p.slot.write(&bytes) {
+        match slot.write(&bytes) {
             Ok(_) => p.overflow_logged = false,
             Err(e) => {
                 if !p.overflow_logged {
@@ -145,7 +158,7 @@ impl Registry {
                         "directory of {} entries not published ({} bytes, slot holds {}): {e}",
                         now.entries.len(),
                         bytes.len(),
-                        p.slot.capacity()
+                        slot.capacity()
                     );
                     p.overflow_logged = true;
                 }
@@ -203,7 +216,8 @@ mod tests {
         )]));
         reg.publish_directory();
         let read = |reg: &Registry| -> Directory {
-            let slot = &reg.directory.as_ref().unwrap().slot;
+            let name = SlotName::public(DIRECTORY_SLOT).unwrap();
+            let slot = reg.slots[&name].slot.as_ref().unwrap();
             let mut bytes = Vec::new();
             slot.read(0, &mut bytes).unwrap().unwrap();
             bus::codec::decode(&bytes).unwrap()

@@ -80,7 +80,8 @@ impl SlotEntry {
     }
 
     /// The entry's slot, with room for `capacity` bytes: created if missing, re-created larger
-    /// if it is too small and nobody maps it (its old value is lost; nobody saw it), or, with
+    /// if it is too small and nobody maps it (its old value is lost; nobody saw it; but when
+    /// the larger one cannot be made, the old one is put back as it was: `kept`), or, with
     /// `replace_in_use`, also while mapped (the old one marked writer gone; its users are the
     /// caller's to tell). `Ok(true)` when a segment was created.
     fn ensure_slot(
@@ -102,8 +103,34 @@ impl SlotEntry {
                 }
                 tracing::info!("re-creating {name} with capacity {capacity}");
                 slot.mark_writer_gone();
+                // Kept until the larger one exists: see `kept`. (A slot still mapped is not:
+                // its users stay on the old memory whatever the name stands for.)
+                let unmapped = !self.endpoints.iter().any(|e| e.bound);
+                let old = (unmapped && slot.latest_sequence() > 0)
+                    .then(|| kept::file_of(segment, slot))
+                    .flatten();
                 self.slot = None;
                 let _ = bus::shm::unlink(segment);
+                let larger = create_slot(segment, name, schema, capacity, group);
+                return match (larger, old) {
+                    (Ok(slot), _) => {
+                        self.slot = Some(slot);
+                        Ok(true)
+                    }
+                    (Err(e), Some(old)) => {
+                        match kept::put_back(segment, &old, group) {
+                            Ok(slot) => {
+                                tracing::info!("{name}: kept as it was, with its value");
+                                self.slot = Some(slot);
+                            }
+                            Err(why) => tracing::warn!(
+                                "{name}: its value is lost: the slot cannot be put back ({why})"
+                            ),
+                        }
+                        Err(NoSlot::Create(e))
+                    }
+                    (Err(e), None) => Err(NoSlot::Create(e)),
+                };
             }
         }
         let created = self.slot.is_none();
@@ -443,8 +470,11 @@ impl Registry {
             own: Some(capacity),
             ..SlotEntry::pending(schema)
         });
-        // The registry writes it itself: no grace for reconnecting writers to wait for.
+        // The registry writes it itself: no grace for reconnecting writers to wait for. Its
+        // own from here on, also when it cannot be made now: made at a later check then
+        // (`make_own_anew`).
         entry.adopted_until = None;
+        entry.own = Some(capacity);
         entry
             .ensure_slot(&segment, name, schema, capacity, self.group, false)
             .map_err(|e| match e {
@@ -453,7 +483,6 @@ impl Registry {
                 }
                 NoSlot::Create(e) => format!("cannot create {segment}: {e}"),
             })?;
-        entry.own = Some(capacity);
         if let Some(slot) = &entry.slot {
             write_as_registry(slot);
         }
@@ -533,6 +562,7 @@ fn create_slot(
 mod damage;
 mod directory;
 mod foreign;
+mod kept;
 mod readers;
 pub mod reclaim;
 mod registration;
