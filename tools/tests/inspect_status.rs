@@ -105,6 +105,20 @@ fn without_a_registry_list_get_info_stats_and_graph_say_so() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(says_note(&err), "{args:?}: {err}");
     }
+    // So do the commands that wait for or measure a slot that is not there, and `endpoints`,
+    // which has nothing but the registry to ask (debugging.md says every command does).
+    for (args, status) in [
+        (&["watch", "/robot/manager", "--timeout", "0.2"][..], 1),
+        (&["wait", "/robot/manager", "--timeout", "0.2"], 2),
+        (&["hz", "/robot/manager", "--window", "0.2"], 1),
+        (&["bw", "/robot/manager", "--window", "0.2"], 1),
+        (&["endpoints"], 1),
+    ] {
+        let out = t.inspect(args);
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(says_note(&err), "{args:?}: {err}");
+    }
     // A slot that exists reads without a registry, and without a note.
     let out = t.inspect(&["get", "/lonely/x", "--json"]);
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");

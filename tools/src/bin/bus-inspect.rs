@@ -401,7 +401,8 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             .map_err(err)?;
             match end {
                 watch::End::NeverAppeared => Err(format!(
-                    "no slot {name} on domain '{domain}' during the --timeout"
+                    "no slot {name} on domain '{domain}' during the --timeout{}",
+                    and_no_registry(domain)
                 )),
                 watch::End::TimedOut if count.is_some() => Ok(TIMED_OUT),
                 _ => Ok(0),
@@ -441,7 +442,10 @@ fn run(domain: &Domain, command: Command) -> Result<i32, String> {
             let changed =
                 watch::wait(domain, &n, Duration::from_millis(poll_ms), timeout).map_err(err)?;
             if changed.is_empty() {
-                eprintln!("bus-inspect: wait: nothing changed within the timeout");
+                eprintln!(
+                    "bus-inspect: wait: nothing changed within the timeout{}",
+                    and_no_registry(domain)
+                );
                 return Ok(TIMED_OUT);
             }
             for c in &changed {
@@ -532,6 +536,14 @@ fn without_registry(domain: &Domain, error: Option<&str>) -> i32 {
     1
 }
 
+/// For a command that found no slot (`watch`, `wait`, `hz`, `bw`): the absence of a registry,
+/// on a line of its own, when none answers (nothing is published then, and the domain may be
+/// the wrong one); empty when one does.
+fn and_no_registry(domain: &Domain) -> String {
+    registry::answers(domain)
+        .map_or_else(|none| format!("\nbus-inspect: {none}"), |_| String::new())
+}
+
 /// The error of `get`, `info` or `put`; for a slot that does not exist, followed (on its own
 /// line, in doctor's words) by the absence of a registry when none answers either: without one
 /// nothing is published, and the domain may be the wrong one. (Then without the pointer to
@@ -566,7 +578,14 @@ fn rates(
     } else {
         emit(&render::hz(&reports));
     }
-    Ok(i32::from(reports.iter().any(|r| !r.exists)))
+    let missing = reports.iter().any(|r| !r.exists);
+    if missing {
+        let none = and_no_registry(domain);
+        if !none.is_empty() {
+            eprintln!("{}", none.trim_start());
+        }
+    }
+    Ok(i32::from(missing))
 }
 
 fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
@@ -625,7 +644,10 @@ fn clean(domain: &Domain, yes: bool, json: bool) -> Result<i32, String> {
 /// `endpoints`: one entry per slot the registry knows. The JSON form (kind, pid, program, bound
 /// per endpoint, and the number of connections) is what scripts already parse.
 fn endpoints(domain: &Domain, json: bool) -> Result<i32, String> {
-    let slots = registry::listing(domain).map_err(|e| e.to_string())?;
+    let slots = registry::listing(domain).map_err(|e| match registry::answers(domain) {
+        Err(none) => none.to_string(),
+        Ok(_) => e.to_string(),
+    })?;
     for slot in &slots {
         if json {
             let endpoints: Vec<_> = slot
