@@ -44,7 +44,12 @@ impl Registry {
         let Some(slot) = entry.slot.as_ref() else {
             return self.make_own_anew(name);
         };
-        let damage = slot.damage()?;
+        // The registry's own slot (its directory) may need more room than it has.
+        let outgrown = entry.own.filter(|&room| room > slot.capacity() as u64);
+        let damage = match outgrown {
+            Some(room) => format!("its value needs room for {room} bytes"),
+            None => slot.damage()?,
+        };
         if entry.origin.is_none() && entry.unused(Instant::now()) {
             // Nobody uses it, nor is about to (an adopted slot's processes had their time to
             // register again): forgotten as reclaim forgets, not made anew (`bus-inspect clean`
@@ -63,7 +68,7 @@ impl Registry {
             self.unused_since.remove(name);
             return None;
         }
-        let capacity = slot.capacity() as u64;
+        let capacity = outgrown.unwrap_or(slot.capacity() as u64);
         let schema = match entry.schema.parse() {
             Ok(schema) => schema,
             Err(e) => {

@@ -12,6 +12,10 @@ use bus::SlotName;
 
 use super::Registry;
 
+/// How large the directory's slot may grow (`publish_directory`): made for `DIRECTORY_CAPACITY`
+/// (some 4,000 publications of long names), it takes four times its room in /dev/shm.
+const GROWN_AT_MOST: u64 = 64 << 20;
+
 /// The directory slot's name and what was last written to it. The slot itself is the
 /// registry's entry's (`SlotEntry::slot`), mapped once: a second mapping here kept the memory
 /// of a directory removed from /dev/shm taken, and on a full /dev/shm it could then not be made
@@ -152,6 +156,22 @@ impl Registry {
         }
         match slot.write(&bytes) {
             Ok(_) => p.overflow_logged = false,
+            Err(bus::BusError::TooLarge { .. }) if bytes.len() as u64 <= GROWN_AT_MOST / 2 => {
+                // Outgrown: the sweeper makes the slot anew, this large and half as large again
+                // (`replace_if_damaged`), tells its subscribers, and writes the directory there.
+                let room = (bytes.len() as u64 * 3 / 2).next_power_of_two();
+                tracing::warn!(
+                    "the directory of {} entries ({} bytes) outgrows its slot ({} bytes): \
+                     making it anew with room for {room}",
+                    now.entries.len(),
+                    bytes.len(),
+                    slot.capacity()
+                );
+                if let Some(entry) = self.slots.get_mut(&p.name) {
+                    entry.own = Some(room);
+                }
+                return;
+            }
             Err(e) => {
                 if !p.overflow_logged {
                     tracing::error!(
@@ -252,5 +272,50 @@ mod tests {
         reg.set_remote_claims(BTreeMap::new());
         reg.publish_directory();
         assert_eq!(read(&reg).entries.len(), 1);
+    }
+
+    /// More publications than the directory's slot has room for (some 4,000 of long names):
+    /// it stayed as it was, listing none of those that came later, with an error in the log.
+    /// Its slot is made anew, larger, and lists them all.
+    #[test]
+    fn a_directory_that_outgrows_its_slot_is_made_anew_larger() {
+        let domain = Domain::new(&format!("unit-dirgrow-{}", std::process::id())).unwrap();
+        let _ = domain.remove_all_segments();
+        let _cleanup = Cleanup(domain.clone());
+        let mut reg = Registry::new(domain.clone(), None);
+        reg.create_directory_slot("hA").unwrap();
+        let long = "x".repeat(150);
+        let claims: BTreeMap<SlotName, RemoteClaim> = (0..5000)
+            .map(|i| {
+                let name = SlotName::public(&format!("/far/{i}/{long}")).unwrap();
+                let claim = RemoteClaim {
+                    host: "hB".into(),
+                    type_name: format!("robot::types::{long}"),
+                    schema_hash: 7,
+                    writer_alive: true,
+                    kept: false,
+                    kept_written_ns: 0,
+                };
+                (name, claim)
+            })
+            .collect();
+        reg.set_remote_claims(claims);
+        reg.publish_directory();
+        let name = SlotName::public(DIRECTORY_SLOT).unwrap();
+        let listed = |reg: &Registry| -> usize {
+            let slot = reg.slots[&name].slot.as_ref().unwrap();
+            let mut bytes = Vec::new();
+            slot.read(0, &mut bytes).unwrap().unwrap();
+            bus::codec::decode::<Directory>(&bytes)
+                .unwrap()
+                .entries
+                .len()
+        };
+        assert_eq!(listed(&reg), 0, "a directory this large does not fit");
+        let (_, made_anew) = reg.replace_damaged(usize::MAX);
+        assert!(made_anew);
+        let room = reg.slots[&name].slot.as_ref().unwrap().capacity();
+        assert!(room > DIRECTORY_CAPACITY, "{room}");
+        assert_eq!(listed(&reg), 5000);
     }
 }
