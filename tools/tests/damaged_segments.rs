@@ -422,3 +422,37 @@ fn a_segment_the_registry_could_not_adopt_is_stale_and_cleaned() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(size_of(&t.segment_path(NAME)), None, "{out:?}");
 }
+
+/// `hz` over a window in which the slot is made anew and its writer (told `Replaced`) stops:
+/// it said "no value was written during the window", the writes before the damage dropped
+/// without a word. It measures from the new slot on, and says how many writes came before.
+#[test]
+fn hz_says_what_was_written_before_the_slot_was_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let writer = t.spawn_stress(&["write", "--name", NAME, "--interval-ms", "5"]);
+    let path = t.segment_path(NAME);
+    eventually("the writer writes", || size_of(&path).is_some());
+    let hz = t.spawn(
+        common::bin("bus-inspect"),
+        &["hz", NAME, "--window", "3", "--json"],
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    set_size(&path, 100);
+    let out = t.finish(hz);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hz's JSON");
+    let note = report["note"].as_str().unwrap_or_default();
+    let before: u64 = note
+        .split("after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of the writes before: {report}"));
+    assert!(
+        note.starts_with("the slot was re-created during the window"),
+        "{report}"
+    );
+    assert!(before >= 20, "{report}");
+    let out = t.finish(writer);
+    assert_eq!(out.status.code(), Some(1), "the writer is told: {out:?}");
+}

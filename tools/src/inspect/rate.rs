@@ -90,6 +90,8 @@ struct Tracked {
     start: u64,
     /// The slot was re-created during the window: measured from then on.
     recreated: bool,
+    /// Writes of the window to the slots it replaced (re-created), said in the note.
+    writes_before: u64,
     /// Every value seen: sequence → (write time, length).
     seen: BTreeMap<u64, (u64, u64)>,
 }
@@ -101,6 +103,9 @@ impl Tracked {
             // Appeared or re-created during the window: all its values are new, and a
             // re-created slot's sequence numbers start again.
             self.recreated |= had_slot;
+            if let Some(&newest) = self.seen.keys().next_back() {
+                self.writes_before += newest.saturating_sub(self.start);
+            }
             self.start = 0;
             self.seen.clear();
         }
@@ -151,7 +156,14 @@ impl Tracked {
             .map(|(seq, (t, _))| (*seq, *t))
             .collect();
         let Some(&(last_new, _, _)) = new.last() else {
-            report.note = Some("no value was written during the window".into());
+            report.note = Some(if self.recreated {
+                format!(
+                    "the slot was re-created during the window, after {} write(s); none since",
+                    self.writes_before
+                )
+            } else {
+                "no value was written during the window".into()
+            });
             return report;
         };
         report.writes = last_new - self.start.min(last_new);
@@ -174,8 +186,11 @@ impl Tracked {
         report.size_bytes = Spread::of(sizes);
         report.bandwidth_bps = report.rate_hz.map(|r| r * mean);
         if self.recreated {
-            report.note =
-                Some("the slot was re-created during the window: measured from then on".into());
+            report.note = Some(format!(
+                "the slot was re-created during the window: measured from then on ({} write(s) \
+                 before)",
+                self.writes_before
+            ));
         }
         if !report.complete {
             report.note = Some(format!(
@@ -212,6 +227,7 @@ pub fn measure(domain: &Domain, names: &[SlotName], options: Options) -> Result<
             slot,
             start,
             recreated: false,
+            writes_before: 0,
             seen: BTreeMap::new(),
         });
     }
