@@ -311,3 +311,35 @@ fn doctor_fails_on_a_value_nobody_can_read() {
         "{text}"
     );
 }
+
+/// A symbolic link in place of a segment (no registry to make it anew): doctor named it by the
+/// mode of the file it leads to ("/s/v has mode 0640", another slot's), which the bus never
+/// opens through a link. The segments row says what is there instead.
+#[test]
+fn doctor_names_a_link_in_place_of_a_segment_as_such() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    t.leave_value("/doctor/linked", 1);
+    t.leave_value("/doctor/target", 2);
+    t.kill_registry();
+    let linked = t.segment_path("/doctor/linked");
+    let target = t.segment_path("/doctor/target");
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    std::fs::remove_file(&linked).unwrap();
+    std::os::unix::fs::symlink(&target, &linked).unwrap();
+    let out = t.inspect(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("segments")
+            && l.contains("/doctor/linked: a symbolic link in place of its segment")),
+        "{text}"
+    );
+    let permissions = text.lines().find(|l| l.contains("permissions")).unwrap();
+    assert!(
+        permissions.contains("/doctor/target has mode 0640"),
+        "{text}"
+    );
+    assert!(!permissions.contains("/doctor/linked"), "{text}");
+}

@@ -183,9 +183,18 @@ pub fn diagnose(domain: &Domain) -> Report {
     // Segments this user may not read and write (not in their group): the bus is closed to it.
     let mut denied = 0;
     for (name, path) in &files {
-        let Ok(meta) = std::fs::metadata(path) else {
+        // The file under the name, not what a symbolic link there leads to (whose mode and
+        // owner are another file's; the bus never opens a segment through a link).
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;
         };
+        if !meta.file_type().is_file() {
+            corrupt.push(format!(
+                "{name}: {} in place of its segment",
+                file_kind(&meta.file_type())
+            ));
+            continue;
+        }
         let id = (meta.dev(), meta.ino());
         let mode = meta.mode() & 0o777;
         if mode != 0o660 {
@@ -426,6 +435,22 @@ pub fn clean(stale: &[Stale]) -> Vec<Removed> {
             }
         })
         .collect()
+}
+
+/// What a file that is not a regular file is, in a few words.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    }
 }
 
 #[cfg(test)]
