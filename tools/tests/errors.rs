@@ -606,3 +606,17 @@ fn a_domain_without_a_registry_is_told_with_the_domains_in_use_here() {
         "{said}"
     );
 }
+
+/// `bus-stress write` without a registry wrote its values into nothing and exited 0, so a
+/// script (or a test) checking its status passed on a run that published nothing.
+#[test]
+fn bus_stress_write_that_published_nothing_fails() {
+    let mut t = TestBus::new();
+    let w = t.spawn_stress(&["write", "--name", "/nowhere", "--count", "3"]);
+    let out = t.finish(w);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("none of the 3 values was published"),
+        "{out:?}"
+    );
+}

@@ -28,6 +28,8 @@ struct Args {
 #[derive(Subcommand)]
 enum Command {
     /// Write values as fast as possible (or every --interval-ms), sizes cycling min..max.
+    /// Prints a JSON summary line; exits 1 when no registry ever took the publication (the
+    /// values went nowhere).
     Write {
         /// Public name of the slot to publish (e.g. /stress/a).
         #[arg(long)]
@@ -130,6 +132,14 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             }
             println!("{{\"written\":{i}}}");
             std::thread::sleep(Duration::from_secs_f64(linger));
+            if !publication.is_bound() {
+                // Written into nothing: a run that checks nothing must not pass.
+                eprintln!(
+                    "bus-stress: no registry-server took the publication of {name}: none of \
+                     the {i} values was published"
+                );
+                return Ok(1);
+            }
             Ok(0)
         }
         Command::Read {
