@@ -36,7 +36,7 @@ struct Args {
     /// Name of the drive base's arbiter (another arbiter than the arm's).
     #[arg(long, default_value = "drive", value_parser = arbiter_name)]
     drive: String,
-    /// Simulation steps per second (above 0, at most 1000).
+    /// Simulation steps per second (0.1 to 1000).
     #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
     rate_hz: f64,
     /// A command older than this is not executed (joints hold, wheels stop): its arbiter hangs
@@ -75,10 +75,11 @@ impl Args {
                 ),
             ));
         }
-        if !(self.rate_hz > 0.0 && self.rate_hz <= 1000.0) {
+        // At least a step every 10 s: a step period is a Duration, which 1e-20 Hz overflows.
+        if !(0.1..=1000.0).contains(&self.rate_hz) {
             return Err(command.error(
                 ErrorKind::ValueValidation,
-                format!("--rate-hz {}: expected 0 < rate <= 1000", self.rate_hz),
+                format!("--rate-hz {}: expected 0.1 <= rate <= 1000", self.rate_hz),
             ));
         }
         Ok(self)
