@@ -7,10 +7,14 @@
 //!
 //! The narration is a separate process (`baton-demo narrate`) on the robot host that watches
 //! the arbiters' memory blocks, so it reports what the bus says, not what the script expects.
+//!
+//! Ctrl-C (SIGINT), SIGTERM or SIGHUP (its terminal closed) stops the script at its next step, and the demo stops everything
+//! and removes its slots (and namespaces) as at its end: killed by the signal, it left them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use arbiter::protocol::{arbiter_slot, ArbiterBlock, Outcome};
@@ -139,11 +143,46 @@ fn say(t0: Instant, text: &str) {
     println!("[{:6.2}s] {text}", t0.elapsed().as_secs_f64());
 }
 
-/// Runs the demo on `hosts` hosts (1, or 2 with root).
-pub fn run(hosts: usize) -> Result<(), String> {
+/// The signal that stopped the demo (SIGINT, SIGTERM, SIGHUP), once one came.
+static STOPPED_BY: OnceLock<&'static str> = OnceLock::new();
+
+/// How the demo ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The whole script ran.
+    Finished,
+    /// Stopped early by this signal (everything stopped and removed all the same).
+    Stopped(&'static str),
+}
+
+/// Waits `ms` milliseconds, the script's step; `Err` with the signal's name once one of them
+/// came.
+fn pause(ms: u64) -> Result<(), &'static str> {
+    let end = Instant::now() + Duration::from_millis(ms);
+    loop {
+        if let Some(signal) = STOPPED_BY.get() {
+            return Err(signal);
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
+/// Runs the demo on `hosts` hosts (1, or 2 with root). Call it first in `main`: it takes
+/// SIGINT, SIGTERM and SIGHUP for the whole process (`daemon::on_stop_or_hangup`), before any
+/// thread starts.
+pub fn run(hosts: usize) -> Result<Ended, String> {
     if !(1..=2).contains(&hosts) {
         return Err(format!("--hosts {hosts}: the demo runs on 1 or 2 hosts"));
     }
+    // The processes started inherit the signals blocked: each of them takes them itself
+    // (`daemon::on_stop`, the narrator too), and the holders of the namespaces are killed.
+    daemon::on_stop_or_hangup(daemon::Hangup::Stops, |signal| {
+        let _ = STOPPED_BY.set(signal);
+    })?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let bin_dir = exe.parent().ok_or("no binary directory")?.to_path_buf();
     let domain = Domain::new(&format!("demo{}", std::process::id())).map_err(|e| e.to_string())?;
@@ -169,23 +208,47 @@ pub fn run(hosts: usize) -> Result<(), String> {
         domain: domain.clone(),
         children: Vec::new(),
     };
-    let result = script(&mut p, payload_host, &manager, &arm, &drive);
+    let result = match script(&mut p, payload_host, &manager, &arm, &drive) {
+        Ok(()) => Ok(Ended::Finished),
+        Err(Step::Stopped(signal)) => Ok(Ended::Stopped(signal)),
+        Err(Step::Failed(e)) => Err(e),
+    };
     drop(p); // stops every process
     let _ = std::fs::remove_dir_all(&dir);
     // Slots outlive their processes by design (a restarted registry adopts them); the demo's
     // domain is over, so remove its slots and check that none is left.
     let removed = domain.remove_all_segments().unwrap_or(0);
     let left = domain.segment_files().map(|f| f.len()).unwrap_or(0);
-    result?;
+    let ended = result?;
     if left > 0 {
         return Err(format!(
             "{left} shared-memory segment(s) of domain {domain} could not be removed"
         ));
     }
+    if let Ended::Stopped(signal) = ended {
+        print!("stopped on {signal}: ");
+    }
     println!(
         "stopped every process and removed the demo's {removed} shared-memory slot(s): none left"
     );
-    Ok(())
+    Ok(ended)
+}
+
+/// Why the script did not run to its end.
+enum Step {
+    Stopped(&'static str),
+    Failed(String),
+}
+
+impl From<String> for Step {
+    fn from(e: String) -> Step {
+        Step::Failed(e)
+    }
+}
+
+/// Waits the script's next step out, unless a signal stopped the demo (`pause`).
+fn step(ms: u64) -> Result<(), Step> {
+    pause(ms).map_err(Step::Stopped)
 }
 
 fn script(
@@ -194,7 +257,7 @@ fn script(
     manager: &str,
     arm: &str,
     drive: &str,
-) -> Result<(), String> {
+) -> Result<(), Step> {
     let t0 = Instant::now();
     let t0_ns = bus::slot::now_ns().to_string();
     let two_hosts = p.lab.is_some();
@@ -231,14 +294,14 @@ fn script(
     p.start(0, "arbiter-drive", "arbiter", &["--config", drive])?;
     p.start(0, "sim", "robot-sim", &[])?;
     p.start(0, "narrator", "baton-demo", &["narrate", "--t0-ns", &t0_ns])?;
-    std::thread::sleep(Duration::from_millis(1000));
+    step(1000)?;
 
     say(
         t0,
         "autonomy starts (non-compromising): drive left+right and the arm's turret",
     );
     p.start_app(0, "autonomy", AUTONOMY)?;
-    std::thread::sleep(Duration::from_millis(500));
+    step(500)?;
     say(
         t0,
         &format!(
@@ -247,7 +310,7 @@ fn script(
         ),
     );
     p.start_app(payload_host, "payload", PAYLOAD)?;
-    std::thread::sleep(Duration::from_millis(4500));
+    step(4500)?;
 
     say(
         t0,
@@ -262,18 +325,18 @@ fn script(
         "  gets nothing; on the arm, payload (compromising) loses the shoulder, keeps elbow1",
     );
     p.start_app(0, "teleop", TELEOP)?;
-    std::thread::sleep(Duration::from_millis(5000));
+    step(5000)?;
 
     say(
         t0,
         "teleop exits cleanly: it releases at once; autonomy gets the drive, payload the shoulder",
     );
     p.signal("teleop", nix::sys::signal::Signal::SIGTERM)?;
-    std::thread::sleep(Duration::from_millis(3000));
+    step(3000)?;
 
     say(t0, &format!("payload crashes (SIGKILL): its resources must go back within its time to live ({TTL_MS} ms)"));
     p.signal("payload", nix::sys::signal::Signal::SIGKILL)?;
-    std::thread::sleep(Duration::from_millis(4000));
+    step(4000)?;
     say(t0, "done: stopping everything");
     Ok(())
 }

@@ -74,7 +74,11 @@ fn a_value_refused_is_a_usage_error_too() {
             &["watch", "/x", "--timeout", "-3"][..],
             "give seconds above 0",
         ),
-        ("robot-sim", &["--rate-hz", "-5"][..], "expected 0.1 <= rate"),
+        (
+            "robot-sim",
+            &["--rate-hz", "-5"][..],
+            "expected 0.1 <= rate",
+        ),
         ("robot-sim", &["--rate-hz", "1e-20"], "expected 0.1 <= rate"),
         (
             "robot-sim",

@@ -1,5 +1,6 @@
 //! The demo runs to completion and its narration shows the ownership changes it promises; it
-//! leaves no shared memory behind. Also on two hosts (namespaces; the tests run as root).
+//! leaves no shared memory behind. Also on two hosts (namespaces; the tests run as root), and
+//! when Ctrl-C stops it early.
 
 mod common;
 
@@ -20,7 +21,12 @@ fn run_demo(args: &[&str]) -> String {
         "demo failed: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Its domain is named after its pid: nothing of it may remain in /dev/shm.
+    assert_nothing_left(pid);
+    text
+}
+
+/// The demo's domain is named after its pid: nothing of it may remain in /dev/shm.
+fn assert_nothing_left(pid: u32) {
     let prefix = format!("baton.demo{pid}");
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
@@ -31,7 +37,6 @@ fn run_demo(args: &[&str]) -> String {
         })
         .collect();
     assert!(left.is_empty(), "shared memory left behind: {left:?}");
-    text
 }
 
 /// The narrator's lines for `arbiter` after the script line containing `after`.
@@ -107,4 +112,54 @@ fn the_demo_runs_with_the_payload_on_a_second_host() {
     let text = run_demo(&["--hosts", "2"]);
     assert!(text.contains("on host `payload`"), "{text}");
     check_story(&text);
+}
+
+/// Ctrl-C in the middle of the demo killed it and left its processes' slots in /dev/shm (and,
+/// on two hosts, its namespaces). It stops everything, removes what it made, says so, and
+/// exits 130 as a shell reports a Ctrl-C.
+#[test]
+fn the_demo_stopped_by_ctrl_c_cleans_up() {
+    use std::io::BufRead;
+    let mut child = Command::new(common::bin("baton-demo"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (lines, read) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("payload starts")) {
+        match read.recv_timeout(common::WATCHDOG) {
+            Ok(line) => seen.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the demo did not get to payload ({e}): {seen:?}");
+            }
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    seen.extend(read.try_iter());
+    assert_eq!(status.code(), Some(130), "{seen:?}");
+    let last = seen.last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("stopped on SIGINT: stopped every process and removed"),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.contains("teleop exits")), "{seen:?}");
+    assert_nothing_left(pid);
 }

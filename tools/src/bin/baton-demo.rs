@@ -40,13 +40,25 @@ fn main() {
     daemon::init_logging("warn");
     let args: Args = daemon::parse_args();
     let result = match args.role {
-        Some(Role::Narrate { t0_ns, domain }) => bus::Domain::new(&domain)
-            .map_err(|e| e.to_string())
-            .and_then(|d| tools::demo::narrate(&d, t0_ns)),
-        None => tools::demo::run(args.hosts),
+        // Started with the signals blocked (the demo takes them): stopped by them all the same.
+        Some(Role::Narrate { t0_ns, domain }) => daemon::on_stop(|_| std::process::exit(0))
+            .and_then(|()| bus::Domain::new(&domain).map_err(|e| e.to_string()))
+            .and_then(|d| tools::demo::narrate(&d, t0_ns))
+            .map(|()| 0),
+        // Stopped by a signal, it exits as a shell reports a process killed by it (130 for
+        // Ctrl-C), having cleaned up.
+        None => tools::demo::run(args.hosts).map(|ended| match ended {
+            tools::demo::Ended::Finished => 0,
+            tools::demo::Ended::Stopped("SIGTERM") => 128 + 15,
+            tools::demo::Ended::Stopped("SIGHUP") => 128 + 1,
+            tools::demo::Ended::Stopped(_) => 128 + 2,
+        }),
     };
-    if let Err(e) = result {
-        eprintln!("baton-demo: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(status) => std::process::exit(status),
+        Err(e) => {
+            eprintln!("baton-demo: {e}");
+            std::process::exit(1);
+        }
     }
 }
