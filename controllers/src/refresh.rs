@@ -111,7 +111,8 @@ impl Refresher {
                         if gap > ttl {
                             tracing::warn!(
                                 "controller {}: not refreshed for {gap:?}, longer than its time \
-                                 to live ({ttl:?}; the process was stopped): the arbiters \
+                                 to live ({ttl:?}; the process was stopped, or not given a CPU in \
+                                 time: a time to live this short leaves little room): the arbiters \
                                  counted it absent meanwhile, and what it owned may have gone to \
                                  others",
                                 block.name

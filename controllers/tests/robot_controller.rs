@@ -172,6 +172,25 @@ fn command_line_mistakes_and_runs_that_commanded_nothing_fail() {
             && !said.contains("released every resource"),
         "{said}"
     );
+    // Also a run too short for one look names the registry, not the arbiter, and a run that
+    // commands nothing fails when its block never reached the bus (it exited 0).
+    for args in [
+        &["--set", "arm/turret=0.5", "--duration-s", "1e-6"][..],
+        &["--duration-s", "0.2"],
+    ] {
+        let mut all = vec!["--name", "x", "--status", "compromising"];
+        all.extend_from_slice(args);
+        let c = r.t.spawn_bin("robot-controller", &all);
+        let out = r.t.finish(c);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--duration-s ended before")
+                && err.contains("waiting for registry-server")
+                && !err.contains("no such arbiter"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 /// An arbiter that hangs (stopped with SIGSTOP) is told apart from one with nothing to say:

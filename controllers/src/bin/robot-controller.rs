@@ -28,8 +28,8 @@ whenever this controller's outcome or owned resources change. Ends after --durat
 Ctrl-C / SIGTERM (or SIGHUP when its terminal closes), releasing its resources at once.\n\n\
 Exit status: 0 when interrupted, or when --duration-s ends after every arbiter it commands \
 answered it; 1 when a command was refused, its name is taken, or --duration-s ran out before \
-every arbiter commanded answered (the error says why); 64 for a command line that does not \
-parse.\n\n\
+every arbiter commanded answered, or before its block reached the bus (the error says why); 64 \
+for a command line that does not parse.\n\n\
 Example:\n  robot-controller --name b --status compromising --set arm/shoulder=0.3 --set arm/turret=1.0"
 )]
 struct Args {
@@ -214,15 +214,26 @@ fn run(args: &Args) -> Result<(), String> {
             printed = lines;
         }
     }
+    let reached = controller.block_in_place();
     release(args, &mut controller)?;
     // A script that runs `robot-controller --duration-s N && next-step` must not take a run
     // whose commands never reached a running arbiter, or that no arbiter answered, for one
-    // that commanded the robot.
+    // that commanded the robot; nor one whose block never reached the bus (one without
+    // commands, too: it took no part).
     let accepted = accepted_by.len() == commanded.len();
-    if (!accepted || !answered) && !stop.load(Ordering::Relaxed) {
-        let why = said.or_else(|| unanswered(&controller.feedback(), &commanded));
+    if (!accepted || !answered || !reached) && !stop.load(Ordering::Relaxed) {
+        // A run too short for one look (`--duration-s 1e-6`) looks now: without a registry
+        // every arbiter would otherwise be "no such arbiter".
+        let why = said
+            .or_else(|| waiting_for(&bus, &controller, args.domain.as_str()))
+            .or_else(|| unanswered(&controller.feedback(), &commanded));
+        let what = if commanded.is_empty() {
+            "this controller's block had reached the bus"
+        } else {
+            "every arbiter commanded had answered this controller"
+        };
         return Err(format!(
-            "--duration-s ended before every arbiter commanded had answered this controller{}",
+            "--duration-s ended before {what}{}",
             why.map(|w| format!(" ({w})")).unwrap_or_default()
         ));
     }
