@@ -30,7 +30,9 @@
 //! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
 //! resource gets no setpoint at all (the driver keeps it where it is). So does one measured
 //! outside its limits: clamped, the hold would move a resource nobody owns, and sent as it is,
-//! it would be a setpoint out of range (the arbiter's log says so).
+//! it would be a setpoint out of range (the arbiter's log says so). Within a thousandth of its
+//! range of a limit (a joint that settled a hair short of the limit it was driven to) it is
+//! held at that limit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -401,8 +403,25 @@ fn safe_setpoint(
             // Outside the limits (a joint out of range, or a glitched reading when released):
             // clamped, the hold would move a resource nobody owns; sent as it is, it would be
             // a setpoint out of range. No setpoint: the driver keeps the resource where it is.
-            target.filter(|t| spec.limits.clamp(*t) == *t)
+            // But one that settled a hair short of the limit it was driven to (0.4999979 for a
+            // command clamped to 0.5) is held at the limit: that moves it by nothing a joint
+            // can tell.
+            target.and_then(|t| {
+                let clamped = spec.limits.clamp(t);
+                ((clamped - t).abs() <= hold_tolerance(&spec.limits)).then_some(clamped)
+            })
         }
+    }
+}
+
+/// How far outside its limits a resource to hold may be measured and still be held (at the
+/// limit): a thousandth of its range, none for a range without both ends.
+fn hold_tolerance(limits: &Limits) -> f64 {
+    let span = limits.max - limits.min;
+    if span.is_finite() {
+        span * 1e-3
+    } else {
+        0.0
     }
 }
 

@@ -395,6 +395,22 @@ fn a_hold_never_measured_takes_the_first_measurement() {
     assert_eq!(second.setpoints["shoulder"], 0.7);
 }
 
+/// A joint driven to its limit that settles a hair short of it (the simulator stops at
+/// 0.4999979 for 0.5) was left without a setpoint when released, the arbiter warning of a
+/// resource outside its limits that it had put there itself. It is held at the limit.
+#[test]
+fn a_hold_a_hair_outside_the_limits_is_held_at_the_limit() {
+    for (measured, held) in [(2.0005, Some(2.0)), (-2.003, Some(-2.0)), (2.01, None)] {
+        let state: BTreeMap<String, f64> = [("shoulder".to_string(), measured)].into();
+        let d = arbitrate("arm", &arm(), &[], &state, None, NOW);
+        assert_eq!(
+            d.setpoints.get("shoulder").copied(),
+            held,
+            "{measured}: {d:?}"
+        );
+    }
+}
+
 /// A resource to hold measured outside its limits gets no setpoint (the driver keeps it where
 /// it is): clamped, the hold would move a resource nobody owns; sent as measured, it would be
 /// a setpoint out of range (the arm's limits are -2..2).
