@@ -121,22 +121,14 @@ impl ArbiterConfig {
             .iter()
             .map(|r| {
                 let kind = r.kind.name();
-                let bound = |v: f64| {
-                    if v.is_finite() {
-                        readable(v)
-                    } else {
-                        "unbounded".to_owned()
-                    }
-                };
                 let safe = match r.safe {
                     SafeCommand::Hold => "hold".to_owned(),
                     SafeCommand::Value(v) => readable(v),
                 };
                 format!(
-                    "{} ({kind}, {}..{}, safe {safe})",
+                    "{} ({kind}, {}, safe {safe})",
                     r.name,
-                    bound(r.limits.min),
-                    bound(r.limits.max)
+                    limits_text(&r.limits)
                 )
             })
             .collect();
@@ -254,10 +246,11 @@ impl ArbiterConfig {
                 if v < limits.min || v > limits.max {
                     return Err(format!(
                         "resource {:?}: its safe command {v} (what it gets when nobody owns it) \
-                         lies outside its limits {}..{}; it would be clamped to a command that \
+                         lies outside its limits {}; it would be clamped to a command that \
                          does not stop it: widen the limits to include {v}, or give `safe` a \
                          number within them",
-                        r.name, limits.min, limits.max
+                        r.name,
+                        limits_text(&limits)
                     ));
                 }
             }
@@ -275,6 +268,18 @@ impl ArbiterConfig {
             cautions,
         })
     }
+}
+
+/// Limits as `--check` and the log say them: `-1.5..1.5`, `1..unbounded`.
+pub(crate) fn limits_text(limits: &Limits) -> String {
+    let bound = |v: f64| {
+        if v.is_finite() {
+            readable(v)
+        } else {
+            "unbounded".to_owned()
+        }
+    };
+    format!("{}..{}", bound(limits.min), bound(limits.max))
 }
 
 /// `v` as the file may have said it: in full (`-1.5`, `2000`), but with an exponent where
@@ -301,6 +306,12 @@ mod tests {
         let s = c.summary();
         assert!(s.contains("s (position, -1e308..1.5, safe 1e-7)"), "{s}");
         assert!(s.contains("t (position, -2000..1e300, safe hold)"), "{s}");
+        // A refusal says the limits in the same words ("1..inf" before).
+        let err = ArbiterConfig::parse(
+            "name = \"drive\"\n[[resources]]\nname = \"w\"\nkind = \"velocity\"\nmin = 1\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("outside its limits 1..unbounded"), "{err}");
     }
 
     #[test]

@@ -514,11 +514,10 @@ fn warn_held_outside_limits(
         };
         if outside(decision) && !previous.is_some_and(outside) {
             tracing::warn!(
-                "{arbiter}/{}: measured at {measured}, outside its limits {}..{}, with nobody \
+                "{arbiter}/{}: measured at {measured}, outside its limits {}, with nobody \
                  owning it: no setpoint sent, the driver keeps it where it is",
                 spec.name,
-                spec.limits.min,
-                spec.limits.max
+                crate::config::limits_text(&spec.limits)
             );
         }
     }
