@@ -109,6 +109,13 @@ fn not_permitted(name: &str) -> SegmentError {
 fn open_existing(name: &str, flags: OFlag) -> Result<OwnedFd, SegmentError> {
     let fd = shm_open(name, flags | OFlag::O_NONBLOCK, Mode::empty()).map_err(|e| match e {
         nix::Error::EACCES => not_permitted(name),
+        // glibc's shm_open never follows a link: ELOOP says one is there.
+        nix::Error::ELOOP => SegmentError::Io {
+            segment: name.to_owned(),
+            message: "a symbolic link in place of the segment (segments are never opened \
+                      through one); remove it"
+                .to_owned(),
+        },
         e => io_err(name, "shm_open", e),
     })?;
     let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
