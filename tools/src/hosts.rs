@@ -100,7 +100,6 @@ impl Lab {
     /// so that the labs of a process that was killed before it could remove them are known, and
     /// removed here.
     pub fn new(kind: &str, names: &[&str]) -> Result<Lab, String> {
-        static COUNT: AtomicU32 = AtomicU32::new(0);
         static SWEEP: Once = Once::new();
         if !nix::unistd::geteuid().is_root() {
             return Err("several hosts need root (network and mount namespaces)".into());
@@ -112,7 +111,7 @@ impl Lab {
         let tag = format!(
             "baton-{kind}{}x{}",
             std::process::id(),
-            COUNT.fetch_add(1, Ordering::Relaxed)
+            LABS_MADE.fetch_add(1, Ordering::Relaxed)
         );
         let switch = format!("{tag}-sw");
         let mut lab = Lab {
@@ -236,17 +235,39 @@ impl Lab {
     }
 }
 
+/// How many labs this process has made (the count in their names).
+static LABS_MADE: AtomicU32 = AtomicU32::new(0);
+
 /// Removes the namespaces of labs whose process is gone: killed before its `Lab` was dropped
 /// (SIGKILL, a watchdog, a machine's restart of the test runner). Their holders, which
 /// outlive the process, are killed first so that the namespaces go with the names. A name of
-/// this process's own pid is abandoned too: it is from an earlier process of that pid, as this
-/// runs before this process's first lab. A name not made by `Lab::new` is left alone, and so
-/// is a lab of a process that runs. Best effort: what cannot be removed stays, as before.
+/// this process's own pid is abandoned too while this process has made no lab: it is from an
+/// earlier process of that pid. A name not made by `Lab::new` is left alone, and so is a lab
+/// of a process that runs. Best effort: what cannot be removed stays, as before.
 pub fn remove_abandoned_labs() {
+    let own = std::process::id();
+    let none_made = LABS_MADE.load(Ordering::Relaxed) == 0;
+    remove_labs(|pid| {
+        if pid == own {
+            none_made
+        } else {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        }
+    });
+}
+
+/// Removes this process's labs, processes in them first, when it cannot drop them: on a
+/// signal that ends it (`net-bench` on Ctrl-C), from the signal's thread.
+pub fn remove_own_labs() {
+    let own = std::process::id();
+    remove_labs(|pid| pid == own);
+}
+
+/// Removes the labs whose owner's pid `remove` picks (see `remove_abandoned_labs`).
+fn remove_labs(remove: impl Fn(u32) -> bool) {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
         return;
     };
-    let own = std::process::id();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Some(name) = line.split_whitespace().next() else {
             continue;
@@ -254,7 +275,7 @@ pub fn remove_abandoned_labs() {
         let Some(pid) = lab_owner(name) else {
             continue;
         };
-        if pid != own && Path::new(&format!("/proc/{pid}")).exists() {
+        if !remove(pid) {
             continue;
         }
         if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).output() {

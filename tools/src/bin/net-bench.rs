@@ -81,6 +81,21 @@ enum Cmd {
 
 fn main() {
     let args: Args = daemon::parse_args();
+    if matches!(args.command, Cmd::Run { .. }) {
+        // Ctrl-C (or SIGTERM) in the middle of a run: its hosts, and what runs in them, go
+        // with it, as they do at its end (killed by the signal, it left them). The processes
+        // it starts inherit the signals blocked: each is killed with SIGKILL, or takes them
+        // itself (registry-server).
+        let stopped = daemon::on_stop(|signal| {
+            eprintln!("net-bench: stopped on {signal}: removing its hosts");
+            tools::hosts::remove_own_labs();
+            std::process::exit(130);
+        });
+        if let Err(e) = stopped {
+            eprintln!("net-bench: {e}");
+            std::process::exit(1);
+        }
+    }
     if let Err(e) = run(&args.domain, args.command) {
         eprintln!("net-bench: {e}");
         std::process::exit(1);
