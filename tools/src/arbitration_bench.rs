@@ -47,10 +47,16 @@ pub struct Rig {
 }
 
 impl Rig {
-    pub fn new() -> Result<Rig, String> {
+    /// The domain a rig of this process runs in, and the directory of its config files.
+    pub fn domain_and_dir() -> Result<(Domain, PathBuf), String> {
         let domain =
             Domain::new(&format!("arbbench-{}", std::process::id())).map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("baton-{domain}"));
+        Ok((domain, dir))
+    }
+
+    pub fn new() -> Result<Rig, String> {
+        let (domain, dir) = Self::domain_and_dir()?;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let mut rig = Rig {
             domain,

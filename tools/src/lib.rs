@@ -9,5 +9,6 @@ pub mod demo;
 pub mod demo_bus;
 pub mod hosts;
 pub mod inspect;
+pub mod interrupted;
 pub mod sim;
 pub mod stress;

@@ -27,6 +27,12 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// The domain a harness runs in: `domain`, or a fresh `bench-<pid>`.
+    pub fn domain(domain: Option<&str>) -> Result<Domain, String> {
+        let name = domain.map_or_else(|| format!("bench-{}", std::process::id()), str::to_owned);
+        Domain::new(&name).map_err(|e| e.to_string())
+    }
+
     /// Starts `registry-server` (next to the running executable) on `domain`, or on a fresh
     /// `bench-<pid>` domain, and waits until it accepts connections.
     pub fn start(domain: Option<&str>) -> Result<Harness, String> {
@@ -39,8 +45,7 @@ impl Harness {
                 registry_bin.display()
             ));
         }
-        let name = domain.map_or_else(|| format!("bench-{}", std::process::id()), str::to_owned);
-        let domain = Domain::new(&name).map_err(|e| e.to_string())?;
+        let domain = Self::domain(domain)?;
         if bus::protocol::connect(&domain).is_ok() {
             return Err(format!(
                 "a registry-server already serves domain '{domain}'; bus-bench starts its own, \

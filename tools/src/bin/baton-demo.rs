@@ -49,9 +49,7 @@ fn main() {
         // Ctrl-C), having cleaned up.
         None => tools::demo::run(args.hosts).map(|ended| match ended {
             tools::demo::Ended::Finished => 0,
-            tools::demo::Ended::Stopped("SIGTERM") => 128 + 15,
-            tools::demo::Ended::Stopped("SIGHUP") => 128 + 1,
-            tools::demo::Ended::Stopped(_) => 128 + 2,
+            tools::demo::Ended::Stopped(signal) => tools::interrupted::status_after(signal),
         }),
     };
     match result {

@@ -58,13 +58,17 @@ fn main() {
         Some(Command::Peer(peer)) => {
             bench::peer(peer).map_err(|e| format!("peer {:?}: {e}", peer.role))
         }
-        None => bench::run(&Options {
-            iterations: args.iterations,
-            quick: args.quick,
-            only: args.only,
-            json: args.json,
-            domain: args.domain,
-        }),
+        None => tools::bench::harness::Harness::domain(args.domain.as_deref())
+            .and_then(|d| tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new()))
+            .and_then(|()| {
+                bench::run(&Options {
+                    iterations: args.iterations,
+                    quick: args.quick,
+                    only: args.only,
+                    json: args.json,
+                    domain: args.domain.clone(),
+                })
+            }),
     };
     if let Err(e) = result {
         eprintln!("bus-bench: {e}");

@@ -1,0 +1,80 @@
+//! Benchmarks stopped with Ctrl-C: killed by the signal they left their registry and peers'
+//! shared memory in /dev/shm (46 files for `bus-bench`, 7 and a config directory for
+//! `arbiter-bench`). They remove them, kill their children and exit 130.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::WATCHDOG;
+
+/// The files in /dev/shm of the domain `prefix` names (`baton.<domain>`): its slots (`~`,
+/// `%`) and raw baselines (`.raw-`), not another domain's that begins alike.
+fn files_of(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .filter(|f| {
+            f.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with(['~', '%', '.']))
+        })
+        .collect()
+}
+
+/// Runs `program args`, sends it SIGINT once it has files in /dev/shm whose names start with
+/// `prefix` (the `{pid}` in it replaced: its registry runs) and a moment more, and checks that
+/// it exits 130 leaving no such file, nor the directory `dir` (likewise) if given.
+fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
+    let mut child = Command::new(common::bin(program))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the benchmark");
+    let pid = child.id();
+    let prefix = prefix.replace("{pid}", &pid.to_string());
+    let deadline = Instant::now() + WATCHDOG;
+    while files_of(&prefix).is_empty() {
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            panic!("{program} made no shared memory");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = child.wait().expect("wait for the benchmark");
+    assert_eq!(status.code(), Some(130), "{program}: {status:?}");
+    let left = files_of(&prefix);
+    assert!(left.is_empty(), "{program} left {left:?}");
+    if let Some(dir) = dir {
+        let dir = std::env::temp_dir().join(dir.replace("{pid}", &pid.to_string()));
+        assert!(!dir.exists(), "{program} left {}", dir.display());
+    }
+}
+
+#[test]
+fn bus_bench_stopped_by_ctrl_c_removes_its_memory() {
+    interrupted(
+        "bus-bench",
+        &["--only", "pingpong", "--iterations", "200000"],
+        "baton.bench-{pid}",
+        None,
+    );
+}
+
+#[test]
+fn arbiter_bench_stopped_by_ctrl_c_removes_its_memory() {
+    interrupted(
+        "arbiter-bench",
+        &["--iterations", "5000"],
+        "baton.arbbench-{pid}",
+        Some("baton-arbbench-{pid}"),
+    );
+}
