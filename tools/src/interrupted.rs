@@ -23,11 +23,13 @@ pub fn status_after(signal: &str) -> i32 {
 /// thread starts: `daemon::on_stop_or_hangup`). On the first, `program` says so, kills every
 /// child process with SIGKILL (they inherit the signals blocked: each must be killed, or take
 /// them itself), removes `domain`'s segments (its slots, and the raw baselines'
-/// `baton.<domain>.raw-*`) and the directories `dirs`, and exits with `status_after`.
+/// `baton.<domain>.raw-*`) and the directories `dirs`, runs `also` (a peer library's files),
+/// and exits with `status_after`.
 pub fn clean_up_on_stop(
     program: &'static str,
     domain: Domain,
     dirs: Vec<PathBuf>,
+    also: impl FnOnce() + Send + 'static,
 ) -> Result<(), String> {
     daemon::on_stop_or_hangup(daemon::Hangup::Stops, move |signal| {
         eprintln!("{program}: stopped on {signal}: removing its processes and shared memory");
@@ -37,6 +39,7 @@ pub fn clean_up_on_stop(
         for dir in &dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
+        also();
         std::process::exit(status_after(signal));
     })
 }

@@ -50,7 +50,7 @@ fn main() {
             .and_then(|d| echo(&d)),
         None => tools::arbitration_bench::Rig::domain_and_dir()
             .and_then(|(domain, dir)| {
-                tools::interrupted::clean_up_on_stop("arbiter-bench", domain, vec![dir])
+                tools::interrupted::clean_up_on_stop("arbiter-bench", domain, vec![dir], || {})
             })
             .and_then(|()| run(&args)),
     };

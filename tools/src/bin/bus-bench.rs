@@ -59,7 +59,15 @@ fn main() {
             bench::peer(peer).map_err(|e| format!("peer {:?}: {e}", peer.role))
         }
         None => tools::bench::harness::Harness::domain(args.domain.as_deref())
-            .and_then(|d| tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new()))
+            .and_then(|d| {
+                // iceoryx2's files, as the harness's drop removes them.
+                #[cfg(feature = "iceoryx2")]
+                let leftovers = tools::bench::ice::Leftovers::note();
+                tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new(), move || {
+                    #[cfg(feature = "iceoryx2")]
+                    drop(leftovers);
+                })
+            })
             .and_then(|()| {
                 bench::run(&Options {
                     iterations: args.iterations,
