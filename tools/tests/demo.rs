@@ -119,41 +119,8 @@ fn the_demo_runs_with_the_payload_on_a_second_host() {
 /// exits 130 as a shell reports a Ctrl-C.
 #[test]
 fn the_demo_stopped_by_ctrl_c_cleans_up() {
-    use std::io::BufRead;
-    let mut child = Command::new(common::bin("baton-demo"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (lines, read) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = lines.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("payload starts")) {
-        match read.recv_timeout(common::WATCHDOG) {
-            Ok(line) => seen.push(line),
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the demo did not get to payload ({e}): {seen:?}");
-            }
-        }
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    seen.extend(read.try_iter());
+    let command = Command::new(common::bin("baton-demo"));
+    let (pid, status, seen) = common::interrupt_after(command, "payload starts");
     assert_eq!(status.code(), Some(130), "{seen:?}");
     let last = seen.last().cloned().unwrap_or_default();
     assert!(

@@ -300,16 +300,23 @@ fn doctor_fails_on_a_value_nobody_can_read() {
         len_at as u64,
     )
     .unwrap();
+    doctor_fails_on_segment(&t, "/doctor/value", "exceeds capacity");
+}
+
+/// Runs `doctor`, which must fail with its segments row naming `slot` and saying `why`; its
+/// text.
+fn doctor_fails_on_segment(t: &TestBus, slot: &str, why: &str) -> String {
     let out = t.inspect(&["doctor"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.lines().any(|l| l.starts_with("FAIL")
             && l.contains("segments")
-            && l.contains("/doctor/value")
-            && l.contains("exceeds capacity")),
+            && l.contains(slot)
+            && l.contains(why)),
         "{text}"
     );
+    text
 }
 
 /// A symbolic link in place of a segment (no registry to make it anew): doctor named it by the
@@ -327,15 +334,10 @@ fn doctor_names_a_link_in_place_of_a_segment_as_such() {
     std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
     std::fs::remove_file(&linked).unwrap();
     std::os::unix::fs::symlink(&target, &linked).unwrap();
-    let out = t.inspect(&["doctor"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(
-        text.lines().any(|l| l.starts_with("FAIL")
-            && l.contains("segments")
-            && l.contains("/doctor/linked")
-            && l.contains("a symbolic link in place of the segment")),
-        "{text}"
+    let text = doctor_fails_on_segment(
+        &t,
+        "/doctor/linked",
+        "a symbolic link in place of the segment",
     );
     let permissions = text.lines().find(|l| l.contains("permissions")).unwrap();
     assert!(

@@ -235,43 +235,11 @@ fn the_namespaces_of_a_killed_runner_are_removed_by_the_next_lab() {
 /// until a later lab swept them. It removes them, and what runs in them, and exits 130.
 #[test]
 fn net_bench_stopped_by_ctrl_c_removes_its_hosts() {
-    use std::io::BufRead;
-    let mut child = Command::new(common::bin("net-bench"))
-        .args(["run", "--iterations", "200"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn net-bench");
-    let pid = child.id();
-    let (lines, read) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().expect("net-bench's stdout");
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = lines.send(line);
-        }
-    });
+    let mut command = Command::new(common::bin("net-bench"));
+    command.args(["run", "--iterations", "200"]);
     // Its first row of results: the hosts and their registries run.
-    loop {
-        match read.recv_timeout(WATCHDOG) {
-            Ok(line) if line.contains("raw UDP ping-pong") => break,
-            Ok(_) => {}
-            Err(e) => {
-                let _ = child.kill();
-                panic!("net-bench printed no result ({e})");
-            }
-        }
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
-    let status = child.wait().expect("wait for net-bench");
-    reader.join().expect("the reader");
-    assert_eq!(status.code(), Some(130), "{status:?}");
+    let (pid, status, seen) = common::interrupt_after(command, "raw UDP ping-pong");
+    assert_eq!(status.code(), Some(130), "{status:?} {seen:?}");
     let list = Command::new("ip").args(["netns", "list"]).output();
     let list = String::from_utf8_lossy(&list.expect("ip netns list").stdout).into_owned();
     let prefix = format!("baton-nb{pid}x");

@@ -365,3 +365,47 @@ pub fn require_root() {
         panic!("this test runs a process as another user: run the tests as root");
     }
 }
+
+/// Runs `command` (its stdout piped), waits for a line of its stdout that contains `marker`
+/// (failing on the watchdog), then sends it SIGINT, as Ctrl-C would, and waits for it to end:
+/// its pid, its exit status and every line it printed.
+pub fn interrupt_after(
+    mut command: Command,
+    marker: &str,
+) -> (u32, std::process::ExitStatus, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the program to interrupt");
+    let (lines, read) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("its stdout");
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    while !seen.iter().any(|l| l.contains(marker)) {
+        match read.recv_timeout(WATCHDOG) {
+            Ok(line) => seen.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("no line with {marker:?} ({e}): {seen:?}");
+            }
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = child.wait().expect("wait for the program");
+    reader.join().expect("the reader of its stdout");
+    seen.extend(read.try_iter());
+    (child.id(), status, seen)
+}
