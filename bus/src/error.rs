@@ -132,6 +132,17 @@ pub enum BusError {
         socket: String,
         reason: String,
     },
+    /// Connected, but no answer came: starting a registry is not the remedy.
+    #[error(
+        "a registry-server listens on domain '{domain}' (socket @{socket}) but did not answer \
+         within {waited:?}: it is hung, stopped (SIGSTOP) or out of file descriptors; its log \
+         says which"
+    )]
+    RegistryNotAnswering {
+        domain: String,
+        socket: String,
+        waited: std::time::Duration,
+    },
     #[error("registry refused {name}: {reason}")]
     Refused { name: String, reason: String },
     /// `wait_bound` timed out with the registry connected: nothing refused, not bound yet.

@@ -230,8 +230,22 @@ pub fn ask(domain: &crate::names::Domain, request: &Request) -> Result<Reply, Bu
         reason,
     };
     let mut stream = connect(domain).map_err(|e| unreachable(e.to_string()))?;
-    let timeout = Some(std::time::Duration::from_secs(5));
-    let _ = stream.set_read_timeout(timeout);
+    let waited = std::time::Duration::from_secs(5);
+    let _ = stream.set_read_timeout(Some(waited));
+    let silent = |e: std::io::Error| {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            BusError::RegistryNotAnswering {
+                domain: domain.to_string(),
+                socket: domain.registry_socket(),
+                waited,
+            }
+        } else {
+            unreachable(e.to_string())
+        }
+    };
     let hello = Request::Hello {
         program: crate::process::own_program(),
     };
@@ -252,7 +266,7 @@ pub fn ask(domain: &crate::names::Domain, request: &Request) -> Result<Reply, Bu
             }
             Ok(Some(_)) => continue,
             Ok(None) => return Err(unreachable("connection closed".into())),
-            Err(e) => return Err(unreachable(e.to_string())),
+            Err(e) => return Err(silent(e)),
         }
     }
 }

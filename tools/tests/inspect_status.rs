@@ -346,3 +346,29 @@ fn doctor_names_a_link_in_place_of_a_segment_as_such() {
     );
     assert!(!permissions.contains("/doctor/linked"), "{text}");
 }
+
+/// A registry that listens but does not answer (stopped here; hung, or out of file
+/// descriptors): every command said "no registry-server answers ...; start `registry-server`",
+/// which would not help. It says one listens and did not answer, and doctor and clean call
+/// nothing stale, as for a registry that refuses the user.
+#[test]
+fn a_registry_that_does_not_answer_is_not_said_to_be_missing() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    t.leave_value("/silent/value", 1);
+    t.signal(t.registry(), nix::sys::signal::Signal::SIGSTOP);
+    let out = t.inspect(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    t.signal(t.registry(), nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("listens on domain") && text.contains("did not answer within 5s"),
+        "{text}"
+    );
+    assert!(!text.contains("start `registry-server"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("skip") && l.contains("stale")),
+        "{text}"
+    );
+}

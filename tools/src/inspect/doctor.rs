@@ -165,7 +165,10 @@ pub fn diagnose(domain: &Domain) -> Report {
     });
     let registry_pid = registry.as_ref().ok().copied();
     let refused = registry.as_ref().is_err_and(|e| e.refuses);
-    let registry_runs = registry_pid.is_some() || refused;
+    // A registry that listens but does not answer runs all the same: nothing it may still
+    // serve is called stale, and `clean` removes nothing.
+    let silent = registry.as_ref().is_err_and(|e| e.silent);
+    let registry_runs = registry_pid.is_some() || refused || silent;
     let listing = super::registry::listing(domain).ok();
     let with_endpoints: HashSet<SlotName> = listing
         .iter()
@@ -239,7 +242,7 @@ pub fn diagnose(domain: &Domain) -> Report {
             Some(w) if w.state == WriterState::None => "never written".to_owned(),
             Some(w) => format!("writer pid {} gone", w.pid),
         };
-        let is_stale = if refused {
+        let is_stale = if refused || silent {
             // Which slots have endpoints only the registry can say, and it does not answer
             // this user: nothing counts as stale (the stale row says why).
             false
@@ -291,11 +294,19 @@ pub fn diagnose(domain: &Domain) -> Report {
             format!("{seg_detail}; unreadable: {}", corrupt.join("; "))
         },
     ));
-    let stale_unknown = refused.then(|| {
-        "the registry refuses this user, so which slots are in use is not known here (run as \
-         root or as a member of the registry's --group)"
-            .to_owned()
-    });
+    let stale_unknown = if refused {
+        Some(
+            "the registry refuses this user, so which slots are in use is not known here (run \
+             as root or as a member of the registry's --group)"
+                .to_owned(),
+        )
+    } else {
+        silent.then(|| {
+            "the registry does not answer, so which slots are in use is not known here (its \
+             log says why)"
+                .to_owned()
+        })
+    };
     checks.push(if let Some(why) = &stale_unknown {
         Check::new("stale", Status::Skip, format!("cannot tell: {why}"))
     } else if stale.is_empty() {

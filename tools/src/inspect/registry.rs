@@ -48,6 +48,12 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
                 "the registry-server of domain '{domain}' refuses this user: {reason}"
             ),
             refuses: true,
+            silent: false,
+        },
+        e @ bus::BusError::RegistryNotAnswering { .. } => NoAnswer {
+            message: e.to_string(),
+            refuses: false,
+            silent: true,
         },
         bus::BusError::RegistryUnreachable { reason, .. } => NoAnswer {
             message: format!(
@@ -57,10 +63,12 @@ pub fn answers(domain: &Domain) -> Result<u32, NoAnswer> {
                 domains_in_use(domain)
             ),
             refuses: false,
+            silent: false,
         },
         other => NoAnswer {
             message: other.to_string(),
             refuses: false,
+            silent: false,
         },
     })
 }
@@ -127,6 +135,8 @@ pub struct NoAnswer {
     pub message: String,
     /// One runs, but refuses this user (outside the bus's group): its pid is not known.
     pub refuses: bool,
+    /// One listens, but did not answer (hung, stopped, out of file descriptors).
+    pub silent: bool,
 }
 
 impl std::fmt::Display for NoAnswer {
