@@ -319,13 +319,26 @@ pub fn serve(
     }
     ready(adopted);
     let mut next_conn = 0u64;
+    // A failing accept, said once until one works again (it is retried 10 times a second).
+    let mut failing: Option<std::io::ErrorKind> = None;
     for stream in listener.incoming() {
         let stream = match stream {
-            Ok(s) => s,
+            Ok(s) => {
+                if failing.take().is_some() {
+                    tracing::info!("accepting connections again");
+                }
+                s
+            }
             Err(e) => {
                 // Out of file descriptors or memory: wait for some to come back rather than
                 // spin on the pending connection.
-                tracing::warn!("accept: {e}");
+                if failing != Some(e.kind()) {
+                    tracing::error!(
+                        "cannot accept connections: {e}; processes that connect wait until \
+                         it can (out of file descriptors: raise LimitNOFILE, or `ulimit -n`)"
+                    );
+                    failing = Some(e.kind());
+                }
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
