@@ -30,9 +30,9 @@
 //! measurement yet and no setpoint sent before, there is nowhere known to hold, and the
 //! resource gets no setpoint at all (the driver keeps it where it is). So does one measured
 //! outside its limits: clamped, the hold would move a resource nobody owns, and sent as it is,
-//! it would be a setpoint out of range (the arbiter's log says so). Within a thousandth of its
-//! range of a limit (a joint that settled a hair short of the limit it was driven to) it is
-//! held at that limit.
+//! it would be a setpoint out of range (the arbiter's log says so). One last sent a limit and
+//! measured within a thousandth of its range past it (a joint that settled a hair short of the
+//! limit it was driven to) is held at that limit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -403,12 +403,14 @@ fn safe_setpoint(
             // Outside the limits (a joint out of range, or a glitched reading when released):
             // clamped, the hold would move a resource nobody owns; sent as it is, it would be
             // a setpoint out of range. No setpoint: the driver keeps the resource where it is.
-            // But one that settled a hair short of the limit it was driven to (0.4999979 for a
-            // command clamped to 0.5) is held at the limit: that moves it by nothing a joint
-            // can tell.
+            // But one that settled a hair short of the limit it was last sent (0.4999979 for
+            // a command clamped to 0.5) is held at that limit: sent it again, it does not move.
             target.and_then(|t| {
                 let clamped = spec.limits.clamp(t);
-                ((clamped - t).abs() <= hold_tolerance(&spec.limits)).then_some(clamped)
+                let driven_there = prev_setpoint == Some(clamped);
+                (clamped == t
+                    || (driven_there && (clamped - t).abs() <= hold_tolerance(&spec.limits)))
+                .then_some(clamped)
             })
         }
     }

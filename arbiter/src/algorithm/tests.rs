@@ -400,15 +400,33 @@ fn a_hold_never_measured_takes_the_first_measurement() {
 /// resource outside its limits that it had put there itself. It is held at the limit.
 #[test]
 fn a_hold_a_hair_outside_the_limits_is_held_at_the_limit() {
-    for (measured, held) in [(2.0005, Some(2.0)), (-2.003, Some(-2.0)), (2.01, None)] {
+    for (command, measured, held) in [
+        (3.0, 2.0005, Some(2.0)),
+        (-3.0, -2.003, Some(-2.0)),
+        (3.0, 2.01, None),
+        // Not driven to that limit: measured past it, it stays without a setpoint.
+        (-3.0, 2.0005, None),
+        (1.0, 2.0005, None),
+    ] {
+        let x = block("x", Compromising, &[("arm/shoulder", command)]);
+        let candidate = Candidate {
+            name: "x",
+            block: Some(&x),
+            writer_alive: true,
+        };
         let state: BTreeMap<String, f64> = [("shoulder".to_string(), measured)].into();
-        let d = arbitrate("arm", &arm(), &[], &state, None, NOW);
+        let owned = arbitrate("arm", &arm(), &[candidate], &state, None, NOW);
+        let released = arbitrate("arm", &arm(), &[], &state, Some(&owned), NOW);
         assert_eq!(
-            d.setpoints.get("shoulder").copied(),
+            released.setpoints.get("shoulder").copied(),
             held,
-            "{measured}: {d:?}"
+            "{command} then {measured}: {released:?}"
         );
     }
+    // Nor one found there at start, before anything was sent.
+    let state: BTreeMap<String, f64> = [("shoulder".to_string(), 2.0005)].into();
+    let first = arbitrate("arm", &arm(), &[], &state, None, NOW);
+    assert!(!first.setpoints.contains_key("shoulder"), "{first:?}");
 }
 
 /// A resource to hold measured outside its limits gets no setpoint (the driver keeps it where
