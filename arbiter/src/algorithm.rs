@@ -31,8 +31,8 @@
 //! resource gets no setpoint at all (the driver keeps it where it is). So does one measured
 //! outside its limits: clamped, the hold would move a resource nobody owns, and sent as it is,
 //! it would be a setpoint out of range (the arbiter's log says so). One last sent a limit and
-//! measured within a thousandth of its range past it (a joint that settled a hair short of the
-//! limit it was driven to) is held at that limit.
+//! measured within a thousandth of its range (and of the limit's size, at least 1) past it (a
+//! joint that settled a hair short of the limit it was driven to) is held at that limit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -409,19 +409,21 @@ fn safe_setpoint(
                 let clamped = spec.limits.clamp(t);
                 let driven_there = prev_setpoint == Some(clamped);
                 (clamped == t
-                    || (driven_there && (clamped - t).abs() <= hold_tolerance(&spec.limits)))
+                    || (driven_there
+                        && (clamped - t).abs() <= hold_tolerance(&spec.limits, clamped)))
                 .then_some(clamped)
             })
         }
     }
 }
 
-/// How far outside its limits a resource to hold may be measured and still be held (at the
-/// limit): a thousandth of its range, none for a range without both ends.
-fn hold_tolerance(limits: &Limits) -> f64 {
+/// How far past `limit` a resource to hold may be measured and still be held there: a
+/// thousandth of its range, and of the limit's size (at least 1), so that a range with one end
+/// far away (`min = -1e308`) gives no room; none for a range without both ends.
+fn hold_tolerance(limits: &Limits, limit: f64) -> f64 {
     let span = limits.max - limits.min;
     if span.is_finite() {
-        span * 1e-3
+        span.min(limit.abs().max(1.0)) * 1e-3
     } else {
         0.0
     }

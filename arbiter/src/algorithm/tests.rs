@@ -402,7 +402,7 @@ fn a_hold_never_measured_takes_the_first_measurement() {
 fn a_hold_a_hair_outside_the_limits_is_held_at_the_limit() {
     for (command, measured, held) in [
         (3.0, 2.0005, Some(2.0)),
-        (-3.0, -2.003, Some(-2.0)),
+        (-3.0, -2.0015, Some(-2.0)),
         (3.0, 2.01, None),
         // Not driven to that limit: measured past it, it stays without a setpoint.
         (-3.0, 2.0005, None),
@@ -423,6 +423,20 @@ fn a_hold_a_hair_outside_the_limits_is_held_at_the_limit() {
             "{command} then {measured}: {released:?}"
         );
     }
+    // A range with one end far away gives no more room than the limit's size.
+    let mut far = arm();
+    far[1].limits.min = -1e308;
+    assert_eq!(far[1].name, "shoulder");
+    let x = block("x", Compromising, &[("arm/shoulder", 3.0)]);
+    let candidate = Candidate {
+        name: "x",
+        block: Some(&x),
+        writer_alive: true,
+    };
+    let state: BTreeMap<String, f64> = [("shoulder".to_string(), 2.5)].into();
+    let owned = arbitrate("arm", &far, &[candidate], &state, None, NOW);
+    let released = arbitrate("arm", &far, &[], &state, Some(&owned), NOW);
+    assert!(!released.setpoints.contains_key("shoulder"), "{released:?}");
     // Nor one found there at start, before anything was sent.
     let state: BTreeMap<String, f64> = [("shoulder".to_string(), 2.0005)].into();
     let first = arbitrate("arm", &arm(), &[], &state, None, NOW);
