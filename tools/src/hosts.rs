@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Once;
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 /// One host: its namespace name, address and the process that holds its mount namespace.
@@ -108,6 +108,8 @@ impl Lab {
             return Err(format!("a lab's kind is lowercase letters, not {kind:?}"));
         }
         SWEEP.call_once(remove_abandoned_labs);
+        // Made whole before a sweep of this process looks (`remove_own_labs` on a signal).
+        let _making = lock_labs();
         let tag = format!(
             "baton-{kind}{}x{}",
             std::process::id(),
@@ -238,6 +240,14 @@ impl Lab {
 /// How many labs this process has made (the count in their names).
 static LABS_MADE: AtomicU32 = AtomicU32::new(0);
 
+/// Held while this process makes a lab or sweeps: a sweep never sees a lab half made, nor
+/// counts labs while one is being made.
+static LABS: Mutex<()> = Mutex::new(());
+
+fn lock_labs() -> MutexGuard<'static, ()> {
+    LABS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Removes the namespaces of labs whose process is gone: killed before its `Lab` was dropped
 /// (SIGKILL, a watchdog, a machine's restart of the test runner). Their holders, which
 /// outlive the process, are killed first so that the namespaces go with the names. A name of
@@ -245,6 +255,7 @@ static LABS_MADE: AtomicU32 = AtomicU32::new(0);
 /// earlier process of that pid. A name not made by `Lab::new` is left alone, and so is a lab
 /// of a process that runs. Best effort: what cannot be removed stays, as before.
 pub fn remove_abandoned_labs() {
+    let _sweeping = lock_labs();
     let own = std::process::id();
     let none_made = LABS_MADE.load(Ordering::Relaxed) == 0;
     remove_labs(|pid| {
@@ -259,6 +270,7 @@ pub fn remove_abandoned_labs() {
 /// Removes this process's labs, processes in them first, when it cannot drop them: on a
 /// signal that ends it (`net-bench` on Ctrl-C), from the signal's thread.
 pub fn remove_own_labs() {
+    let _sweeping = lock_labs();
     let own = std::process::id();
     remove_labs(|pid| pid == own);
 }

@@ -22,6 +22,7 @@
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -82,25 +83,35 @@ enum Cmd {
 fn main() {
     let args: Args = daemon::parse_args();
     if matches!(args.command, Cmd::Run { .. }) {
-        // Ctrl-C (or SIGTERM) in the middle of a run: its hosts, and what runs in them, go
-        // with it, as they do at its end (killed by the signal, it left them). The processes
-        // it starts inherit the signals blocked: each is killed with SIGKILL, or takes them
-        // itself (registry-server).
-        let stopped = daemon::on_stop(|signal| {
+        // Ctrl-C, SIGTERM or a closed terminal in the middle of a run: its hosts, and what runs
+        // in them, go with it, as they do at its end (killed by the signal, it left them). The
+        // processes it starts inherit the signals blocked: each is killed with SIGKILL, or
+        // takes them itself (registry-server).
+        let stopped = daemon::on_stop_or_hangup(daemon::Hangup::Stops, |signal| {
+            STOPPING.store(true, Ordering::SeqCst);
             eprintln!("net-bench: stopped on {signal}: removing its hosts");
             tools::hosts::remove_own_labs();
-            std::process::exit(130);
+            std::process::exit(tools::interrupted::status_after(signal));
         });
         if let Err(e) = stopped {
             eprintln!("net-bench: {e}");
             std::process::exit(1);
         }
     }
-    if let Err(e) = run(&args.domain, args.command) {
+    let result = run(&args.domain, args.command);
+    // Stopping: the run failed because its hosts are going (or ended meanwhile); the signal's
+    // thread ends the process once they are gone, with the signal's status.
+    while STOPPING.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    if let Err(e) = result {
         eprintln!("net-bench: {e}");
         std::process::exit(1);
     }
 }
+
+/// Set by the signal that stops a run, before its hosts are removed.
+static STOPPING: AtomicBool = AtomicBool::new(false);
 
 fn bus(domain: &str) -> Result<bus::Bus, String> {
     let d = bus::Domain::new(domain).map_err(|e| e.to_string())?;
