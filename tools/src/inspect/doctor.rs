@@ -204,9 +204,11 @@ pub fn diagnose(domain: &Domain) -> Report {
         // As this process's effective user and groups, the ones named; a file gone meanwhile
         // (a slot reclaimed or made anew) is not refused.
         let rw = nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK;
-        if let Err(nix::Error::EACCES | nix::Error::EPERM) =
-            nix::unistd::eaccess(path.as_path(), rw)
-        {
+        // (Of a link, `eaccess` would judge the file it leads to.)
+        if let (true, Err(nix::Error::EACCES | nix::Error::EPERM)) = (
+            meta.file_type().is_file(),
+            nix::unistd::eaccess(path.as_path(), rw),
+        ) {
             // Nothing is known of a segment this user may not read: neither its header nor
             // (as a rule) which processes map it. The permissions row says why.
             denied += 1;
