@@ -140,11 +140,13 @@ impl Net {
                 Ok((segment, bound, created)) => {
                     out.extend(bound);
                     let series = reg.slot_series(name);
+                    let file = reg.slot_file(name);
                     let fresh = created
                         || st.mirrors.get(name.as_str()).is_none_or(|m| {
                             m.origin != c.claim.host
                                 || m.hash != c.claim.schema_hash
                                 || Some(m.slot.series()) != series
+                                || Some(m.slot.file()) != file
                         });
                     if fresh {
                         match Slot::open(&segment, true) {
@@ -295,11 +297,13 @@ impl Net {
                 continue;
             };
             // A publication restarted with a larger capacity has a new segment of the same
-            // name: the capacity tells it from the one mapped here.
+            // name: the capacity tells it from the one mapped here; a slot put back as it was
+            // (`state::kept`), only its file.
             if r.slot.segment() != p.segment
                 || r.hash != p.schema.hash.0
                 || r.slot.capacity() as u64 != p.capacity
                 || r.slot.series() != p.series
+                || r.slot.file() != p.file
             {
                 if let Ok(slot) = Slot::open(&p.segment, true) {
                     r.slot = Arc::new(slot);

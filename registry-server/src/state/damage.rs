@@ -148,4 +148,10 @@ impl Registry {
     pub fn slot_series(&self, name: &SlotName) -> Option<u64> {
         self.slots.get(name)?.slot.as_ref().map(|s| s.series())
     }
+
+    /// The file (`Slot::file`) of the slot the registry holds for `name`: a slot put back as
+    /// it was (`kept`) keeps its series, in another file.
+    pub fn slot_file(&self, name: &SlotName) -> Option<(u64, u64)> {
+        self.slots.get(name)?.slot.as_ref().map(|s| s.file())
+    }
 }

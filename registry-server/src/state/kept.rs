@@ -1,13 +1,31 @@
 //! A slot's file kept in memory while the slot is made larger: a publication asking for more
 //! room than a slot nobody maps has replaces that slot, and a larger file that does not fit (a
 //! full /dev/shm) would otherwise take the old slot, and the value it kept for subscribers to
-//! come, with it. The old file is put back as it was, byte for byte, under its name.
+//! come, with it. When room is short, the old file is kept in memory and put back as it was,
+//! byte for byte, under its name.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use bus::slot::Slot;
 use nix::unistd::Gid;
+
+/// Whether a slot of `capacity` bytes might not fit in /dev/shm once `old` is removed: only
+/// then is `old`'s file kept (in this process's memory) while the larger one is made. With room
+/// to spare it is not copied: a large slot would cost as much again for nothing. Four buffers
+/// of the capacity, a header's page and a tenth more for the estimate.
+pub(super) fn may_not_fit(capacity: u64, old: &Slot) -> bool {
+    let Ok(fs) = nix::sys::statvfs::statvfs(bus::names::SHM_DIR) else {
+        return true;
+    };
+    // Both u64 on Linux.
+    let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+    let needed = capacity
+        .saturating_add(64)
+        .saturating_mul(4)
+        .saturating_add(8192);
+    free.saturating_add(old.segment_size() as u64) < needed.saturating_add(needed / 10)
+}
 
 /// The bytes of `slot`'s file, read through its name: `None` when the name no longer stands
 /// for the file mapped (replaced, removed: nothing of it to keep) or it cannot be read.
@@ -48,7 +66,11 @@ pub(super) fn put_back(segment: &str, bytes: &[u8], group: Option<Gid>) -> Resul
         let _ = std::fs::remove_file(&path);
         return Err(e.to_string());
     }
-    Slot::open(segment, true).map_err(|e| e.to_string())
+    Slot::open(segment, true).map_err(|e| {
+        // Not a slot after all (its copy damaged under it): nothing of it to leave behind.
+        let _ = std::fs::remove_file(&path);
+        e.to_string()
+    })
 }
 
 fn path(segment: &str) -> String {

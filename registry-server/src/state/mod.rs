@@ -106,9 +106,10 @@ impl SlotEntry {
                 // Kept until the larger one exists: see `kept`. (A slot still mapped is not:
                 // its users stay on the old memory whatever the name stands for.)
                 let unmapped = !self.endpoints.iter().any(|e| e.bound);
-                let old = (unmapped && slot.latest_sequence() > 0)
-                    .then(|| kept::file_of(segment, slot))
-                    .flatten();
+                let old =
+                    (unmapped && slot.latest_sequence() > 0 && kept::may_not_fit(capacity, slot))
+                        .then(|| kept::file_of(segment, slot))
+                        .flatten();
                 self.slot = None;
                 let _ = bus::shm::unlink(segment);
                 let larger = create_slot(segment, name, schema, capacity, group);
@@ -247,6 +248,9 @@ pub struct LocalPublication {
     /// Which segment of its name the slot is (`Slot::series`).
     pub series: u64,
     pub segment: String,
+    /// The file of the registry's slot (`Slot::file`): a slot put back as it was (`kept`) has
+    /// the series and capacity of the one before, in another file.
+    pub file: (u64, u64),
     /// No process publishes it: the slot keeps a gone publisher's last value
     /// (`SlotEntry::keeps_gone_value`).
     pub kept: bool,

@@ -121,6 +121,7 @@ impl Registry {
                     writer_first: slot.writer_first_sequence(),
                     series: slot.series(),
                     segment: slot.segment().to_owned(),
+                    file: slot.file(),
                     kept: kept_written.is_some(),
                     // Only a kept value's: a publication's would change the announcement at
                     // every write.
