@@ -16,6 +16,18 @@ impl Registry {
     /// Checks up to `budget` slots, going on from where the last call stopped, and makes each
     /// damaged one anew. Returns the pushes to send, and whether any was made anew.
     pub fn replace_damaged(&mut self, budget: usize) -> (Outbox, bool) {
+        // The registry's own slots outgrown (its directory) at once, not when the cursor
+        // comes to them, seconds later among thousands of slots.
+        let outgrown: Vec<SlotName> = self
+            .slots
+            .iter()
+            .filter(|(_, e)| {
+                e.own
+                    .zip(e.slot.as_ref())
+                    .is_some_and(|(room, slot)| room > slot.capacity() as u64)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
         let after = self.damage_cursor.take();
         let names: Vec<SlotName> = match &after {
             Some(c) => self.slots.range::<SlotName, _>((Excluded(c), Unbounded)),
@@ -28,7 +40,7 @@ impl Registry {
         self.damage_cursor = names.last().cloned();
         let mut out = Outbox::new();
         let mut any = false;
-        for name in names {
+        for name in outgrown.into_iter().chain(names) {
             if let Some(pushes) = self.replace_if_damaged(&name) {
                 out.extend(pushes);
                 any = true;
@@ -68,7 +80,8 @@ impl Registry {
             self.unused_since.remove(name);
             return None;
         }
-        let capacity = outgrown.unwrap_or(slot.capacity() as u64);
+        let capacity_before = slot.capacity() as u64;
+        let capacity = outgrown.unwrap_or(capacity_before);
         let schema = match entry.schema.parse() {
             Ok(schema) => schema,
             Err(e) => {
@@ -88,7 +101,23 @@ impl Registry {
             old.mark_writer_gone();
         }
         let _ = bus::shm::unlink(&segment);
-        if let Err(e) = entry.ensure_slot(&segment, name, &schema, capacity, group, false) {
+        let mut made = entry.ensure_slot(&segment, name, &schema, capacity, group, false);
+        if let (Err(e), Some(room)) = (&made, outgrown) {
+            // No room to grow (a full /dev/shm): the old size again, which the old one's
+            // removal made room for, rather than no directory at all.
+            let old = capacity_before;
+            tracing::error!(
+                "{name}: cannot make it with room for {room} bytes ({}); made again with its \
+                 {old} bytes",
+                match e {
+                    super::NoSlot::Create(e) => e.to_string(),
+                    super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
+                }
+            );
+            entry.own = Some(old);
+            made = entry.ensure_slot(&segment, name, &schema, old, group, false);
+        }
+        if let Err(e) = made {
             let e = match e {
                 super::NoSlot::Create(e) => e.to_string(),
                 super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),

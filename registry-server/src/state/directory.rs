@@ -156,19 +156,31 @@ impl Registry {
         }
         match slot.write(&bytes) {
             Ok(_) => p.overflow_logged = false,
-            Err(bus::BusError::TooLarge { .. }) if bytes.len() as u64 <= GROWN_AT_MOST / 2 => {
+            // (Not on a /dev/shm without the room: it would be made anew at its old size
+            // again, and its subscribers told, at every check.)
+            Err(bus::BusError::TooLarge { .. })
+                if bytes.len() as u64 <= GROWN_AT_MOST / 2
+                    && !super::kept::may_not_fit(
+                        (bytes.len() as u64 * 3 / 2).next_power_of_two(),
+                        slot,
+                    ) =>
+            {
                 // Outgrown: the sweeper makes the slot anew, this large and half as large again
                 // (`replace_if_damaged`), tells its subscribers, and writes the directory there.
                 let room = (bytes.len() as u64 * 3 / 2).next_power_of_two();
-                tracing::warn!(
-                    "the directory of {} entries ({} bytes) outgrows its slot ({} bytes): \
-                     making it anew with room for {room}",
-                    now.entries.len(),
-                    bytes.len(),
-                    slot.capacity()
-                );
+                let has = slot.capacity();
                 if let Some(entry) = self.slots.get_mut(&p.name) {
-                    entry.own = Some(room);
+                    // Said once: until the sweeper makes it, every change comes here again.
+                    if entry.own.is_none_or(|asked| asked < room) {
+                        tracing::warn!(
+                            "the directory of {} entries ({} bytes) outgrows its slot ({} \
+                             bytes): making it anew with room for {room}",
+                            now.entries.len(),
+                            bytes.len(),
+                            has
+                        );
+                        entry.own = Some(room);
+                    }
                 }
                 return;
             }
