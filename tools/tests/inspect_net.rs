@@ -65,6 +65,19 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     });
     let info = json(&lab.inspect(B, &["info", "/lab/x", "--json"]));
     assert_eq!(info["peer_hosts"], serde_json::json!(["hA"]));
+    // hA's statistics mirrored here (watched) name hB among hA's peers: `info` merged every
+    // statistics slot in /dev/shm, and called hB a peer of its own (network walkthrough).
+    let watch = lab.spawn(
+        B,
+        "bus-inspect",
+        &["watch", "/baton/registry/hA/net", "--timeout", "60"],
+    );
+    eventually("hA's statistics are mirrored on hB", || {
+        lab.list_row(B, "/baton/registry/hA/net")["mirrored"] == true
+    });
+    let info = json(&lab.inspect(B, &["info", "/lab/x", "--json"]));
+    assert_eq!(info["peer_hosts"], serde_json::json!(["hA"]));
+    lab.kill(watch);
     // The statistics are published once a second: the mirroring may be newer than them.
     eventually("hB's statistics count mirrored values", || {
         let s = json(&lab.inspect(B, &["stats", "--json"]));

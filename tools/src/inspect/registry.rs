@@ -287,10 +287,14 @@ pub fn info(domain: &Domain, name: &SlotName) -> Result<Info> {
         .as_ref()
         .filter(|s| s.mirrored)
         .map(|s| s.origin.clone());
+    // This computer's running registry's statistics only (as doctor takes them): others in
+    // /dev/shm are mirrors of other hosts' (whose peers include this host), or a run under
+    // another --host name, which are not this registry's peers.
     let peer_hosts = super::stats::read(domain)
         .into_iter()
-        .flat_map(|s| s.peers().into_iter().map(|p| p.host))
-        .collect();
+        .find(|s| !s.mirrored && s.writer_alive)
+        .map(|s| s.peers().into_iter().map(|p| p.host).collect())
+        .unwrap_or_default();
     Ok(Info {
         name: name.to_string(),
         type_name,
