@@ -629,7 +629,11 @@ fn watch_passes_over_a_value_it_cannot_read() {
     });
     // The latest-sequence word (offset 512) names a buffer that holds another value.
     t.overwrite_segment("/w/c", 512, &1_000_001u64.to_le_bytes());
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Seen at the watcher's next look (the overwrite wakes nobody): before the next write,
+    // which puts the word right again (a fixed pause let a loaded machine miss it).
+    common::eventually("the watcher passes over the value", || {
+        t.stderr_of(watcher).contains("passing over value 1000001")
+    });
     p.write(&2).unwrap();
     let out = t.finish(watcher);
     assert!(out.status.success(), "{out:?}");

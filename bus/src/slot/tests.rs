@@ -237,6 +237,9 @@ fn the_writer_record_never_flickers() {
             for _ in 0..200_000 {
                 slot.set_writer(10, 1000, 1);
             }
+            // At most a few seconds: on a machine loaded by other tests each yield may give the
+            // CPU away for a time slice, and 200,000 of them took minutes.
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
             for i in 0..200_000u32 {
                 // Two writers whose pid and start time always go together. A moment between
                 // two changes, as between two registrations (a record that does not settle,
@@ -245,6 +248,9 @@ fn the_writer_record_never_flickers() {
                 let pid = 11 + i % 2;
                 slot.set_writer(pid, u64::from(pid) * 100, 1);
                 std::thread::yield_now();
+                if i % 1024 == 0 && std::time::Instant::now() > until {
+                    break;
+                }
             }
             done.store(true, Ordering::SeqCst);
         });
