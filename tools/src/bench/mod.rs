@@ -77,7 +77,7 @@ impl Plan {
             idle: (n / 100).max(20),
             counts: publish::Counts {
                 rounds,
-                polling_rounds: if o.quick { 2 } else { 25 },
+                placement_rounds: if o.quick { 2 } else { 100 },
                 each: n * 5,
                 blocked: (n / 20).max(50),
                 throughput: n * 100,
@@ -109,6 +109,29 @@ fn load_average() -> String {
 }
 
 /// The whole run: every selected group, then the table (and JSON lines) on stdout.
+/// The domains the publish group's slot series makes beside `domain`, one per slot count
+/// (`publish::slot_series_domain`): none when that group does not run. An error says when
+/// `domain` is too long to name them.
+pub fn slot_series_domains(options: &Options, domain: &str) -> Result<Vec<bus::Domain>, String> {
+    if !options.only.is_empty() && !options.only.contains(&Group::Publish) {
+        return Ok(Vec::new());
+    }
+    Plan::new(options)
+        .counts
+        .slots
+        .iter()
+        .map(|&slots| {
+            let name = publish::slot_series_domain(domain, slots);
+            bus::Domain::new(&name).map_err(|e| {
+                format!(
+                    "the publish group's slot series runs in domain '{name}' beside '{domain}', \
+                     which cannot be: {e}; give a shorter --domain"
+                )
+            })
+        })
+        .collect()
+}
+
 pub fn run(options: &Options) -> Result<(), String> {
     payload::check_msg64()?;
     let plan = Plan::new(options);

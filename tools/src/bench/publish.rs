@@ -1,7 +1,7 @@
 //! The writer's side alone: single-writer throughput with nobody reading, and the cost of one
 //! `write()` while 1, 10 or 100 subscriptions in another process poll the slot, while 1, 10 or
 //! 100 subscriptions sleep in `wait_update()` on it (the writer then pays `FUTEX_WAKE`), and
-//! while 10, 1,000 or 10,000 slots exist on the bus. Also the peer roles that hold those
+//! while 10, 1,000 or 10,000 slots exist on its bus. Also the peer roles that hold those
 //! subscriptions.
 
 use std::sync::{Arc, Barrier};
@@ -21,14 +21,16 @@ use super::stats::{Row, Stats, System};
 pub struct Counts {
     /// Rounds the compared publish-cost cases are split into (see `rounds_of`).
     pub rounds: usize,
-    /// Rounds of the cases with polling subscribers, each with a fresh peer: more than the
-    /// others, because one round times its writes within a millisecond or so, a snapshot of
-    /// where the host has put the two vCPUs then, and the cost of a line taken back from the
-    /// polling core differs between placements by a factor of two or more (about 90 against
-    /// 230 ns on the AMD EPYC guest). With five snapshots per row, one row in two or three
-    /// runs drew a majority of slow ones and its p50 said so, whatever the count of
-    /// subscribers; with more, each row's p50 is the host's usual placement.
-    pub polling_rounds: usize,
+    /// Rounds of the cases with polling subscribers (each with a fresh peer) and of the slot
+    /// series: more than the others, because one round times its writes within a millisecond
+    /// or so, a snapshot of where the host has put the two vCPUs then, and the cost of a line
+    /// taken back from the polling core differs between placements by a factor of two or more
+    /// (about 90 against 230 ns on the AMD EPYC guest). With five snapshots per row, one row in
+    /// two or three runs drew a majority of slow ones and its p50 said so, whatever the count
+    /// of subscribers. The rounds' own p50s spread from about 36 to 100 ns there (2026-11-24,
+    /// 20:30), so with 25 rounds the pooled p50s of three rows still differed by 3 to 22 % from
+    /// one run to the next; 100 rounds halve that sampling error.
+    pub placement_rounds: usize,
     /// Writes per publish-cost row, timed `raw::PUBLISH_BATCH` at a time.
     pub each: usize,
     /// Writes per publish-cost row with sleeping subscribers (each waits for them to re-sleep).
@@ -216,7 +218,7 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
     for (load, samples) in
         polling
             .into_iter()
-            .zip(rounds_of(h, &polling, c.polling_rounds, c.each)?)
+            .zip(rounds_of(h, &polling, c.placement_rounds, c.each)?)
     {
         let r = row(load, samples)?;
         rows.push(match load {
@@ -243,77 +245,119 @@ pub fn publish_cost(h: &mut Harness, c: &Counts) -> Result<Vec<Row>, String> {
 }
 
 /// How long the slot series waits after making its slots before it times writes: the setup's
-/// aftermath (in the registry, and in this process's bus thread) is not the number of slots.
+/// aftermath (in the registries, and in this process's bus thread) is not the number of slots.
 /// On the 2-vCPU AMD EPYC guest (2026-11-24) writes timed at once read 51 to 58 ns (four
-/// runs), where the same slot read 36 to 37 ns when timed again at the end (two of those runs);
-/// with the pause four full runs of five read flat (0 to 7 %). The fifth read 39 / 58 / 58 ns,
-/// and a `--quick` run 36 to 57 ns: a write there costs about 37 or about 57 ns, and switches
-/// between the two on its own.
+/// runs), where the same slot read 36 to 37 ns when timed again later.
 const SETTLE_AFTER_SETUP: Duration = Duration::from_secs(1);
 
-/// Writes to one slot while 10, 1,000, 10,000 slots exist, in a domain of its own (so that the
-/// slots of the other cases do not count), then the first measured slot once more at the end,
-/// to show how much the same measurement drifts.
-fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
-    let mut hs = Harness::start(Some(&format!("{}-slots", h.domain.as_str())))?;
-    let warmup = (c.each / 10).clamp(20, 10_000);
-    let mut rows = Vec::new();
-    let mut others: Vec<Publication<Pod64, bus::Pod>> = Vec::new();
-    let mut first: Option<(Publication<Pod64, bus::Pod>, usize)> = None;
-    let prefix = hs.slot_name("others");
-    let value = Pod64::make(64);
-    for &slots in &c.slots {
+/// The domain of the slot series' case with `slots` slots: `<domain>-slots<slots>`, so that
+/// the slots of one case (and of the other cases of the run) do not count in another.
+pub fn slot_series_domain(domain: &str, slots: usize) -> String {
+    format!("{domain}-slots{slots}")
+}
+
+/// One case of the slot series: a domain with its own registry holding `slots` slots, one of
+/// which is the slot whose writes are timed.
+struct SlotSet {
+    slots: usize,
+    /// Slot segments in the domain once set up (the registry adds its own directory slot).
+    in_domain: usize,
+    measured: Publication<Pod64, bus::Pod>,
+    _others: Vec<Publication<Pod64, bus::Pod>>,
+    // Dropped last: it stops the registry and removes the domain's segments.
+    _harness: Harness,
+}
+
+impl SlotSet {
+    fn make(domain: &str, slots: usize) -> Result<SlotSet, String> {
         let started = Instant::now();
-        while others.len() + 1 + usize::from(first.is_some()) < slots {
-            let name = format!("{prefix}/{}", others.len());
-            let mut p = hs
-                .bus
-                .publication(&name)
-                .and_then(|b| b.create::<Pod64, bus::Pod>())
-                .map_err(|e| format!("publishing {name}: {e}"))?;
-            p.write(&value).map_err(|e| e.to_string())?;
-            others.push(p);
-        }
+        let mut hs = Harness::start(Some(&slot_series_domain(domain, slots)))?;
+        let value = Pod64::make(64);
+        let prefix = hs.slot_name("others");
+        let others = (0..slots.saturating_sub(1))
+            .map(|i| {
+                let name = format!("{prefix}/{i}");
+                let mut p = hs
+                    .bus
+                    .publication(&name)
+                    .and_then(|b| b.create::<Pod64, bus::Pod>())
+                    .map_err(|e| format!("publishing {name}: {e}"))?;
+                p.write(&value).map_err(|e| e.to_string())?;
+                Ok(p)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         if let Some(last) = others.last() {
             last.wait_bound(PEER_TIMEOUT).map_err(|e| e.to_string())?;
         }
-        let name = hs.slot_name(&format!("cost-slots-{slots}"));
-        let mut p = create_pub::<Pod64>(&hs.bus, &name, 64)?;
+        let name = hs.slot_name("cost-slots");
+        let measured = create_pub::<Pod64>(&hs.bus, &name, 64)?;
         let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
         eprintln!(
-            "bus-bench: publish cost, {in_domain} slots in the domain (set up in {:.1} s)",
+            "bus-bench: publish cost, {in_domain} slots in domain {} (set up in {:.1} s)",
+            hs.domain,
             started.elapsed().as_secs_f64()
         );
-        std::thread::sleep(SETTLE_AFTER_SETUP);
-        let (samples, _) = write_run(&mut p, value, warmup, c.each, raw::PUBLISH_BATCH)?;
-        let case = format!("no reader, {slots} slots");
-        rows.push(
-            Row::new("publish", System::Bus, &case, stats(samples, &case)?)
-                .bytes(64)
-                .baseline(RAW_CASE)
-                .series(&["slots"])
-                .note(format!("{in_domain} slot segments in the domain")),
-        );
-        match &first {
-            None => first = Some((p, slots)),
-            Some(_) => others.push(p),
+        Ok(SlotSet {
+            slots,
+            in_domain,
+            measured,
+            _others: others,
+            _harness: hs,
+        })
+    }
+}
+
+/// Writes to one slot while 10, 1,000, 10,000 slots exist on its bus: each count in a domain of
+/// its own, all set up first, then timed in rotating rounds like the polling subscribers (see
+/// `Counts::placement_rounds`). Timed one count after the other, as before 2026-11-24 20:00, the
+/// rows compared snapshots taken minutes apart: a write here costs about 37 or about 57 ns and
+/// switches between the two on its own, so one run in two read one count at the other level.
+fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
+    let mut sets = c
+        .slots
+        .iter()
+        .map(|&slots| SlotSet::make(h.domain.as_str(), slots))
+        .collect::<Result<Vec<_>, String>>()?;
+    std::thread::sleep(SETTLE_AFTER_SETUP);
+    let rounds = c.placement_rounds;
+    let per_round = c.each.div_ceil(rounds);
+    let warmup = (per_round / 10).clamp(20, 10_000);
+    let mut samples: Vec<Vec<u64>> = sets.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for k in 0..sets.len() {
+            let i = (k + round) % sets.len();
+            eprintln!(
+                "bus-bench: round {}/{rounds}: publish cost, no reader, {} slots",
+                round + 1,
+                sets[i].slots
+            );
+            let value = Pod64::make(64);
+            let (s, _) = write_run(
+                &mut sets[i].measured,
+                value,
+                warmup,
+                per_round,
+                raw::PUBLISH_BATCH,
+            )?;
+            samples[i].extend(s);
         }
     }
-    if let Some((mut p, slots)) = first {
-        let in_domain = hs.domain.segment_files().map_or(0, |f| f.len());
-        let (samples, _) = write_run(&mut p, value, warmup, c.each, raw::PUBLISH_BATCH)?;
-        let case = format!("the {slots}-slot case's slot again");
-        rows.push(
-            Row::new("publish", System::Bus, &case, stats(samples, &case)?)
-                .bytes(64)
-                .baseline(RAW_CASE)
-                .note(format!(
-                    "{in_domain} slot segments in the domain; shows run-to-run drift"
-                )),
-        );
-    }
-    drop(others);
-    Ok(rows)
+    sets.iter()
+        .zip(samples)
+        .map(|(set, samples)| {
+            let case = format!("no reader, {} slots", set.slots);
+            Ok(
+                Row::new("publish", System::Bus, &case, stats(samples, &case)?)
+                    .bytes(64)
+                    .baseline(RAW_CASE)
+                    .series(&["slots"])
+                    .note(format!(
+                        "{} slot segments in its domain, one domain per count",
+                        set.in_domain
+                    )),
+            )
+        })
+        .collect()
 }
 
 /// Creates a 64 B POD publication, starts a peer holding `count` subscriptions of it in

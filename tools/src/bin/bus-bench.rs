@@ -58,25 +58,30 @@ fn main() {
         Some(Command::Peer(peer)) => {
             bench::peer(peer).map_err(|e| format!("peer {:?}: {e}", peer.role))
         }
-        None => tools::bench::harness::Harness::domain(args.domain.as_deref())
-            .and_then(|d| {
-                // iceoryx2's files, as the harness's drop removes them.
-                #[cfg(feature = "iceoryx2")]
-                let leftovers = tools::bench::ice::Leftovers::note();
-                tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new(), move || {
+        None => {
+            let options = Options {
+                iterations: args.iterations,
+                quick: args.quick,
+                only: args.only.clone(),
+                json: args.json,
+                domain: args.domain.clone(),
+            };
+            tools::bench::harness::Harness::domain(args.domain.as_deref())
+                .and_then(|d| {
+                    let slot_domains = bench::slot_series_domains(&options, d.as_str())?;
+                    // iceoryx2's files, as the harness's drop removes them.
                     #[cfg(feature = "iceoryx2")]
-                    drop(leftovers);
+                    let leftovers = tools::bench::ice::Leftovers::note();
+                    tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new(), move || {
+                        for domain in &slot_domains {
+                            let _ = domain.remove_all_segments();
+                        }
+                        #[cfg(feature = "iceoryx2")]
+                        drop(leftovers);
+                    })
                 })
-            })
-            .and_then(|()| {
-                bench::run(&Options {
-                    iterations: args.iterations,
-                    quick: args.quick,
-                    only: args.only,
-                    json: args.json,
-                    domain: args.domain.clone(),
-                })
-            }),
+                .and_then(|()| bench::run(&options))
+        }
     };
     if let Err(e) = result {
         eprintln!("bus-bench: {e}");
