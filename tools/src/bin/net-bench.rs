@@ -8,7 +8,8 @@
 //!   alternating in rounds;
 //! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second;
 //!   twice, the writer at normal priority and then at `nice -n 19` (taking only the CPU the
-//!   registries leave, where it shares one with them).
+//!   registries leave, where it shares one with them); and its baseline, raw 64 B datagrams sent
+//!   from hA as fast as it can, counting those hB receives.
 //!
 //! The two hosts share the machine's CPUs, unless `--cpu-per-host` gives each one of its own, as
 //! two computers have: every datagram then wakes the other host's CPU, the raw baseline's as
@@ -78,6 +79,12 @@ enum Cmd {
     Count,
     /// (inside hA) Write 64 B values to /bench/rate as fast as possible for `seconds`.
     Flood { seconds: f64 },
+    /// (inside hB) Count the UDP datagrams arriving on `port` until none came for a second
+    /// (or `seconds` plus ten have passed); prints the count.
+    UdpSink { port: u16, seconds: f64 },
+    /// (inside hA) Send 64 B datagrams to `to` as fast as possible for `seconds`; prints how
+    /// many the kernel took.
+    UdpFlood { to: String, seconds: f64 },
 }
 
 fn main() {
@@ -236,6 +243,53 @@ fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
                 publ.write(&[n; 8]).map_err(e)?;
             }
             println!("{n}");
+            Ok(())
+        }
+        Cmd::UdpSink { port, seconds } => {
+            let s = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .map_err(|e| e.to_string())?;
+            let give_up = Instant::now() + Duration::from_secs_f64(seconds + 10.0);
+            let mut buf = vec![0u8; 2048];
+            let mut received = 0u64;
+            let mut last = None;
+            loop {
+                match s.recv_from(&mut buf) {
+                    Ok(_) => {
+                        received += 1;
+                        last = Some(Instant::now());
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        let quiet = last.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+                        if quiet || Instant::now() > give_up {
+                            break;
+                        }
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            println!("{received}");
+            Ok(())
+        }
+        Cmd::UdpFlood { to, seconds } => {
+            let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+            let value = [7u8; 64];
+            let end = Instant::now() + Duration::from_secs_f64(seconds);
+            let mut sent = 0u64;
+            while Instant::now() < end {
+                match s.send_to(&value, &to) {
+                    Ok(_) => sent += 1,
+                    // The device queue is full for a moment: the datagram is not counted.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            println!("{sent}");
             Ok(())
         }
         Cmd::Run {
@@ -432,6 +486,8 @@ fn orchestrate(
             serde_json::from_str(lab.output(c)?.trim()).map_err(|e| e.to_string())?;
         Ok(v["values_mirrored"].as_u64().unwrap_or(0))
     };
+    println!();
+    let raw_rate = raw_flood(&lab, domain, &me, flood_seconds)?;
     let mut c = lab.cmd(1, &me);
     c.args(["--domain", domain, "count"]);
     lab.spawn(c)?;
@@ -440,7 +496,6 @@ fn orchestrate(
     // that writes millions of values a second keeps a CPU busy; where it shares one with its
     // registry (always with --cpu-per-host) it takes half of the CPU the reflection needs. At
     // the lowest priority it takes only what the registries leave: the reflection's own rate.
-    println!();
     for (niced, writer) in [
         (false, "writer at normal priority"),
         (true, "writer at nice 19"),
@@ -461,13 +516,63 @@ fn orchestrate(
             .map_err(|e: std::num::ParseIntError| e.to_string())?;
         std::thread::sleep(Duration::from_millis(1100));
         let after = mirrored(&lab)?;
+        let rate = (after - before) as f64 / flood_seconds;
         println!(
             "update rate, 64 B, {writer}: {written} values written on hA in {flood_seconds} s \
-             ({:.0}/s); {} written into hB's mirror ({:.0}/s)",
+             ({:.0}/s); {} written into hB's mirror ({rate:.0}/s, {:.2}x raw UDP)",
             written as f64 / flood_seconds,
             after - before,
-            (after - before) as f64 / flood_seconds
+            rate / raw_rate.max(1.0)
         );
     }
     Ok(())
+}
+
+/// The update rate's baseline: hA sends 64 B datagrams to hB as fast as it can for
+/// `seconds`, hB counts those it receives; returns them per second. Each reflected value is
+/// one datagram as well (its 64 B and the reflection's header), so this is how many the two
+/// hosts' kernels carry when nothing else runs.
+fn raw_flood(lab: &Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, String> {
+    const PORT: &str = "9998";
+    let mut c = lab.cmd(1, me);
+    c.args(["--domain", domain, "udp-sink", PORT, &seconds.to_string()])
+        .stdout(Stdio::piped());
+    let sink = c.spawn().map_err(|e| e.to_string())?;
+    // Killed if anything below fails; it ends on its own a second after the flood.
+    struct Sink(Option<Child>);
+    impl Drop for Sink {
+        fn drop(&mut self) {
+            if let Some(mut c) = self.0.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut sink = Sink(Some(sink));
+    std::thread::sleep(Duration::from_millis(300));
+    let to = format!("{}:{PORT}", lab.lab.hosts[1].address);
+    let mut c = lab.cmd(0, me);
+    c.args(["--domain", domain, "udp-flood", &to, &seconds.to_string()]);
+    let sent: u64 = lab
+        .output(c)?
+        .trim()
+        .parse()
+        .map_err(|e: std::num::ParseIntError| e.to_string())?;
+    let out = sink
+        .0
+        .take()
+        .ok_or("the UDP sink is gone")?
+        .wait_with_output()
+        .map_err(|e| e.to_string())?;
+    let received: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|e: std::num::ParseIntError| format!("the UDP sink's count: {e}"))?;
+    let rate = received as f64 / seconds;
+    println!(
+        "raw UDP flood, 64 B: {sent} datagrams sent from hA in {seconds} s ({:.0}/s); \
+         {received} received on hB ({rate:.0}/s)",
+        sent as f64 / seconds
+    );
+    Ok(rate)
 }
