@@ -1,6 +1,7 @@
 //! Benchmarks stopped with Ctrl-C: killed by the signal they left their registry and peers'
 //! shared memory in /dev/shm (46 files for `bus-bench`, 7 and a config directory for
-//! `arbiter-bench`). They remove them, kill their children and exit 130.
+//! `arbiter-bench`). They remove them (the slot series' domains of `bus-bench` too), kill their
+//! children and exit 130.
 
 mod common;
 
@@ -76,5 +77,18 @@ fn arbiter_bench_stopped_by_ctrl_c_removes_its_memory() {
         &["--iterations", "5000"],
         "baton.arbbench-{pid}",
         Some("baton-arbbench-{pid}"),
+    );
+}
+
+/// The publish group's slot series makes a domain of its own per slot count, which the
+/// handler has to remove as well: stopped while it sets up the larger counts, the 10-slot
+/// domain is already there.
+#[test]
+fn bus_bench_stopped_in_its_slot_series_removes_those_domains_too() {
+    interrupted(
+        "bus-bench",
+        &["--only", "publish", "--iterations", "1000"],
+        "baton.bench-{pid}-slots10",
+        None,
     );
 }
