@@ -169,9 +169,10 @@ pub enum BusError {
         sequence: u64,
     },
     #[error(
-        "{name} was created anew by the registry (its segment {segment} was unreadable or \
-         removed while this process used it); this endpoint still uses the old memory, which \
-         no other process reads or writes: subscribe again, or restart a publisher"
+        "{name} was replaced by the registry (its segment {segment} was unreadable or removed \
+         while this process used it; the name gets a new one, at once or, on a full /dev/shm, \
+         when there is room); this endpoint still uses the old memory, which no other process \
+         reads or writes: subscribe again, or restart a publisher"
     )]
     Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]

@@ -325,7 +325,10 @@ fn ends_saying_made_anew(r: &mut Robot, child: usize, slot: &str) {
     let out = r.t.finish(child);
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{log}");
-    assert!(log.contains(&format!("{slot} was created anew")), "{log}");
+    assert!(
+        log.contains(&format!("{slot} was replaced by the registry")),
+        "{log}"
+    );
 }
 
 /// Waits until x alone holds the turret.

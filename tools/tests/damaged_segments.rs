@@ -78,7 +78,7 @@ fn held_by_users_and_the_test() -> (
 /// new writer of the name meet on the new slot.
 fn users_are_told_and_new_endpoints_bind(t: &mut TestBus, writer: usize) {
     eventually("the writer is told its slot was made anew", || {
-        t.stderr_of(writer).contains("created anew by the registry")
+        t.stderr_of(writer).contains("replaced by the registry")
     });
     // It ends on that; a new writer of the name is welcome once the registry saw it go.
     eventually("the writer ends", || !t.is_running(writer));
@@ -305,12 +305,12 @@ fn waiters_asleep_on_a_segment_cut_short_learn_that_it_was_made_anew() {
         .expect("wait_update returned before its timeout");
     assert!(
         woke.as_ref()
-            .is_err_and(|e| e.contains("created anew by the registry")),
+            .is_err_and(|e| e.contains("replaced by the registry")),
         "{woke:?}"
     );
     eventually("the group's waiter is told", || {
         t.stderr_of(group_waiter)
-            .contains("created anew by the registry")
+            .contains("replaced by the registry")
     });
 }
 
