@@ -190,25 +190,26 @@ fn the_namespaces_of_a_killed_runner_are_removed_by_the_next_lab() {
     let abandoned = format!("baton-bt{}x0-hA", gone.id());
     let kept = format!("baton-bt{}x0-hA", runner.id());
     let mut cleanup = Cleanup(vec![abandoned.clone(), kept.clone()], vec![runner]);
-    ip(&["netns", "add", &abandoned]);
-    ip(&["netns", "add", &kept]);
-    let holder = Command::new("ip")
-        .args(["netns", "exec", &abandoned, "sleep", "60"])
+    // The holder enters a namespace of its own before the namespace gets its name: the
+    // labs of tests running beside this one sweep too, and may remove a name of a gone pid
+    // at any moment, so a name must never be seen without its holder.
+    let holder = Command::new("unshare")
+        .args(["--net", "sleep", "60"])
         .spawn()
         .expect("spawn a holder");
+    let holder_pid = holder.id();
     cleanup.1.push(holder);
     let deadline = Instant::now() + WATCHDOG;
-    let pids_in = |n: &str| {
-        let out = Command::new("ip").args(["netns", "pids", n]).output();
-        String::from_utf8_lossy(&out.expect("ip netns pids").stdout).into_owned()
-    };
-    while pids_in(&abandoned).trim().is_empty() {
+    let net_of = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    while net_of(&holder_pid.to_string()) == net_of("self") {
         assert!(
             Instant::now() < deadline,
-            "the holder never entered {abandoned}"
+            "the holder never left this namespace"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    ip(&["netns", "attach", &abandoned, &holder_pid.to_string()]);
+    ip(&["netns", "add", &kept]);
 
     tools::hosts::remove_abandoned_labs();
 
