@@ -95,6 +95,39 @@ fn a_value_refused_is_a_usage_error_too() {
             &["--keep-unused", "-3"][..],
             "expected a count of slots",
         ),
+        // A count the benchmarks would try to allocate samples for (and abort, leaving their
+        // registry behind) or would run with too few samples to compute anything.
+        (
+            "bus-bench",
+            &["--iterations", "4294967296"][..],
+            "from 10 to 1000000",
+        ),
+        (
+            "arbiter-bench",
+            &["--iterations", "9"][..],
+            "from 10 to 1000000",
+        ),
+        (
+            "net-bench",
+            &["run", "--iterations", "19"][..],
+            "from 20 to 1000000",
+        ),
+        (
+            "net-bench",
+            &["run", "--flood-seconds", "nan"][..],
+            "expected seconds from 0.1 to 3600",
+        ),
+        (
+            "net-bench",
+            &["--domain", "a.b", "run"][..],
+            "invalid domain name",
+        ),
+        // Its slot series' domains would be named past the limit (`<domain>-slots10000`).
+        (
+            "bus-bench",
+            &["--domain", "a-domain-of-22-letters"][..],
+            "give a shorter --domain",
+        ),
     ] {
         let out = Command::new("timeout")
             .arg("20")

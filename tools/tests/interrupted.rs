@@ -1,7 +1,8 @@
 //! Benchmarks stopped with Ctrl-C: killed by the signal they left their registry and peers'
 //! shared memory in /dev/shm (46 files for `bus-bench`, 7 and a config directory for
 //! `arbiter-bench`). They remove them (the slot series' domains of `bus-bench` too), kill their
-//! children and exit 130.
+//! children and exit 130. And as they remove all of their domain's files, `bus-bench` given a
+//! domain that already holds slots refuses it instead.
 
 mod common;
 
@@ -91,4 +92,35 @@ fn bus_bench_stopped_in_its_slot_series_removes_those_domains_too() {
         "baton.bench-{pid}-slots10",
         None,
     );
+}
+
+/// bus-bench removes every slot of its domain at the end: given a `--domain` that holds slots
+/// already (another program's, left by a registry stopped), it deleted them unasked. It refuses
+/// such a domain, and one whose slot series' domain holds slots, and removes nothing.
+#[test]
+fn bus_bench_refuses_a_named_domain_that_holds_slots_and_keeps_them() {
+    let content: &[u8] = b"another program's slot";
+    for (domain, planted) in [
+        ("bbench-held", "baton.bbench-held~robot~pose"),
+        ("bbench-held2", "baton.bbench-held2-slots100~robot~pose"),
+    ] {
+        let path = format!("/dev/shm/{planted}");
+        std::fs::write(&path, content).expect("plant a slot file");
+        let out = Command::new("timeout")
+            .arg(WATCHDOG.as_secs().to_string())
+            .arg(common::bin("bus-bench"))
+            .args(["--domain", domain, "--quick", "--only", "publish"])
+            .output()
+            .expect("run bus-bench");
+        let kept = std::fs::read(&path);
+        let _ = std::fs::remove_file(&path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{domain}: {err}");
+        assert!(
+            err.contains("slot(s) in /dev/shm already"),
+            "{domain}: {err}"
+        );
+        assert_eq!(kept.ok().as_deref(), Some(content), "{domain}");
+        assert!(files_of(&format!("baton.{domain}")).is_empty(), "{domain}");
+    }
 }

@@ -33,6 +33,38 @@ impl Harness {
         Domain::new(&name).map_err(|e| e.to_string())
     }
 
+    /// Checks that bus-bench may take `domain` for a run: no registry serves it, and it has
+    /// no slots in /dev/shm, since bus-bench removes every segment of its domains when it ends
+    /// or is stopped. `own`: the domain is bus-bench's fresh `bench-<pid>` (or one beside it),
+    /// whose files can only be an earlier bus-bench's of this pid, killed before it cleaned up:
+    /// they are removed instead.
+    pub fn claim(domain: &Domain, own: bool) -> Result<(), String> {
+        if bus::protocol::connect(domain).is_ok() {
+            return Err(format!(
+                "a registry-server already serves domain '{domain}'; bus-bench starts its own, \
+                 so pick a domain nobody uses (or leave --domain out)"
+            ));
+        }
+        if own {
+            let _ = domain.remove_all_segments();
+            return Ok(());
+        }
+        let files = domain
+            .segment_files()
+            .map_err(|e| format!("cannot list {}: {e}", bus::names::SHM_DIR))?;
+        match files.first() {
+            None => Ok(()),
+            Some((slot, _)) => Err(format!(
+                "domain '{domain}' has {} slot(s) in {} already ({slot}{}); bus-bench removes \
+                 every slot of its domain when it is done, so pick a domain nobody uses (or \
+                 leave --domain out), or remove them first: bus-inspect --domain {domain} clean",
+                files.len(),
+                bus::names::SHM_DIR,
+                if files.len() > 1 { ", ..." } else { "" }
+            )),
+        }
+    }
+
     /// Starts `registry-server` (next to the running executable) on `domain`, or on a fresh
     /// `bench-<pid>` domain, and waits until it accepts connections.
     pub fn start(domain: Option<&str>) -> Result<Harness, String> {

@@ -68,6 +68,7 @@ impl Plan {
         let n = o
             .iterations
             .unwrap_or(if o.quick { 1_000 } else { 100_000 })
+            // bus-bench's parser takes 10 and more; a smaller count leaves too few samples.
             .max(10);
         let rounds = if o.quick { 2 } else { 5 };
         Plan {

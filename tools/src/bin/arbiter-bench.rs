@@ -22,9 +22,11 @@ p50 over its baseline's.\n\n\
 Run from a release build: cargo build --release && target/release/arbiter-bench"
 )]
 struct Args {
-    /// Samples per case.
-    #[arg(long, default_value_t = 5000)]
-    iterations: usize,
+    /// Samples per case, 10 to 1,000,000.
+    #[arg(long, value_name = "N", default_value_t = 5000,
+          value_parser = daemon::whole_number(10, 1_000_000, "a count of samples"),
+          allow_negative_numbers = true)]
+    iterations: u64,
     /// Print one JSON object per case as well.
     #[arg(long)]
     json: bool,
@@ -65,12 +67,11 @@ fn us(ns: u64) -> f64 {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if args.iterations < 10 {
-        return Err("--iterations: at least 10".into());
-    }
+    // At most 1,000,000 (the parser's range): the cast cannot truncate.
+    let iterations = args.iterations as usize;
     let mut rig = Rig::new()?;
     let mut echo = Echo::start(&mut rig)?;
-    let baseline = bus_one_way(&mut echo, args.iterations)?;
+    let baseline = bus_one_way(&mut echo, iterations)?;
     let mut cases: Vec<Case> = Vec::new();
     for arbiters in [1, 4] {
         for controllers in [1, 8, 32] {
@@ -79,7 +80,7 @@ fn run(args: &Args) -> Result<(), String> {
                 &mut echo,
                 controllers,
                 arbiters,
-                args.iterations,
+                iterations,
             )?);
         }
     }

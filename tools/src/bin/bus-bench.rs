@@ -4,7 +4,9 @@
 
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+use tools::bench::harness::Harness;
 use tools::bench::{self, Group, Options, PeerArgs};
 
 #[derive(Parser)]
@@ -16,10 +18,13 @@ use tools::bench::{self, Group, Options, PeerArgs};
                   iceoryx2.\n\n\
                   Starts its own registry-server (from the directory bus-bench is in) on a fresh \
                   domain, runs every case between this process and re-executed copies of itself, \
-                  and prints one table per group with p50, p99, p99.9 and max, each result's \
+                  and prints its results in tables (round trips, idle round trips, writes per \
+                  second, the cost of a write) with p50, p99, p99.9 and max, each result's \
                   ratio to its baseline (raw atomic for busy polling, raw futex for blocking \
                   waits) and to iceoryx2, and whether the targets are met. Removes its shared \
-                  memory when done.\n\n\
+                  memory when done, or when stopped with Ctrl-C (killed with SIGKILL, it leaves \
+                  its registry-server and domain: stop that registry, then bus-inspect --domain \
+                  <domain> clean).\n\n\
                   Build: cargo build --release -p tools -p registry-server \
                   [--features tools/iceoryx2]\n\
                   Quick check: bus-bench --quick   Full run (about two minutes): bus-bench"
@@ -29,18 +34,23 @@ struct Args {
     /// a smoke check.
     #[arg(long)]
     quick: bool,
-    /// Round trips per small ping-pong case (default 100,000); the other cases scale from it.
-    #[arg(long, value_name = "N")]
-    iterations: Option<usize>,
+    /// Round trips per small ping-pong case, 10 to 1,000,000 (default 100,000; 1,000 with
+    /// --quick); the other cases scale from it.
+    #[arg(long, value_name = "N",
+          value_parser = daemon::whole_number(10, 1_000_000, "a count of round trips"),
+          allow_negative_numbers = true)]
+    iterations: Option<u64>,
     /// Run only this group (repeat for several).
     #[arg(long, value_enum, value_name = "GROUP")]
     only: Vec<Group>,
     /// Also print one JSON object per result (and per target) after the table.
     #[arg(long)]
     json: bool,
-    /// Bus domain to run in (default: a fresh `bench-<pid>`). No registry may serve it already.
-    #[arg(long)]
-    domain: Option<String>,
+    /// Bus domain to run in (default: a fresh `bench-<pid>`). No registry may serve it and it
+    /// may hold no slots: bus-bench removes all of them when done. The publish group also uses
+    /// `<domain>-slots<count>` for each slot count, so at most 21 characters.
+    #[arg(long, value_parser = bus::Domain::parse_arg)]
+    domain: Option<bus::Domain>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -60,31 +70,43 @@ fn main() {
         }
         None => {
             let options = Options {
-                iterations: args.iterations,
+                // At most 1,000,000 (the parser's range): the cast cannot truncate.
+                iterations: args.iterations.map(|n| n as usize),
                 quick: args.quick,
                 only: args.only.clone(),
                 json: args.json,
-                domain: args.domain.clone(),
+                domain: args.domain.as_ref().map(|d| d.as_str().to_owned()),
             };
-            tools::bench::harness::Harness::domain(args.domain.as_deref())
-                .and_then(|d| {
-                    let slot_domains = bench::slot_series_domains(&options, d.as_str())?;
-                    // iceoryx2's files, as the harness's drop removes them.
-                    #[cfg(feature = "iceoryx2")]
-                    let leftovers = tools::bench::ice::Leftovers::note();
-                    tools::interrupted::clean_up_on_stop("bus-bench", d, Vec::new(), move || {
-                        for domain in &slot_domains {
-                            let _ = domain.remove_all_segments();
-                        }
-                        #[cfg(feature = "iceoryx2")]
-                        drop(leftovers);
-                    })
-                })
-                .and_then(|()| bench::run(&options))
+            start(&options)
         }
     };
     if let Err(e) = result {
         eprintln!("bus-bench: {e}");
         std::process::exit(1);
     }
+}
+
+/// Claims the run's domains (checked before anything is made or removed), takes Ctrl-C to
+/// remove them, and runs.
+fn start(options: &Options) -> Result<(), String> {
+    let domain = Harness::domain(options.domain.as_deref())?;
+    // A --domain too long to name the slot series' domains is a command-line error.
+    let slot_domains = bench::slot_series_domains(options, domain.as_str()).unwrap_or_else(|e| {
+        daemon::exit_usage(Args::command().error(ErrorKind::ValueValidation, e))
+    });
+    let own = options.domain.is_none();
+    for d in std::iter::once(&domain).chain(&slot_domains) {
+        Harness::claim(d, own)?;
+    }
+    // iceoryx2's files, as the harness's drop removes them.
+    #[cfg(feature = "iceoryx2")]
+    let leftovers = tools::bench::ice::Leftovers::note();
+    tools::interrupted::clean_up_on_stop("bus-bench", domain, Vec::new(), move || {
+        for domain in &slot_domains {
+            let _ = domain.remove_all_segments();
+        }
+        #[cfg(feature = "iceoryx2")]
+        drop(leftovers);
+    })?;
+    bench::run(options)
 }

@@ -37,25 +37,40 @@ use tools::hosts::Lab;
 #[command(
     name = "net-bench",
     version = daemon::version(bus::slot::VERSION, None),
-    about = "Measure Baton's network reflection against raw UDP (needs root)"
+    about = "Measure Baton's network reflection against raw UDP (needs root)",
+    long_about = "Measure Baton's network reflection against raw UDP (needs root and `ip`).\n\n\
+`net-bench run` makes two hosts of network namespaces (hA and hB, a veth pair between them, a \
+/dev/shm of their own each), starts a registry-server in each, and measures slot ping-pong \
+against raw UDP ping-pong (64 B, 1 KiB, 64 KiB) and the rate of reflected 64 B updates against \
+a raw UDP flood. It removes its hosts when done or stopped (Ctrl-C), and those of a net-bench or \
+test killed before it could.\n\n\
+Run from a release build: cargo build --release -p tools -p registry-server && \
+target/release/net-bench run"
 )]
 struct Args {
-    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = "netbench")]
-    domain: String,
+    /// Bus domain of the registries it starts in its hosts (each host has a /dev/shm and
+    /// registry sockets of its own: no domain of this computer is touched).
+    #[arg(long, global = true, env = "BUS_DOMAIN", default_value = "netbench",
+          value_parser = bus::Domain::parse_arg)]
+    domain: bus::Domain,
     #[command(subcommand)]
     command: Cmd,
 }
 
+/// `run`, and the parts it runs in its hosts (hidden from `--help`: only `run` starts them).
 #[derive(Subcommand)]
 enum Cmd {
     /// Build the namespaces, run everything, print the table.
     Run {
-        /// Round trips per size (64 KiB uses a quarter).
-        #[arg(long, default_value_t = 4000)]
-        iterations: usize,
-        /// Seconds of each of the two 64 B floods for the update rate (writer at normal
-        /// priority, then at nice 19).
-        #[arg(long, default_value_t = 3.0)]
+        /// Round trips per size, 20 to 1,000,000 (64 KiB uses a quarter), in 5 rounds.
+        #[arg(long, value_name = "N", default_value_t = 4000,
+              value_parser = daemon::whole_number(20, 1_000_000, "a count of round trips"),
+              allow_negative_numbers = true)]
+        iterations: u64,
+        /// Seconds of each of the three 64 B floods for the update rate (raw UDP, then the
+        /// writer at normal priority, then at nice 19), 0.1 to 3600.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3.0, value_parser = flood_seconds,
+              allow_negative_numbers = true)]
         flood_seconds: f64,
         /// Run each host's processes on a CPU of its own (hA on the first this process may
         /// use, hB on the second), as on two computers: every datagram then wakes the other
@@ -64,26 +79,34 @@ enum Cmd {
         cpu_per_host: bool,
     },
     /// (inside hB) Copy every /bench/ping value to /bench/pong.
+    #[command(hide = true)]
     Pong { size: usize },
     /// (inside hA) Time round trips through /bench/ping and /bench/pong; prints nanoseconds.
+    #[command(hide = true)]
     Ping { size: usize, iterations: usize },
     /// (inside hB) Echo UDP datagrams.
+    #[command(hide = true)]
     UdpPong { port: u16 },
     /// (inside hA) Time UDP round trips to `to`; prints nanoseconds.
+    #[command(hide = true)]
     UdpPing {
         to: String,
         size: usize,
         iterations: usize,
     },
     /// (inside hB) Subscribe to /bench/rate (so that hA reflects it) and pull every update.
+    #[command(hide = true)]
     Count,
     /// (inside hA) Write 64 B values to /bench/rate as fast as possible for `seconds`.
+    #[command(hide = true)]
     Flood { seconds: f64 },
     /// (inside hB) Count the UDP datagrams arriving on `port` until none came for a second
     /// (or `seconds` plus ten have passed); prints the count.
+    #[command(hide = true)]
     UdpSink { port: u16, seconds: f64 },
     /// (inside hA) Send 64 B datagrams to `to` as fast as possible for `seconds`; prints how
     /// many the kernel took.
+    #[command(hide = true)]
     UdpFlood { to: String, seconds: f64 },
 }
 
@@ -120,12 +143,20 @@ fn main() {
 /// Set by the signal that stops a run, before its hosts are removed.
 static STOPPING: AtomicBool = AtomicBool::new(false);
 
-fn bus(domain: &str) -> Result<bus::Bus, String> {
-    let d = bus::Domain::new(domain).map_err(|e| e.to_string())?;
-    bus::Bus::open(d).map_err(|e| e.to_string())
+fn bus(domain: &bus::Domain) -> Result<bus::Bus, String> {
+    bus::Bus::open(domain.clone()).map_err(|e| e.to_string())
 }
 
-fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
+/// `--flood-seconds`: a finite span a flood can be timed over and a run can wait for.
+fn flood_seconds(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| (0.1..=3600.0).contains(s))
+        .ok_or_else(|| "expected seconds from 0.1 to 3600".to_owned())
+}
+
+fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
     let e = |e: bus::BusError| e.to_string();
     match cmd {
         Cmd::Pong { size } => {
@@ -296,7 +327,15 @@ fn run(domain: &str, cmd: Cmd) -> Result<(), String> {
             iterations,
             flood_seconds,
             cpu_per_host,
-        } => orchestrate(domain, iterations, flood_seconds, cpu_per_host),
+        } => {
+            // At most 1,000,000 (the parser's range): the cast cannot truncate.
+            orchestrate(
+                domain.as_str(),
+                iterations as usize,
+                flood_seconds,
+                cpu_per_host,
+            )
+        }
     }
 }
 
@@ -331,7 +370,17 @@ impl Rig {
     fn output(&self, mut c: Command) -> Result<String, String> {
         let out = c.output().map_err(|e| e.to_string())?;
         if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            // The part: what follows `--domain <domain>` on its command line.
+            let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy()).collect();
+            let part = args
+                .iter()
+                .position(|a| a == "--domain")
+                .map_or(&args[..], |i| &args[(i + 2).min(args.len())..]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            // The part's own message starts with the program's name too.
+            let stderr = stderr.trim();
+            let stderr = stderr.strip_prefix("net-bench: ").unwrap_or(stderr);
+            return Err(format!("`{}` {}: {stderr}", part.join(" "), out.status));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
