@@ -70,3 +70,132 @@ fn remove_raw_segments(domain: &Domain) {
         }
     }
 }
+
+/// Removes what runs of a benchmark killed with SIGKILL (or by a crash) left, which no signal
+/// handler could clean: for every domain `<prefix><pid>` (or `<prefix><pid>-<more>`, as
+/// bus-bench's slot series) whose `pid` no longer runs, the processes started with `--domain`
+/// naming it (a registry-server, arbiters: they outlive the benchmark), its shared memory and
+/// its directory `baton-<domain>` in the temporary directory (`arbiter-bench`'s configs). A
+/// benchmark calls it at start for its own naming, as `net-bench` sweeps its labs. A domain of
+/// a process that runs is left alone.
+pub fn remove_abandoned_runs(prefix: &str) {
+    let abandoned = |domain: &str| {
+        run_owner(prefix, domain).is_some_and(|pid| {
+            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        })
+    };
+    let mut killed = Vec::new();
+    for (pid, domain) in processes_by_domain() {
+        if abandoned(&domain) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+            killed.push(pid);
+        }
+    }
+    // A registry killed but not yet gone could still make a segment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while killed.iter().any(|pid| runs(*pid)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let files = std::fs::read_dir(bus::names::SHM_DIR).into_iter().flatten();
+    for file in files.flatten() {
+        let name = file.file_name().to_string_lossy().into_owned();
+        // A slot's segment (`baton.<domain>~...`, `%...`) or a raw baseline's
+        // (`baton.<domain>.raw-...`).
+        let domain = Domain::of_segment_file(&name)
+            .map(|d| d.as_str().to_owned())
+            .or_else(|| {
+                let rest = name.strip_prefix("baton.")?;
+                Some(rest.split_once(".raw-")?.0.to_owned())
+            });
+        if domain.is_some_and(|d| abandoned(&d)) {
+            let _ = std::fs::remove_file(file.path());
+        }
+    }
+    let dirs = std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten();
+    for dir in dirs.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if name.strip_prefix("baton-").is_some_and(abandoned) {
+            let _ = std::fs::remove_dir_all(dir.path());
+        }
+    }
+}
+
+/// The pid in a benchmark's domain name: `bench-812` and `bench-812-slots10` give 812 for the
+/// prefix `bench-`; None for other names.
+fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
+    let rest = domain.strip_prefix(prefix)?;
+    let digits = rest.split_once('-').map_or(rest, |(pid, _)| pid);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Every process of this machine started with `--domain <name>` (or `--domain=<name>`), with
+/// that name.
+fn processes_by_domain() -> Vec<(i32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let domain = args
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| match a.strip_prefix("--domain") {
+                Some("") => args.get(i + 1).cloned(),
+                Some(value) => value.strip_prefix('=').map(str::to_owned),
+                None => None,
+            });
+        if let Some(domain) = domain {
+            found.push((pid, domain));
+        }
+    }
+    found
+}
+
+/// Whether process `pid` still runs (a zombie, killed and waiting for its parent, does not).
+fn runs(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_owner;
+
+    #[test]
+    fn only_a_benchmarks_own_names_have_an_owner() {
+        assert_eq!(run_owner("bench-", "bench-812"), Some(812));
+        assert_eq!(run_owner("bench-", "bench-812-slots10"), Some(812));
+        assert_eq!(run_owner("arbbench-", "arbbench-7"), Some(7));
+        for other in [
+            "bench-",
+            "bench-x1",
+            "bench-12x",
+            "default",
+            "mybench-812",
+            "bench",
+        ] {
+            assert_eq!(run_owner("bench-", other), None, "{other}");
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! Benchmarks stopped with Ctrl-C: killed by the signal they left their registry and peers'
 //! shared memory in /dev/shm (46 files for `bus-bench`, 7 and a config directory for
 //! `arbiter-bench`). They remove them (the slot series' domains of `bus-bench` too), kill their
-//! children and exit 130. And as they remove all of their domain's files, `bus-bench` given a
+//! children and exit 130. Killed with SIGKILL, they cannot: the next run of the same benchmark
+//! removes what they left. And as they remove all of their domain's files, `bus-bench` given a
 //! domain that already holds slots refuses it instead.
 
 mod common;
@@ -25,18 +26,17 @@ fn files_of(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Runs `program args`, sends it SIGINT once it has files in /dev/shm whose names start with
-/// `prefix` (the `{pid}` in it replaced: its registry runs) and a moment more, and checks that
-/// it exits 130 leaving no such file, nor the directory `dir` (likewise) if given.
-fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
+/// Starts `program args` and returns once it has files in /dev/shm whose names start with
+/// `prefix` (the `{pid}` in it replaced: its registry runs) and a moment more, with that
+/// prefix.
+fn started(program: &str, args: &[&str], prefix: &str) -> (std::process::Child, String) {
     let mut child = Command::new(common::bin(program))
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn the benchmark");
-    let pid = child.id();
-    let prefix = prefix.replace("{pid}", &pid.to_string());
+    let prefix = prefix.replace("{pid}", &child.id().to_string());
     let deadline = Instant::now() + WATCHDOG;
     while files_of(&prefix).is_empty() {
         if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
@@ -46,6 +46,14 @@ fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(300));
+    (child, prefix)
+}
+
+/// Runs `program args`, sends it SIGINT once it runs (`started`), and checks that it exits 130
+/// leaving no such file, nor the directory `dir` (likewise) if given.
+fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
+    let (mut child, prefix) = started(program, args, prefix);
+    let pid = child.id();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -59,6 +67,110 @@ fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
         let dir = std::env::temp_dir().join(dir.replace("{pid}", &pid.to_string()));
         assert!(!dir.exists(), "{program} left {}", dir.display());
     }
+}
+
+/// The processes whose command line holds `--domain <domain>`.
+fn processes_of(domain: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.windows(2)
+                .any(|w| w[0] == b"--domain" && w[1] == domain.as_bytes())
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Runs `program args` and kills it with SIGKILL once it runs (`started`): no handler runs,
+/// and its registry (and arbiters) run on with its memory, and its directory `dir` stays.
+/// Then runs `program again` to its end, and checks that it removed all of that.
+fn killed_then_swept(program: &str, args: &[&str], again: &[&str], domain: &str, dir: bool) {
+    /// On a failure, what the second run should have removed.
+    struct Leftovers(String, Option<std::path::PathBuf>);
+    impl Drop for Leftovers {
+        fn drop(&mut self) {
+            for pid in processes_of(&self.0) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            for f in files_of(&format!("baton.{}", self.0)) {
+                let _ = std::fs::remove_file(format!("/dev/shm/{f}"));
+            }
+            if let Some(dir) = &self.1 {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+    let (mut child, prefix) = started(program, args, &format!("baton.{domain}"));
+    let domain = prefix
+        .strip_prefix("baton.")
+        .expect("the domain")
+        .to_owned();
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait for the benchmark");
+    let dir = dir.then(|| std::env::temp_dir().join(format!("baton-{domain}")));
+    let _leftovers = Leftovers(domain.clone(), dir.clone());
+    assert!(!files_of(&prefix).is_empty(), "{program} left no memory");
+    assert!(
+        !processes_of(&domain).is_empty(),
+        "{program} left no process"
+    );
+    if let Some(dir) = &dir {
+        assert!(dir.exists(), "{program} left no {}", dir.display());
+    }
+    let out = Command::new("timeout")
+        .arg(WATCHDOG.as_secs().to_string())
+        .arg(common::bin(program))
+        .args(again)
+        .output()
+        .expect("run the benchmark again");
+    assert!(out.status.success(), "{program} {again:?}: {out:?}");
+    let left = files_of(&prefix);
+    assert!(left.is_empty(), "{program} {again:?} left {left:?}");
+    // Killed, its processes may take a moment to go.
+    let deadline = Instant::now() + WATCHDOG;
+    while !processes_of(&domain).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{:?} run on",
+            processes_of(&domain)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some(dir) = &dir {
+        assert!(!dir.exists(), "{program} {again:?} left {}", dir.display());
+    }
+}
+
+/// Killed with SIGKILL, a bus-bench left its registry running on its domain for good, and 46
+/// files; the next bus-bench removes them.
+#[test]
+fn bus_bench_killed_leaves_what_the_next_one_removes() {
+    killed_then_swept(
+        "bus-bench",
+        &["--only", "pingpong", "--iterations", "200000"],
+        &["--quick", "--only", "throughput"],
+        "bench-{pid}",
+        false,
+    );
+}
+
+/// The same for arbiter-bench: its registry and arbiters, its memory and its configs.
+#[test]
+fn arbiter_bench_killed_leaves_what_the_next_one_removes() {
+    killed_then_swept(
+        "arbiter-bench",
+        &["--iterations", "5000"],
+        &["--iterations", "10"],
+        "arbbench-{pid}",
+        true,
+    );
 }
 
 #[test]

@@ -50,11 +50,16 @@ fn main() {
         Some(Role::Echo { domain }) => bus::Domain::new(domain)
             .map_err(|e| e.to_string())
             .and_then(|d| echo(&d)),
-        None => tools::arbitration_bench::Rig::domain_and_dir()
-            .and_then(|(domain, dir)| {
-                tools::interrupted::clean_up_on_stop("arbiter-bench", domain, vec![dir], || {})
-            })
-            .and_then(|()| run(&args)),
+        None => {
+            // What arbiter-benches killed with SIGKILL left: their registry and arbiters run
+            // on, their memory and configs stay.
+            tools::interrupted::remove_abandoned_runs("arbbench-");
+            tools::arbitration_bench::Rig::domain_and_dir()
+                .and_then(|(domain, dir)| {
+                    tools::interrupted::clean_up_on_stop("arbiter-bench", domain, vec![dir], || {})
+                })
+                .and_then(|()| run(&args))
+        }
     };
     if let Err(e) = result {
         eprintln!("arbiter-bench: {e}");

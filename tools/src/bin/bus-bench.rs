@@ -22,9 +22,8 @@ use tools::bench::{self, Group, Options, PeerArgs};
                   second, the cost of a write) with p50, p99, p99.9 and max, each result's \
                   ratio to its baseline (raw atomic for busy polling, raw futex for blocking \
                   waits) and to iceoryx2, and whether the targets are met. Removes its shared \
-                  memory when done, or when stopped with Ctrl-C (killed with SIGKILL, it leaves \
-                  its registry-server and domain: stop that registry, then bus-inspect --domain \
-                  <domain> clean).\n\n\
+                  memory when done, or when stopped with Ctrl-C; what a bus-bench killed with SIGKILL left (its \
+                  registry-server, its memory) the next one removes.\n\n\
                   Build: cargo build --release -p tools -p registry-server \
                   [--features tools/iceoryx2]\n\
                   Quick check: bus-bench --quick   Full run (about two minutes): bus-bench"
@@ -86,14 +85,16 @@ fn main() {
     }
 }
 
-/// Claims the run's domains (checked before anything is made or removed), takes Ctrl-C to
-/// remove them, and runs.
+/// Sweeps what killed runs left, claims this run's domains (checked before anything is made or
+/// removed), takes Ctrl-C to remove them, and runs.
 fn start(options: &Options) -> Result<(), String> {
     let domain = Harness::domain(options.domain.as_deref())?;
     // A --domain too long to name the slot series' domains is a command-line error.
     let slot_domains = bench::slot_series_domains(options, domain.as_str()).unwrap_or_else(|e| {
         daemon::exit_usage(Args::command().error(ErrorKind::ValueValidation, e))
     });
+    // What bus-benches killed with SIGKILL left: their registries run on, their memory stays.
+    tools::interrupted::remove_abandoned_runs("bench-");
     let own = options.domain.is_none();
     for d in std::iter::once(&domain).chain(&slot_domains) {
         Harness::claim(d, own)?;
