@@ -123,7 +123,7 @@ pub fn remove_abandoned_runs(prefix: &str) {
 
 /// The pid in a benchmark's domain name: `bench-812` and `bench-812-slots10` give 812 for the
 /// prefix `bench-`; None for other names.
-fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
+pub fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
     let rest = domain.strip_prefix(prefix)?;
     let digits = rest.split_once('-').map_or(rest, |(pid, _)| pid);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {

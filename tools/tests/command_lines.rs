@@ -128,6 +128,12 @@ fn a_value_refused_is_a_usage_error_too() {
             &["--domain", "a-domain-of-22-letters"][..],
             "give a shorter --domain",
         ),
+        // Its own naming, which its sweep of killed runs would take for one.
+        (
+            "bus-bench",
+            &["--domain", "bench-1"][..],
+            "names bus-bench's own domains",
+        ),
     ] {
         let out = Command::new("timeout")
             .arg("20")

@@ -47,7 +47,8 @@ struct Args {
     json: bool,
     /// Bus domain to run in (default: a fresh `bench-<pid>`). No registry may serve it and it
     /// may hold no slots: bus-bench removes all of them when done. The publish group also uses
-    /// `<domain>-slots<count>` for each slot count, so at most 21 characters.
+    /// `<domain>-slots<count>` for each slot count, so the name has at most 21 characters. Not
+    /// bench-<number>: that is its own naming.
     #[arg(long, value_parser = bus::Domain::parse_arg)]
     domain: Option<bus::Domain>,
     #[command(subcommand)]
@@ -89,6 +90,18 @@ fn main() {
 /// removed), takes Ctrl-C to remove them, and runs.
 fn start(options: &Options) -> Result<(), String> {
     let domain = Harness::domain(options.domain.as_deref())?;
+    // The sweep below would take such a domain for a killed run's once this process is gone.
+    if options.domain.is_some()
+        && tools::interrupted::run_owner("bench-", domain.as_str()).is_some()
+    {
+        daemon::exit_usage(Args::command().error(
+            ErrorKind::ValueValidation,
+            format!(
+                "--domain {domain}: bench-<number> names bus-bench's own domains (of its pid); \
+                 leave --domain out or give another name"
+            ),
+        ))
+    }
     // A --domain too long to name the slot series' domains is a command-line error.
     let slot_domains = bench::slot_series_domains(options, domain.as_str()).unwrap_or_else(|e| {
         daemon::exit_usage(Args::command().error(ErrorKind::ValueValidation, e))
