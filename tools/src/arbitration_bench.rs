@@ -85,6 +85,7 @@ impl Rig {
         let child = Command::new(&path)
             .args(args)
             .args(["--domain", self.domain.as_str()])
+            .env(crate::interrupted::RUN_MARK, self.domain.as_str())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

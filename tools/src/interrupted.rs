@@ -71,23 +71,32 @@ fn remove_raw_segments(domain: &Domain) {
     }
 }
 
+/// The environment variable a benchmark gives every process it starts: its run's domain. A
+/// sweep kills only processes that carry it, never another program started on a domain that
+/// happens to be named alike.
+pub const RUN_MARK: &str = "BATON_BENCH_RUN";
+
 /// Removes what runs of a benchmark killed with SIGKILL (or by a crash) left, which no signal
 /// handler could clean: for every domain `<prefix><pid>` (or `<prefix><pid>-<more>`, as
-/// bus-bench's slot series) whose `pid` no longer runs, the processes started with `--domain`
-/// naming it (a registry-server, arbiters: they outlive the benchmark), its shared memory and
-/// its directory `baton-<domain>` in the temporary directory (`arbiter-bench`'s configs). A
-/// benchmark calls it at start for its own naming, as `net-bench` sweeps its labs. A domain of
-/// a process that runs is left alone.
+/// bus-bench's slot series) whose `pid` no longer runs, the processes the run started (marked
+/// with [`RUN_MARK`]: a registry-server, arbiters, peers, which outlive it) and then, once no
+/// registry serves the domain, its shared memory and its directory `baton-<domain>` in the
+/// temporary directory (`arbiter-bench`'s configs). This process's own pid counts as gone: a
+/// name of it is an earlier process's of that pid. So it must run before the benchmark makes
+/// anything; a benchmark calls it at start for its own naming, as `net-bench` sweeps its labs.
 pub fn remove_abandoned_runs(prefix: &str) {
+    let own = std::process::id();
     let abandoned = |domain: &str| {
         run_owner(prefix, domain).is_some_and(|pid| {
-            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            pid == own || !std::path::Path::new(&format!("/proc/{pid}")).exists()
         })
     };
     let mut killed = Vec::new();
-    for (pid, domain) in processes_by_domain() {
+    let mut killed_domains = std::collections::HashSet::new();
+    for (pid, domain) in marked_processes() {
         if abandoned(&domain) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
             killed.push(pid);
+            killed_domains.insert(domain);
         }
     }
     // A registry killed but not yet gone could still make a segment.
@@ -95,6 +104,32 @@ pub fn remove_abandoned_runs(prefix: &str) {
     while killed.iter().any(|pid| runs(*pid)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // A registry that still serves such a domain was not started by a benchmark (or not
+    // marked): what it serves stays.
+    // A registry just killed may still answer for a moment (its socket goes with the last of
+    // its threads, after its main thread shows as gone).
+    let mut served = std::collections::HashMap::new();
+    let mut unserved_abandoned = |domain: &str| {
+        abandoned(domain)
+            && !*served.entry(domain.to_owned()).or_insert_with(|| {
+                let Ok(d) = Domain::new(domain) else {
+                    return false;
+                };
+                let patience = if killed_domains.contains(domain) {
+                    std::time::Duration::from_secs(2)
+                } else {
+                    std::time::Duration::ZERO
+                };
+                let deadline = std::time::Instant::now() + patience;
+                loop {
+                    let answers = bus::protocol::connect(&d).is_ok();
+                    if !answers || std::time::Instant::now() >= deadline {
+                        break answers;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            })
+    };
     let files = std::fs::read_dir(bus::names::SHM_DIR).into_iter().flatten();
     for file in files.flatten() {
         let name = file.file_name().to_string_lossy().into_owned();
@@ -106,7 +141,7 @@ pub fn remove_abandoned_runs(prefix: &str) {
                 let rest = name.strip_prefix("baton.")?;
                 Some(rest.split_once(".raw-")?.0.to_owned())
             });
-        if domain.is_some_and(|d| abandoned(&d)) {
+        if domain.is_some_and(|d| unserved_abandoned(&d)) {
             let _ = std::fs::remove_file(file.path());
         }
     }
@@ -115,7 +150,10 @@ pub fn remove_abandoned_runs(prefix: &str) {
         .flatten();
     for dir in dirs.flatten() {
         let name = dir.file_name().to_string_lossy().into_owned();
-        if name.strip_prefix("baton-").is_some_and(abandoned) {
+        if name
+            .strip_prefix("baton-")
+            .is_some_and(&mut unserved_abandoned)
+        {
             let _ = std::fs::remove_dir_all(dir.path());
         }
     }
@@ -132,12 +170,13 @@ pub fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Every process of this machine started with `--domain <name>` (or `--domain=<name>`), with
-/// that name.
-fn processes_by_domain() -> Vec<(i32, String)> {
+/// Every process of this machine (of this user, or every user's for root) that carries
+/// [`RUN_MARK`], with the domain it names.
+fn marked_processes() -> Vec<(i32, String)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let mark = format!("{RUN_MARK}=");
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -147,21 +186,14 @@ fn processes_by_domain() -> Vec<(i32, String)> {
         else {
             continue;
         };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+        // Another user's process cannot be read (or killed) by an unprivileged one.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
             continue;
         };
-        let args: Vec<String> = cmdline
+        let domain = environ
             .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let domain = args
-            .iter()
-            .enumerate()
-            .find_map(|(i, a)| match a.strip_prefix("--domain") {
-                Some("") => args.get(i + 1).cloned(),
-                Some(value) => value.strip_prefix('=').map(str::to_owned),
-                None => None,
-            });
+            .find_map(|v| v.strip_prefix(mark.as_bytes()))
+            .map(|d| String::from_utf8_lossy(d).into_owned());
         if let Some(domain) = domain {
             found.push((pid, domain));
         }

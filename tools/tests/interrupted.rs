@@ -12,6 +12,15 @@ use std::time::{Duration, Instant};
 
 use common::WATCHDOG;
 
+/// Held by every test here: each benchmark run sweeps, at its start, what killed runs left, and
+/// could take what another test's benchmark, killed on purpose, left before that test looked.
+/// (`cargo nextest` runs them one at a time for the same reason: `.config/nextest.toml`.)
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The files in /dev/shm of the domain `prefix` names (`baton.<domain>`): its slots (`~`,
 /// `%`) and raw baselines (`.raw-`), not another domain's that begins alike.
 fn files_of(prefix: &str) -> Vec<String> {
@@ -152,6 +161,7 @@ fn killed_then_swept(program: &str, args: &[&str], again: &[&str], domain: &str,
 /// files; the next bus-bench removes them.
 #[test]
 fn bus_bench_killed_leaves_what_the_next_one_removes() {
+    let _one = one_at_a_time();
     killed_then_swept(
         "bus-bench",
         &["--only", "pingpong", "--iterations", "200000"],
@@ -164,6 +174,7 @@ fn bus_bench_killed_leaves_what_the_next_one_removes() {
 /// The same for arbiter-bench: its registry and arbiters, its memory and its configs.
 #[test]
 fn arbiter_bench_killed_leaves_what_the_next_one_removes() {
+    let _one = one_at_a_time();
     killed_then_swept(
         "arbiter-bench",
         &["--iterations", "5000"],
@@ -175,6 +186,7 @@ fn arbiter_bench_killed_leaves_what_the_next_one_removes() {
 
 #[test]
 fn bus_bench_stopped_by_ctrl_c_removes_its_memory() {
+    let _one = one_at_a_time();
     interrupted(
         "bus-bench",
         &["--only", "pingpong", "--iterations", "200000"],
@@ -185,6 +197,7 @@ fn bus_bench_stopped_by_ctrl_c_removes_its_memory() {
 
 #[test]
 fn arbiter_bench_stopped_by_ctrl_c_removes_its_memory() {
+    let _one = one_at_a_time();
     interrupted(
         "arbiter-bench",
         &["--iterations", "5000"],
@@ -198,6 +211,7 @@ fn arbiter_bench_stopped_by_ctrl_c_removes_its_memory() {
 /// domain is already there.
 #[test]
 fn bus_bench_stopped_in_its_slot_series_removes_those_domains_too() {
+    let _one = one_at_a_time();
     interrupted(
         "bus-bench",
         &["--only", "publish", "--iterations", "1000"],
@@ -211,6 +225,7 @@ fn bus_bench_stopped_in_its_slot_series_removes_those_domains_too() {
 /// such a domain, and one whose slot series' domain holds slots, and removes nothing.
 #[test]
 fn bus_bench_refuses_a_named_domain_that_holds_slots_and_keeps_them() {
+    let _one = one_at_a_time();
     let content: &[u8] = b"another program's slot";
     for (domain, planted) in [
         ("bbench-held", "baton.bbench-held~robot~pose"),
@@ -235,4 +250,46 @@ fn bus_bench_refuses_a_named_domain_that_holds_slots_and_keeps_them() {
         assert_eq!(kept.ok().as_deref(), Some(content), "{domain}");
         assert!(files_of(&format!("baton.{domain}")).is_empty(), "{domain}");
     }
+}
+
+/// The sweep takes only runs whose process is gone: a bus-bench that runs keeps its registry
+/// and memory while another runs from start to end, and still ends as it should.
+#[test]
+fn a_running_bus_bench_is_left_alone_by_the_next() {
+    let _one = one_at_a_time();
+    let (mut first, prefix) = started(
+        "bus-bench",
+        &["--only", "pingpong", "--iterations", "200000"],
+        "baton.bench-{pid}",
+    );
+    let domain = prefix
+        .strip_prefix("baton.")
+        .expect("the domain")
+        .to_owned();
+    let before = processes_of(&domain);
+    let out = Command::new("timeout")
+        .arg(WATCHDOG.as_secs().to_string())
+        .arg(common::bin("bus-bench"))
+        .args(["--quick", "--only", "throughput"])
+        .output()
+        .expect("run a second bus-bench");
+    let after = processes_of(&domain);
+    let files = files_of(&prefix);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = first.wait().expect("wait for the first bus-bench");
+    assert!(out.status.success(), "{out:?}");
+    assert!(!before.is_empty(), "the first bus-bench runs no process");
+    assert!(
+        before.iter().all(|p| after.contains(p)),
+        "the second bus-bench killed some of {before:?}: {after:?} run"
+    );
+    assert!(
+        !files.is_empty(),
+        "the second bus-bench removed the first's memory"
+    );
+    assert_eq!(status.code(), Some(130), "{status:?}");
 }

@@ -201,7 +201,15 @@ fn the_namespaces_of_a_killed_runner_are_removed_by_the_next_lab() {
     cleanup.1.push(holder);
     let deadline = Instant::now() + WATCHDOG;
     let net_of = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
-    while net_of(&holder_pid.to_string()) == net_of("self") {
+    loop {
+        let holders = net_of(&holder_pid.to_string());
+        assert!(
+            holders.is_some(),
+            "the holder (unshare --net sleep 60) ended"
+        );
+        if holders != net_of("self") {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
             "the holder never left this namespace"

@@ -42,7 +42,13 @@ impl Harness {
         if bus::protocol::connect(domain).is_ok() {
             return Err(format!(
                 "a registry-server already serves domain '{domain}'; bus-bench starts its own, \
-                 so pick a domain nobody uses (or leave --domain out)"
+                 so pick a domain nobody uses (or leave --domain out){}",
+                if own {
+                    ""
+                } else {
+                    " (a bus-bench killed with SIGKILL while it ran on a domain given with \
+                     --domain leaves its registry serving it: stop that registry-server)"
+                }
             ));
         }
         if own {
@@ -87,6 +93,7 @@ impl Harness {
         let _ = domain.remove_all_segments();
         let registry = Command::new(&registry_bin)
             .args(["--domain", domain.as_str()])
+            .env(crate::interrupted::RUN_MARK, domain.as_str())
             .env("RUST_LOG", "error")
             .stdout(Stdio::null())
             .spawn()
@@ -149,6 +156,7 @@ impl Harness {
             .arg("peer")
             .args(args)
             .args(["--domain", self.domain.as_str()])
+            .env(crate::interrupted::RUN_MARK, self.domain.as_str())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()

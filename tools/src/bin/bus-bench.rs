@@ -22,8 +22,9 @@ use tools::bench::{self, Group, Options, PeerArgs};
                   second, the cost of a write) with p50, p99, p99.9 and max, each result's \
                   ratio to its baseline (raw atomic for busy polling, raw futex for blocking \
                   waits) and to iceoryx2, and whether the targets are met. Removes its shared \
-                  memory when done, or when stopped with Ctrl-C; what a bus-bench killed with SIGKILL left (its \
-                  registry-server, its memory) the next one removes.\n\n\
+                  memory when done, or when stopped with Ctrl-C; what a bus-bench killed with SIGKILL left on its \
+                  own domains (bench-<pid>: its registry-server and peers, its memory) the next \
+                  one removes.\n\n\
                   Build: cargo build --release -p tools -p registry-server \
                   [--features tools/iceoryx2]\n\
                   Quick check: bus-bench --quick   Full run (about two minutes): bus-bench"
@@ -48,7 +49,7 @@ struct Args {
     /// Bus domain to run in (default: a fresh `bench-<pid>`). No registry may serve it and it
     /// may hold no slots: bus-bench removes all of them when done. The publish group also uses
     /// `<domain>-slots<count>` for each slot count, so the name has at most 21 characters. Not
-    /// bench-<number>: that is its own naming.
+    /// bench-<number> (nor bench-<number>-...): that is its own naming.
     #[arg(long, value_parser = bus::Domain::parse_arg)]
     domain: Option<bus::Domain>,
     #[command(subcommand)]

@@ -100,8 +100,8 @@ enum Cmd {
     /// (inside hA) Write 64 B values to /bench/rate as fast as possible for `seconds`.
     #[command(hide = true)]
     Flood { seconds: f64 },
-    /// (inside hB) Count the UDP datagrams arriving on `port` until none came for a second
-    /// (or `seconds` plus ten have passed); prints the count.
+    /// (inside hB) Say `ready` once bound, then count the UDP datagrams arriving on `port`
+    /// until none came for a second (or `seconds` plus ten have passed); prints the count.
     #[command(hide = true)]
     UdpSink { port: u16, seconds: f64 },
     /// (inside hA) Send 64 B datagrams to `to` as fast as possible for `seconds`; prints how
@@ -280,6 +280,9 @@ fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
             let s = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| e.to_string())?;
             s.set_read_timeout(Some(Duration::from_millis(100)))
                 .map_err(|e| e.to_string())?;
+            // Bound: the flood may start (`raw_flood` waits for this line).
+            println!("ready");
+            std::io::Write::flush(&mut std::io::stdout()).map_err(|e| e.to_string())?;
             let give_up = Instant::now() + Duration::from_secs_f64(seconds + 10.0);
             let mut buf = vec![0u8; 2048];
             let mut received = 0u64;
@@ -598,7 +601,18 @@ fn raw_flood(lab: &Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, St
         }
     }
     let mut sink = Sink(Some(sink));
-    std::thread::sleep(Duration::from_millis(300));
+    // Its socket bound before the first datagram is sent: none goes uncounted.
+    let mut ready = String::new();
+    let stdout = sink
+        .0
+        .as_mut()
+        .and_then(|c| c.stdout.as_mut())
+        .ok_or("the UDP sink's output")?;
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)
+        .map_err(|e| format!("the UDP sink: {e}"))?;
+    if ready.trim() != "ready" {
+        return Err(format!("the UDP sink did not start (it said {ready:?})"));
+    }
     let to = format!("{}:{PORT}", lab.lab.hosts[1].address);
     let mut c = lab.cmd(0, me);
     c.args(["--domain", domain, "udp-flood", &to, &seconds.to_string()]);
@@ -617,6 +631,11 @@ fn raw_flood(lab: &Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, St
         .trim()
         .parse()
         .map_err(|e: std::num::ParseIntError| format!("the UDP sink's count: {e}"))?;
+    if received == 0 {
+        return Err(format!(
+            "the raw UDP flood: none of {sent} datagrams sent from hA to {to} arrived on hB"
+        ));
+    }
     let rate = received as f64 / seconds;
     println!(
         "raw UDP flood, 64 B: {sent} datagrams sent from hA in {seconds} s ({:.0}/s); \
