@@ -49,7 +49,7 @@ struct Args {
     /// Bus domain to run in (default: a fresh `bench-<pid>`). No registry may serve it and it
     /// may hold no slots: bus-bench removes all of them when done. The publish group also uses
     /// `<domain>-slots<count>` for each slot count, so the name has at most 21 characters. Not
-    /// bench-<number> (nor bench-<number>-...): that is its own naming.
+    /// `bench-<number>` (nor `bench-<number>-...`): that is its own naming.
     #[arg(long, value_parser = bus::Domain::parse_arg)]
     domain: Option<bus::Domain>,
     #[command(subcommand)]
