@@ -94,6 +94,10 @@ pub fn remove_abandoned_runs(prefix: &str) {
     let mut killed = Vec::new();
     let mut killed_domains = std::collections::HashSet::new();
     for (pid, domain) in marked_processes() {
+        // Never this process, whatever mark it inherited.
+        if pid as u32 == own {
+            continue;
+        }
         if abandoned(&domain) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
             killed.push(pid);
             killed_domains.insert(domain);
@@ -105,9 +109,8 @@ pub fn remove_abandoned_runs(prefix: &str) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     // A registry that still serves such a domain was not started by a benchmark (or not
-    // marked): what it serves stays.
-    // A registry just killed may still answer for a moment (its socket goes with the last of
-    // its threads, after its main thread shows as gone).
+    // marked): what it serves stays. One just killed may still answer for a moment (its
+    // socket goes with the last of its threads, after its main thread shows as gone).
     let mut served = std::collections::HashMap::new();
     let mut unserved_abandoned = |domain: &str| {
         abandoned(domain)

@@ -22,9 +22,9 @@ use tools::bench::{self, Group, Options, PeerArgs};
                   second, the cost of a write) with p50, p99, p99.9 and max, each result's \
                   ratio to its baseline (raw atomic for busy polling, raw futex for blocking \
                   waits) and to iceoryx2, and whether the targets are met. Removes its shared \
-                  memory when done, or when stopped with Ctrl-C; what a bus-bench killed with SIGKILL left on its \
-                  own domains (bench-<pid>: its registry-server and peers, its memory) the next \
-                  one removes.\n\n\
+                  memory when done, or when stopped with Ctrl-C; what a bus-bench killed with \
+                  SIGKILL left on its own domains (bench-<pid>: its registry-server and peers, \
+                  its memory) the next one removes.\n\n\
                   Build: cargo build --release -p tools -p registry-server \
                   [--features tools/iceoryx2]\n\
                   Quick check: bus-bench --quick   Full run (about two minutes): bus-bench"
