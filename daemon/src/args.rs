@@ -46,6 +46,22 @@ pub fn whole_number(
     }
 }
 
+/// A clap parser of a number from `min` to `max`, fractions allowed, whose error says the range
+/// and unit (`nan` and the infinities are never in it).
+pub fn decimal_number(
+    min: f64,
+    max: f64,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        text.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| format!("expected {unit} from {min} to {max}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +75,11 @@ mod tests {
                 ms(bad),
                 Err("expected milliseconds from 10 to 3600000".to_owned())
             );
+        }
+        let s = decimal_number(0.1, 3600.0, "seconds");
+        assert_eq!(s("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "3600.5", "x"] {
+            assert_eq!(s(bad), Err("expected seconds from 0.1 to 3600".to_owned()));
         }
         let count = whole_number(1, u64::MAX, "a count of values");
         assert_eq!(

@@ -16,7 +16,7 @@ use sd_notify::NotifyState;
 mod args;
 mod config_file;
 mod stop;
-pub use args::{exit_usage, parse_args, whole_number, EXIT_USAGE};
+pub use args::{decimal_number, exit_usage, parse_args, whole_number, EXIT_USAGE};
 pub use config_file::{config_error_text, read_config, MAX_CONFIG_BYTES};
 pub use stop::{exit_on_stop, on_stop, on_stop_or_hangup, Hangup};
 

@@ -4,6 +4,7 @@
 //! signals instead and does what the drop would, from the signal's thread.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use bus::Domain;
 use nix::sys::signal::{kill, Signal};
@@ -95,42 +96,36 @@ pub fn remove_abandoned_runs(prefix: &str) {
     let mut killed_domains = std::collections::HashSet::new();
     for (pid, domain) in marked_processes() {
         // Never this process, whatever mark it inherited.
-        if pid as u32 == own {
+        if pid == own || !abandoned(&domain) {
             continue;
         }
-        if abandoned(&domain) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-            killed.push(pid);
+        let started = bus::process::start_time(pid);
+        if kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok() {
+            killed.extend(started.map(|s| (pid, s)));
             killed_domains.insert(domain);
         }
     }
     // A registry killed but not yet gone could still make a segment.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while killed.iter().any(|pid| runs(*pid)) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    let deadline = Instant::now() + KILLED_GO_WITHIN;
+    while killed
+        .iter()
+        .any(|&(pid, started)| bus::process::is_alive(pid, started))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
     }
     // A registry that still serves such a domain was not started by a benchmark (or not
-    // marked): what it serves stays. One just killed may still answer for a moment (its
-    // socket goes with the last of its threads, after its main thread shows as gone).
+    // marked): what it serves stays.
     let mut served = std::collections::HashMap::new();
     let mut unserved_abandoned = |domain: &str| {
         abandoned(domain)
             && !*served.entry(domain.to_owned()).or_insert_with(|| {
-                let Ok(d) = Domain::new(domain) else {
-                    return false;
-                };
                 let patience = if killed_domains.contains(domain) {
-                    std::time::Duration::from_secs(2)
+                    KILLED_GO_WITHIN
                 } else {
-                    std::time::Duration::ZERO
+                    Duration::ZERO
                 };
-                let deadline = std::time::Instant::now() + patience;
-                loop {
-                    let answers = bus::protocol::connect(&d).is_ok();
-                    if !answers || std::time::Instant::now() >= deadline {
-                        break answers;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+                served_after(domain, patience)
             })
     };
     let files = std::fs::read_dir(bus::names::SHM_DIR).into_iter().flatten();
@@ -162,6 +157,26 @@ pub fn remove_abandoned_runs(prefix: &str) {
     }
 }
 
+/// How long the processes of a killed run are given to be gone.
+const KILLED_GO_WITHIN: Duration = Duration::from_secs(2);
+
+/// Whether a registry serves `domain` still after `patience` (or as soon as none does): one
+/// just killed may answer for a moment, its socket going with the last of its threads, after
+/// its main thread shows as gone.
+fn served_after(domain: &str, patience: Duration) -> bool {
+    let Ok(domain) = Domain::new(domain) else {
+        return false;
+    };
+    let deadline = Instant::now() + patience;
+    loop {
+        let answers = bus::protocol::connect(&domain).is_ok();
+        if !answers || Instant::now() >= deadline {
+            return answers;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The pid in a benchmark's domain name: `bench-812` and `bench-812-slots10` give 812 for the
 /// prefix `bench-`; None for other names.
 pub fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
@@ -175,7 +190,7 @@ pub fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
 
 /// Every process of this machine (of this user, or every user's for root) that carries
 /// [`RUN_MARK`], with the domain it names.
-fn marked_processes() -> Vec<(i32, String)> {
+fn marked_processes() -> Vec<(u32, String)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -185,7 +200,7 @@ fn marked_processes() -> Vec<(i32, String)> {
         let Some(pid) = entry
             .file_name()
             .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
+            .and_then(|n| n.parse::<u32>().ok())
         else {
             continue;
         };
@@ -202,15 +217,6 @@ fn marked_processes() -> Vec<(i32, String)> {
         }
     }
     found
-}
-
-/// Whether process `pid` still runs (a zombie, killed and waiting for its parent, does not).
-fn runs(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command name, which is in parentheses and may hold any byte.
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
 }
 
 #[cfg(test)]

@@ -36,8 +36,8 @@ impl Harness {
     /// Checks that bus-bench may take `domain` for a run: no registry serves it, and it has
     /// no slots in /dev/shm, since bus-bench removes every segment of its domains when it ends
     /// or is stopped. `own`: the domain is bus-bench's fresh `bench-<pid>` (or one beside it),
-    /// whose files can only be an earlier bus-bench's of this pid, killed before it cleaned up:
-    /// they are removed instead.
+    /// whose files can only be an earlier bus-bench's of this pid, killed before it cleaned up,
+    /// which `interrupted::remove_abandoned_runs` removes: they are not checked.
     pub fn claim(domain: &Domain, own: bool) -> Result<(), String> {
         if bus::protocol::connect(domain).is_ok() {
             return Err(format!(
@@ -52,7 +52,6 @@ impl Harness {
             ));
         }
         if own {
-            let _ = domain.remove_all_segments();
             return Ok(());
         }
         let files = domain
@@ -72,7 +71,8 @@ impl Harness {
     }
 
     /// Starts `registry-server` (next to the running executable) on `domain`, or on a fresh
-    /// `bench-<pid>` domain, and waits until it accepts connections.
+    /// `bench-<pid>` domain, and waits until it accepts connections. The domain is `claim`ed
+    /// first (bus-bench does so at start, for every domain of its run).
     pub fn start(domain: Option<&str>) -> Result<Harness, String> {
         let exe = std::env::current_exe().map_err(|e| format!("locating bus-bench: {e}"))?;
         let registry_bin = exe.with_file_name("registry-server");
@@ -84,13 +84,6 @@ impl Harness {
             ));
         }
         let domain = Self::domain(domain)?;
-        if bus::protocol::connect(&domain).is_ok() {
-            return Err(format!(
-                "a registry-server already serves domain '{domain}'; bus-bench starts its own, \
-                 so pick a domain nobody uses (or leave --domain out)"
-            ));
-        }
-        let _ = domain.remove_all_segments();
         let registry = Command::new(&registry_bin)
             .args(["--domain", domain.as_str()])
             .env(crate::interrupted::RUN_MARK, domain.as_str())

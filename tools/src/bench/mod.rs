@@ -109,7 +109,6 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The whole run: every selected group, then the table (and JSON lines) on stdout.
 /// The domains the publish group's slot series makes beside `domain`, one per slot count
 /// (`publish::slot_series_domain`): none when that group does not run. An error says when
 /// `domain` is too long to name them.
@@ -133,6 +132,7 @@ pub fn slot_series_domains(options: &Options, domain: &str) -> Result<Vec<bus::D
         .collect()
 }
 
+/// The whole run: every selected group, then the table (and JSON lines) on stdout.
 pub fn run(options: &Options) -> Result<(), String> {
     payload::check_msg64()?;
     let plan = Plan::new(options);

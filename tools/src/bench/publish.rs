@@ -168,18 +168,37 @@ fn rounds_of(
     rounds: usize,
     count: usize,
 ) -> Result<Vec<Vec<u64>>, String> {
+    rotating_rounds(
+        loads.len(),
+        rounds,
+        count,
+        |i| loads[i].case(),
+        |i, warmup, per_round| loads[i].measure(h, warmup, per_round),
+    )
+}
+
+/// Times `cases` cases in `rounds` rounds, rotating which goes first, `count` timed writes per
+/// case in all: `measure(case, warmup, writes)` times one round of one case. The samples of
+/// each case, pooled.
+fn rotating_rounds(
+    cases: usize,
+    rounds: usize,
+    count: usize,
+    name: impl Fn(usize) -> String,
+    mut measure: impl FnMut(usize, usize, usize) -> Result<Vec<u64>, String>,
+) -> Result<Vec<Vec<u64>>, String> {
     let per_round = count.div_ceil(rounds);
     let warmup = (per_round / 10).clamp(20, 10_000);
-    let mut samples: Vec<Vec<u64>> = loads.iter().map(|_| Vec::new()).collect();
+    let mut samples: Vec<Vec<u64>> = vec![Vec::new(); cases];
     for round in 0..rounds {
-        for k in 0..loads.len() {
-            let i = (k + round) % loads.len();
+        for k in 0..cases {
+            let i = (k + round) % cases;
             eprintln!(
                 "bus-bench: round {}/{rounds}: publish cost, {}",
                 round + 1,
-                loads[i].case()
+                name(i)
             );
-            samples[i].extend(loads[i].measure(h, warmup, per_round)?);
+            samples[i].extend(measure(i, warmup, per_round)?);
         }
     }
     Ok(samples)
@@ -319,29 +338,24 @@ fn slot_series(h: &Harness, c: &Counts) -> Result<Vec<Row>, String> {
         .map(|&slots| SlotSet::make(h.domain.as_str(), slots))
         .collect::<Result<Vec<_>, String>>()?;
     std::thread::sleep(SETTLE_AFTER_SETUP);
-    let rounds = c.placement_rounds;
-    let per_round = c.each.div_ceil(rounds);
-    let warmup = (per_round / 10).clamp(20, 10_000);
-    let mut samples: Vec<Vec<u64>> = sets.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        for k in 0..sets.len() {
-            let i = (k + round) % sets.len();
-            eprintln!(
-                "bus-bench: round {}/{rounds}: publish cost, no reader, {} slots",
-                round + 1,
-                sets[i].slots
-            );
-            let value = Pod64::make(64);
-            let (s, _) = write_run(
+    let slot_counts: Vec<usize> = sets.iter().map(|s| s.slots).collect();
+    let value = Pod64::make(64);
+    let samples = rotating_rounds(
+        sets.len(),
+        c.placement_rounds,
+        c.each,
+        |i| format!("no reader, {} slots", slot_counts[i]),
+        |i, warmup, per_round| {
+            write_run(
                 &mut sets[i].measured,
                 value,
                 warmup,
                 per_round,
                 raw::PUBLISH_BATCH,
-            )?;
-            samples[i].extend(s);
-        }
-    }
+            )
+            .map(|(s, _)| s)
+        },
+    )?;
     sets.iter()
         .zip(samples)
         .map(|(set, samples)| {

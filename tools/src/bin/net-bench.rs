@@ -69,7 +69,8 @@ enum Cmd {
         iterations: u64,
         /// Seconds of each of the three 64 B floods for the update rate (raw UDP, then the
         /// writer at normal priority, then at nice 19), 0.1 to 3600.
-        #[arg(long, value_name = "SECONDS", default_value_t = 3.0, value_parser = flood_seconds,
+        #[arg(long, value_name = "SECONDS", default_value_t = 3.0,
+              value_parser = daemon::decimal_number(0.1, 3600.0, "seconds"),
               allow_negative_numbers = true)]
         flood_seconds: f64,
         /// Run each host's processes on a CPU of its own (hA on the first this process may
@@ -145,15 +146,6 @@ static STOPPING: AtomicBool = AtomicBool::new(false);
 
 fn bus(domain: &bus::Domain) -> Result<bus::Bus, String> {
     bus::Bus::open(domain.clone()).map_err(|e| e.to_string())
-}
-
-/// `--flood-seconds`: a finite span a flood can be timed over and a run can wait for.
-fn flood_seconds(text: &str) -> Result<f64, String> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| (0.1..=3600.0).contains(s))
-        .ok_or_else(|| "expected seconds from 0.1 to 3600".to_owned())
 }
 
 fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
@@ -539,7 +531,7 @@ fn orchestrate(
         Ok(v["values_mirrored"].as_u64().unwrap_or(0))
     };
     println!();
-    let raw_rate = raw_flood(&lab, domain, &me, flood_seconds)?;
+    let raw_rate = raw_flood(&mut lab, domain, &me, flood_seconds)?;
     let mut c = lab.cmd(1, &me);
     c.args(["--domain", domain, "count"]);
     lab.spawn(c)?;
@@ -584,28 +576,19 @@ fn orchestrate(
 /// `seconds`, hB counts those it receives; returns them per second. Each reflected value is
 /// one datagram as well (its 64 B and the reflection's header), so this is how many the two
 /// hosts' kernels carry when nothing else runs.
-fn raw_flood(lab: &Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, String> {
+fn raw_flood(lab: &mut Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, String> {
     const PORT: &str = "9998";
     let mut c = lab.cmd(1, me);
     c.args(["--domain", domain, "udp-sink", PORT, &seconds.to_string()])
         .stdout(Stdio::piped());
-    let sink = c.spawn().map_err(|e| e.to_string())?;
-    // Killed if anything below fails; it ends on its own a second after the flood.
-    struct Sink(Option<Child>);
-    impl Drop for Sink {
-        fn drop(&mut self) {
-            if let Some(mut c) = self.0.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut sink = Sink(Some(sink));
+    // One of the rig's children, killed with it if anything below fails; it ends on its own a
+    // second after the flood.
+    lab.children.push(c.spawn().map_err(|e| e.to_string())?);
     // Its socket bound before the first datagram is sent: none goes uncounted.
     let mut ready = String::new();
-    let stdout = sink
-        .0
-        .as_mut()
+    let stdout = lab
+        .children
+        .last_mut()
         .and_then(|c| c.stdout.as_mut())
         .ok_or("the UDP sink's output")?;
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)
@@ -621,9 +604,9 @@ fn raw_flood(lab: &Rig, domain: &str, me: &Path, seconds: f64) -> Result<f64, St
         .trim()
         .parse()
         .map_err(|e: std::num::ParseIntError| e.to_string())?;
-    let out = sink
-        .0
-        .take()
+    let out = lab
+        .children
+        .pop()
         .ok_or("the UDP sink is gone")?
         .wait_with_output()
         .map_err(|e| e.to_string())?;
