@@ -23,7 +23,8 @@ It decides only when one of those changes or a block's time to live runs out, an
 the command every heartbeat_ms, so that a driver can tell a hung arbiter by its command's age.\n\n\
 On SIGTERM or SIGINT it sends every resource its safe command, publishes that, and exits.\n\n\
 Exit status: 0 when stopped so; 1 for a configuration that is not valid (at start), another \
-arbiter of the same name, or a bus failure (its slots made anew under it: start it again); 64 for \
+arbiter of the same name, or a bus failure (its slots made anew under it and the new ones \
+not mapped: start it again); 64 for \
 a command line that does not parse.\n\n\
 Config (TOML):\n  name = \"arm\"\n  heartbeat_ms = 100   # 10 to 60000; 0: never\n  [[resources]]\n  \
 name = \"shoulder\"\n  kind = \"position\"   # position | velocity | switch\n  min = -1.5\n  \

@@ -342,8 +342,10 @@ impl StopRequest {
 const CHECK_REPLACED_EVERY: Duration = Duration::from_millis(100);
 
 /// Whether the registry made the command's or the memory block's slot anew under this process
-/// (it restarted on a corrupted or removed segment): drivers and controllers no longer see
-/// what it writes, so it ends, to be restarted onto the new slots. Checked at most every
+/// (their segments were damaged) and the publication could not go on in the new slot (it could
+/// not be mapped): drivers and controllers no longer see what it writes, so it ends, to be
+/// restarted onto the new slots. (A publication that could goes on by itself: `bus`'s
+/// `client/successor.rs`.) Checked at most every
 /// `CHECK_REPLACED_EVERY`, after the cycle's writes (off the latency path: two locks).
 fn check_replaced(
     checked: &mut Instant,

@@ -79,9 +79,13 @@ pub(crate) struct Endpoint {
     pub(crate) registration: Registration,
     pub(crate) slot: OnceLock<Slot>,
     error: Mutex<Option<BusError>>,
-    /// The registry made the slot anew under this endpoint (`BusError::Replaced`, also kept in
-    /// `error`): set once, and one load on a subscription's update path.
+    /// The registry made the slot anew under this endpoint (`BusError::Replaced`): set once,
+    /// and one load on the update and write paths. For a subscription it is also kept in
+    /// `error`; a publication follows the new slot through `successor` instead.
     pub(crate) replaced: OnceLock<BusError>,
+    /// A publication's endpoint bound to the slot made anew under this one (`successor.rs`):
+    /// set before `replaced`, so whoever sees `replaced` finds it.
+    pub(crate) successor: OnceLock<Arc<Endpoint>>,
     /// Latest value a publication wrote before it was bound, and when (the write time it
     /// carries once bound: the moment the application wrote it, not the registry's arrival).
     pending: Mutex<Option<(Vec<u8>, u64)>>,
@@ -177,6 +181,7 @@ impl ClientShared {
                 slot: OnceLock::new(),
                 error: Mutex::new(None),
                 replaced: OnceLock::new(),
+                successor: OnceLock::new(),
                 pending: Mutex::new(None),
                 client: Arc::clone(self),
             });
@@ -372,13 +377,24 @@ impl ClientShared {
             // An endpoint keeps the memory it was bound to (it never moves to another mapping
             // under the application). If the registry made the slot anew (the old segment was
             // corrupt or removed when it restarted), this process and the others no longer
-            // share it: said, and kept as the endpoint's error, so that a service can end and
-            // be restarted rather than carry on alone.
-            let error =
-                (slot.segment() != segment || !slot.is_current()).then(|| BusError::Replaced {
-                    name: ep.registration.name.to_string(),
-                    segment: slot.segment().to_owned(),
-                });
+            // share it. A publication goes on in a successor bound to the new slot
+            // (`successor.rs`); a subscription says so, and keeps it as its error, so that the
+            // application subscribes again rather than reads the old memory alone.
+            let made_anew = slot.segment() != segment || !slot.is_current();
+            if made_anew && ep.registration.kind == EndpointKind::Publication {
+                match self.follow(&ep, slot, segment) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => tracing::warn!(
+                        "{}: the registry made its slot anew, and this publication cannot \
+                         write into the new one: {e}",
+                        ep.registration.name
+                    ),
+                }
+            }
+            let error = made_anew.then(|| BusError::Replaced {
+                name: ep.registration.name.to_string(),
+                segment: slot.segment().to_owned(),
+            });
             // Otherwise bound again after a refusal of the bound endpoint (a name conflict
             // with another host that has ended): the refusal no longer holds.
             *lock(&ep.error) = error.clone();
@@ -435,128 +451,6 @@ impl ClientState {
                 false
             }
         }
-    }
-}
-
-impl Endpoint {
-    /// The slot the registry handed us must be the type and size we registered.
-    fn check(&self, slot: &Slot) -> Result<(), BusError> {
-        let reg = &self.registration;
-        if slot.schema().hash.0 != reg.schema_hash {
-            return Err(BusError::TypeMismatch {
-                name: reg.name.to_string(),
-                slot_type: slot.schema().type_name.clone(),
-                slot_hash: slot.schema().hash.to_string(),
-                requested_type: reg.type_name.clone(),
-                requested_hash: crate::schema::SchemaHash(reg.schema_hash).to_string(),
-            });
-        }
-        if reg.kind == EndpointKind::Publication && (slot.capacity() as u64) < reg.capacity {
-            return Err(BusError::CapacityTooSmall {
-                name: reg.name.to_string(),
-                capacity: slot.capacity(),
-                requested: reg.capacity as usize,
-            });
-        }
-        Ok(())
-    }
-
-    fn bind(&self, slot: Slot) {
-        // A slot has one writer. The value kept before binding goes in before the slot is
-        // visible to the publication's own thread, and `pending` is held throughout: a
-        // concurrent `publish_bytes` either finds no slot and waits for the lock (then sees the
-        // slot and writes after the kept value), or finds the slot set, which happens after the
-        // kept value's write (the `OnceLock`'s release, its acquire). Writing the kept value after
-        // `set` let a publication write the same buffer at the same time: two writers of one
-        // sequence number, a torn value that passed the seqlock, or the older value last.
-        let mut pending = lock(&self.pending);
-        if self.slot.get().is_some() {
-            return; // bound before: the registry answered a re-registration with its slot.
-        }
-        if let Some((bytes, written_ns)) = pending.take() {
-            if let Err(e) = slot.write_at(&bytes, written_ns) {
-                tracing::warn!("{}: value written before binding lost: {e}", slot.name());
-            }
-        }
-        let _ = self.slot.set(slot);
-    }
-
-    pub(crate) fn error(&self) -> Option<BusError> {
-        lock(&self.error).clone()
-    }
-
-    /// Publishes `bytes`: into the slot if bound, else kept until binding.
-    pub(crate) fn publish_bytes(&self, bytes: &[u8]) -> Result<(), BusError> {
-        if let Some(slot) = self.slot.get() {
-            return slot.write(bytes).map(|_| ());
-        }
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        let mut pending = lock(&self.pending);
-        match self.slot.get() {
-            Some(slot) => slot.write(bytes).map(|_| ()),
-            None => {
-                *pending = Some((bytes.to_vec(), crate::slot::now_ns()));
-                Ok(())
-            }
-        }
-    }
-
-    /// Waits until the endpoint is bound (or refused).
-    pub(crate) fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
-        let deadline = futex::deadline_after(timeout);
-        let done = || self.slot.get().is_some() || self.error().is_some();
-        self.client.wait_for(deadline, done);
-        if self.slot.get().is_some() {
-            return Ok(());
-        }
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        if self.client.is_connected() {
-            Err(BusError::NotBoundYet {
-                name: self.registration.name.to_string(),
-                waited: timeout,
-                reason: match self.registration.kind {
-                    // Also what a publisher of another type sees happen: refused, because
-                    // waiting subscriptions set the slot's type. Only the registry knows.
-                    EndpointKind::Subscription => "no publication has created the slot yet (a \
-                        publication of another type would be refused while this subscription \
-                        waits: the registry's log names such refusals)"
-                        .into(),
-                    EndpointKind::Publication => "the registry has not answered".into(),
-                },
-            })
-        } else {
-            Err(self
-                .client
-                .unreachable(&format!("not connected after {timeout:?}")))
-        }
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        if self.registration.kind == EndpointKind::Publication {
-            if let Some(slot) = self.slot.get() {
-                slot.mark_writer_gone();
-            } else if lock(&self.pending).is_some() {
-                // Written while unbound, and never bound: nobody will read it.
-                let why = match (self.error(), self.client.refusal()) {
-                    (Some(e), _) => e.to_string(),
-                    (None, Some(_)) => "the registry refuses this process, as said above".into(),
-                    (None, None) => {
-                        "no registry-server answered before the publication ended".into()
-                    }
-                };
-                tracing::warn!(
-                    "{}: the value written was never published ({why})",
-                    self.registration.name
-                );
-            }
-        }
-        self.client.unregister(self.registration.endpoint);
     }
 }
 
@@ -628,5 +522,7 @@ fn connect_pair(domain: &Domain) -> std::io::Result<(UnixStream, UnixStream)> {
     Ok((stream, reader))
 }
 
+mod endpoint;
+mod successor;
 #[cfg(test)]
 mod tests;

@@ -190,10 +190,15 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Publishes `value`. Before the registry has bound the slot the value is kept and written
     /// at binding. A value larger than the capacity is refused, never truncated. Once the
     /// registry has made the slot anew under this publication (its segment was damaged or
-    /// removed), every write fails with `BusError::Replaced`: nobody would read it.
+    /// removed), writes go into the new slot, which the last value was carried into; only if
+    /// the new slot could not be mapped does every write fail with `BusError::Replaced`
+    /// (nobody would read it).
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
-        if let Some(e) = self.endpoint.replaced.get() {
-            return Err(e.clone());
+        while let Some(e) = self.endpoint.replaced.get() {
+            match self.endpoint.successor.get() {
+                Some(next) => self.endpoint = Arc::clone(next),
+                None => return Err(e.clone()),
+            }
         }
         if let Some(slot) = self.endpoint.slot.get() {
             let (limit, last_len) = (self.capacity, self.last_len);
@@ -225,22 +230,22 @@ impl<T, C: Codec<T>> Publication<T, C> {
     }
 
     pub fn is_bound(&self) -> bool {
-        self.endpoint.slot.get().is_some()
+        self.endpoint.current().slot.get().is_some()
     }
 
     /// Waits until the registry has created and bound the slot.
     pub fn wait_bound(&self, timeout: Duration) -> Result<(), BusError> {
-        self.endpoint.wait_bound(timeout)
+        self.endpoint.current().wait_bound(timeout)
     }
 
     /// Why this publication cannot be bound, while that lasts: the registry refused it (its
     /// name has another live publisher, its slot holds another type, another computer
-    /// publishes the name too, ...), its slot could not be mapped, or the registry made the
-    /// slot anew under it (`BusError::Replaced`: nobody else sees its writes any more; restart
+    /// publishes the name too, ...), or its slot could not be mapped (also a slot the registry
+    /// made anew under it: `BusError::Replaced`, nobody else sees its writes any more; restart
     /// the process). A publication created before the registry ran learns this only when the
     /// registry answers; until bound, `write` fails with the same error.
     pub fn bind_error(&self) -> Option<BusError> {
-        self.endpoint.error()
+        self.endpoint.current().error()
     }
 }
 

@@ -340,12 +340,17 @@ fn x_holds_the_turret(r: &Robot) {
     );
 }
 
+/// Says whether `child`'s log says that its publication of `slot` goes on in the slot made anew.
+fn goes_on_in_the_new_slot(r: &Robot, child: usize, slot: &str) -> bool {
+    r.t.stderr_of(child)
+        .contains(&format!("{slot}: the registry made the slot anew"))
+}
+
 /// The arbiter's command slot made anew by a registry restarted on its corrupted segment: the
-/// simulator and controllers would never see its commands again, so the arbiter ends with the
-/// reason (exit status 1: systemd restarts it onto the new slot), and so does the simulator,
-/// which reads the old one.
+/// arbiter goes on writing its commands into the new slot; the simulator, which reads the old
+/// one, ends with the reason (exit status 1: systemd restarts it onto the new slot).
 #[test]
-fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
+fn an_arbiter_whose_command_slot_was_made_anew_goes_on_in_it() {
     let mut r = Robot::new(&["x"]);
     r.t.start_registry();
     r.manager();
@@ -354,11 +359,14 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
     let x = r.x_holding_the_turret("30");
     x_holds_the_turret(&r);
     restart_registry_on_corrupted(&mut r, &["/robot/arbiter/arm/command"]);
-    ends_saying_made_anew(&mut r, arbiter, "/robot/arbiter/arm/command");
     ends_saying_made_anew(&mut r, sim, "/robot/arbiter/arm/command");
-    // Started again (as systemd would): the running controller follows its new command slot,
-    // and does not take the arbiter for hung.
-    r.arbiter();
+    eventually("the arbiter goes on in the new command slot", || {
+        goes_on_in_the_new_slot(&r, arbiter, "/robot/arbiter/arm/command")
+    });
+    assert!(r.t.is_running(arbiter), "{}", r.t.stderr_of(arbiter));
+    // The simulator started again (as systemd would) executes the new slot's commands, and the
+    // running controller follows that slot and does not take the arbiter for hung.
+    r.t.spawn_bin("robot-sim", &[]);
     std::thread::sleep(std::time::Duration::from_secs(1));
     eventually(
         "x's last word on the arm is that it holds the turret",
@@ -372,9 +380,9 @@ fn an_arbiter_whose_command_slot_was_made_anew_ends_to_be_restarted() {
 }
 
 /// The manager's slot made anew by a registry restarted on its corrupted segment: the manager
-/// ends (its publication no longer reaches anyone) and, started again, publishes a new order;
-/// the arbiter, whose subscription still mapped the old memory, subscribes again and follows
-/// it without a restart of its own.
+/// goes on in the new slot (its order carried over), and the arbiter, whose subscription still
+/// mapped the old memory, subscribes again and follows the orders published there, neither
+/// restarted.
 #[test]
 fn an_arbiter_follows_a_manager_slot_made_anew() {
     let mut r = Robot::new(&["x"]);
@@ -384,15 +392,18 @@ fn an_arbiter_follows_a_manager_slot_made_anew() {
     r.x_holding_the_turret("30");
     x_holds_the_turret(&r);
     restart_registry_on_corrupted(&mut r, &["/robot/manager"]);
-    ends_saying_made_anew(&mut r, manager, "/robot/manager");
-    // Started again (as systemd would), with an order that no longer lists x.
+    eventually("the manager goes on in the new slot", || {
+        goes_on_in_the_new_slot(&r, manager, "/robot/manager")
+    });
+    x_holds_the_turret(&r);
+    // A new order, from the same manager, that no longer lists x.
     std::fs::write(&r.manager_file, manager_toml(&["y"])).unwrap();
-    r.manager();
     eventually("the arbiter follows the new order", || {
         r.arm_block()
             .is_some_and(|b| b["owners"]["turret"].is_null() && b["outcomes"].get("x").is_none())
     });
     assert!(r.t.is_running(arbiter), "{}", r.t.stderr_of(arbiter));
+    assert!(r.t.is_running(manager), "{}", r.t.stderr_of(manager));
     assert!(r
         .t
         .stderr_of(arbiter)
@@ -400,9 +411,9 @@ fn an_arbiter_follows_a_manager_slot_made_anew() {
 }
 
 /// Slots made anew under the robot-controller library and the manager: the arm's feedback
-/// block (its arbiter, ended by it, is started again) and the registry's directory. The
-/// controller follows the new arbiter's feedback, and the manager still places a new unlisted
-/// controller, neither restarted.
+/// block (its arbiter goes on in the new one) and the registry's directory. The controller
+/// follows the arbiter's feedback there, and the manager still places a new unlisted
+/// controller; none of them restarted.
 #[test]
 fn controllers_and_the_manager_follow_slots_made_anew() {
     let (mut r, _manager) = Robot::running_unlisted_last(&["x"]);
@@ -415,23 +426,27 @@ fn controllers_and_the_manager_follow_slots_made_anew() {
         &mut r,
         &["/robot/arbiter/arm", bus::directory::DIRECTORY_SLOT],
     );
-    eventually("the arbiter ends", || {
-        !std::path::Path::new(&format!("/proc/{arbiter}")).exists()
-            || std::fs::read_to_string(format!("/proc/{arbiter}/stat"))
-                .is_ok_and(|s| s.contains(") Z "))
+    eventually("the arbiter goes on in its new feedback slot", || {
+        goes_on_in_the_new_slot(&r, 2, "/robot/arbiter/arm")
     });
-    r.arbiter();
-    eventually("x follows the new arbiter's feedback", || {
-        r.t.stdout_of(x)
-            .rsplit("arbiter not running")
-            .next()
-            .is_some_and(|after| after.contains("x arm: full (owns: turret)"))
+    eventually("x subscribes again to the arbiter's feedback", || {
+        r.t.stderr_of(x)
+            .contains("slots it follows were made anew; subscribing again")
     });
+    assert!(
+        std::path::Path::new(&format!("/proc/{arbiter}")).exists(),
+        "the arbiter went on"
+    );
     let y = r.controller("y", "compromising", &["arm/shoulder=0.2"], 200);
 
     eventually("y joins the order and gets the shoulder", || {
         r.t.stdout_of(y).contains("y arm: full (owns: shoulder)")
     });
+    // x read its feedback from the new slot all along: its last word on the arm is still that
+    // it holds the turret.
+    let printed = r.t.stdout_of(x);
+    let last = printed.rsplit("x arm: ").next().unwrap_or_default();
+    assert!(last.starts_with("full (owns: turret)"), "{printed}");
 }
 
 /// A resource nobody owns is held where it was measured when released. Its driver restarted

@@ -52,6 +52,16 @@ impl Registry {
     fn replace_if_damaged(&mut self, name: &SlotName) -> Option<Outbox> {
         let segment = self.domain.segment_name(name);
         let group = self.group;
+        // The publication bound to it goes on writing into the new slot (the client gives it a
+        // successor there): recorded as its writer, as at registration.
+        let publisher = self.slots.get(name).and_then(|entry| {
+            let publication = entry
+                .endpoints
+                .iter()
+                .find(|r| r.kind == bus::protocol::EndpointKind::Publication && r.bound)?;
+            let peer = self.peers.get(&publication.conn)?;
+            Some((peer.pid, peer.start_time, publication.endpoint))
+        });
         let entry = self.slots.get_mut(name)?;
         let Some(slot) = entry.slot.as_ref() else {
             return self.make_own_anew(name);
@@ -117,6 +127,12 @@ impl Registry {
             entry.own = Some(old);
             made = entry.ensure_slot(&segment, name, &schema, old, group, false);
         }
+        let made = made.map(|_| ());
+        if let (Ok(()), Some((pid, start_time, endpoint)), Some(slot)) =
+            (&made, publisher, &entry.slot)
+        {
+            slot.set_writer(pid, start_time, endpoint);
+        }
         if let Err(e) = made {
             let e = match e {
                 super::NoSlot::Create(e) => e.to_string(),
@@ -135,6 +151,7 @@ impl Registry {
         if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
             super::write_as_registry(slot);
         }
+
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
         // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
         self.follow_if_directory(name);
