@@ -102,21 +102,26 @@ fn main() {
     }
 }
 
+type Command = bus::Member<ResourceCommand, bus::Serde>;
+
+/// One group over both arbiters' commands: at rest the simulator sleeps until one of them (or
+/// its arbiter) changes, instead of stepping a robot that does not move. Members: the arm's,
+/// then the drive's.
+fn follow_commands(
+    bus: &bus::Bus,
+    args: &Args,
+) -> Result<(bus::SubscriptionGroup, Command, Command), bus::BusError> {
+    let mut commands = bus::SubscriptionGroup::new();
+    let arm = commands.add(bus.subscribe::<ResourceCommand>(&command_slot(&args.arm))?);
+    let drive = commands.add(bus.subscribe::<ResourceCommand>(&command_slot(&args.drive))?);
+    Ok((commands, arm, drive))
+}
+
 fn run(args: &Args) -> Result<(), String> {
     let domain = args.domain.clone();
     let bus = bus::Bus::open(domain).map_err(|e| e.to_string())?;
     let e = |e: bus::BusError| e.to_string();
-    // One group over both commands: at rest the simulator sleeps until one of them (or its
-    // arbiter) changes, instead of stepping a robot that does not move.
-    let mut commands = bus::SubscriptionGroup::new();
-    let arm_cmd = commands.add(
-        bus.subscribe::<ResourceCommand>(&command_slot(&args.arm))
-            .map_err(e)?,
-    );
-    let drive_cmd = commands.add(
-        bus.subscribe::<ResourceCommand>(&command_slot(&args.drive))
-            .map_err(e)?,
-    );
+    let (mut commands, mut arm_cmd, mut drive_cmd) = follow_commands(&bus, args).map_err(e)?;
     let mut arm_state = bus
         .publish::<ResourceState>(&state_slot(&args.arm))
         .map_err(e)?;
@@ -154,12 +159,14 @@ fn run(args: &Args) -> Result<(), String> {
                 return Err(refused.to_string());
             }
         }
-        // A command slot the registry made anew under us: the arbiter's commands go there,
-        // never to what we read. End, to be restarted onto it.
-        for command in [commands.get(arm_cmd), commands.get(drive_cmd)] {
-            if let Some(e @ bus::BusError::Replaced { .. }) = command.bind_error() {
-                return Err(e.to_string());
-            }
+        // A command slot the registry made anew under us: the arbiter's commands go there
+        // (its publication goes on in the new slot), never to what we read.
+        let replaced = [commands.get(arm_cmd), commands.get(drive_cmd)]
+            .into_iter()
+            .any(|c| matches!(c.bind_error(), Some(bus::BusError::Replaced { .. })));
+        if replaced {
+            tracing::warn!("command slots it follows were made anew; subscribing again");
+            (commands, arm_cmd, drive_cmd) = follow_commands(&bus, args).map_err(e)?;
         }
         commands.update_all().map_err(e)?;
         for (member, which) in [
