@@ -366,19 +366,7 @@ fn an_arbiter_whose_command_slot_was_made_anew_goes_on_in_it() {
             .contains("command slots it follows were made anew; subscribing again")
     });
     // A new command, through the new slot, reaches the simulator's turret.
-    let x_again = r.t.spawn_bin(
-        "robot-controller",
-        &[
-            "--name",
-            "x",
-            "--status",
-            "compromising",
-            "--set",
-            "arm/turret=-0.5",
-            "--duration-s",
-            "30",
-        ],
-    );
+    let x_again = r.controller("x", "compromising", &["arm/turret=-0.5"], 500);
     eventually("the turret reaches -0.5", || {
         turret_state(&r).is_some_and(|s| (s + 0.5).abs() < 0.01)
     });
