@@ -239,10 +239,14 @@ impl ClientShared {
         let mut live: Vec<Arc<Endpoint>> =
             state.endpoints.values().filter_map(Weak::upgrade).collect();
         live.sort_by_key(|e| e.slot.get().is_none());
-        for endpoint in live {
+        for endpoint in &live {
             let id = endpoint.registration.endpoint;
             state.send(id, &Request::Register(endpoint.registration.clone()));
         }
+        // Unlocked first: an endpoint the application dropped meanwhile goes with the last of
+        // these references, and its drop unregisters it, which takes the lock.
+        drop(state);
+        drop(live);
         // `connected` waits for the registry's `Welcome`: a registry that refuses this process
         // accepts the connection, then answers with an error and closes it.
     }
@@ -402,7 +406,8 @@ impl ClientShared {
             if let Some(e) = &error {
                 if ep.replaced.set(e.clone()).is_ok() {
                     // A warning: the application is told (`BusError::Replaced`) and decides;
-                    // the arbiter, for one, subscribes again by itself.
+                    // the arbiter, for one, subscribes again by itself. (A publication is
+                    // told only when it could not follow the new slot, above.)
                     tracing::warn!("{e}");
                     // Waiters on the old memory (this process's, and others') would sleep for
                     // ever: wake them, to find the error.

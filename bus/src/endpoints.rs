@@ -241,8 +241,8 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Why this publication cannot be bound, while that lasts: the registry refused it (its
     /// name has another live publisher, its slot holds another type, another computer
     /// publishes the name too, ...), or its slot could not be mapped (also a slot the registry
-    /// made anew under it: `BusError::Replaced`, nobody else sees its writes any more; restart
-    /// the process). A publication created before the registry ran learns this only when the
+    /// made anew under it: `BusError::Replaced`, nobody else sees its writes any more; drop
+    /// it and publish again). A publication created before the registry ran learns this only when the
     /// registry answers; until bound, `write` fails with the same error.
     pub fn bind_error(&self) -> Option<BusError> {
         self.endpoint.current().error()

@@ -173,7 +173,7 @@ pub enum BusError {
          while this process used it; the name gets a new one, at once or, on a full /dev/shm, \
          when there is room); this endpoint still uses the old memory, which no other process \
          reads or writes: subscribe again (a publication goes on in the new slot by itself, \
-         unless it could not map it: then publish again)"
+         unless it could not map it: then drop it and publish again)"
     )]
     Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]

@@ -443,8 +443,8 @@ impl RobotController {
         }
     }
 
-    /// After a pull of the group: if the registry made slots followed here anew (it restarted
-    /// on corrupted or removed segments), subscribes to them again, since only a new
+    /// After a pull of the group: if the registry made slots followed here anew (their
+    /// segments were damaged or removed), subscribes to them again, since only a new
     /// subscription follows the new slot; returns what changed, pulled afresh then.
     fn resubscribe_if_replaced(&mut self, changed: Vec<usize>) -> Result<Vec<usize>, BusError> {
         let replaced =

@@ -468,3 +468,47 @@ fn hz_says_what_was_written_before_the_slot_was_made_anew() {
     assert!(report["writes"].as_u64().is_some_and(|w| w > 0), "{report}");
     assert!(t.is_running(writer), "{}", t.stderr_of(writer));
 }
+
+/// Only a publication's own value is carried into the slot made anew: a value its process did
+/// not write (here an earlier writer's, which has ended) would read there as the live
+/// publication's, and a restarted robot controller must never have its dead predecessor's
+/// command obeyed.
+#[test]
+fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let earlier = t.spawn_stress(&["write", "--name", NAME, "--count", "1", "--max-size", "64"]);
+    assert!(t.finish(earlier).status.success());
+    let bus = t.bus();
+    let mut held = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    assert!(held.wait_update(common::WATCHDOG).unwrap());
+    assert_eq!(held.writer(), Some(bus::WriterState::Gone));
+    // The size bus-stress asked for (`--max-size 64`): a larger one is refused while the
+    // subscription holds the slot.
+    let mut publication: bus::Publication<tools::stress::Checked> = bus
+        .publication(NAME)
+        .and_then(|p| p.capacity(128).create())
+        .expect("publish");
+    publication.wait_bound(common::WATCHDOG).unwrap();
+    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
+    eventually("the subscription is told of the new slot", || {
+        matches!(held.bind_error(), Some(bus::BusError::Replaced { .. }))
+    });
+    let mut again = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe again");
+    assert!(
+        !again.wait_update(Duration::from_millis(500)).unwrap(),
+        "a value in the new slot before the publication wrote: {:?}",
+        again.meta()
+    );
+    publication
+        .write(&tools::stress::Checked::new(7, 16))
+        .unwrap();
+    assert!(again.wait_update(common::WATCHDOG).unwrap());
+    let meta = again.meta().expect("the value");
+    assert_eq!(meta.writer, bus::WriterState::Alive);
+    assert_eq!(meta.writer_pid, std::process::id());
+}

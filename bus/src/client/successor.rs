@@ -18,7 +18,8 @@
 //!
 //! A value written into the old memory between the copy and the moment the publication takes
 //! the successor over reaches nobody until the next write: a write that happens during the
-//! registry's repair.
+//! registry's repair. Only this publication's own value is carried over: one its process did
+//! not write (an earlier writer's, gone) must not read as a live writer's in the new slot.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -27,9 +28,10 @@ use crate::error::BusError;
 use crate::slot::Slot;
 
 impl ClientShared {
-    /// Gives publication `old`, bound to `old_slot`, a successor bound to `segment`, with the
-    /// last value of the old memory carried over when the new slot holds none (a cut segment
-    /// reads as holding nothing: its pages are gone).
+    /// Gives publication `old`, bound to `old_slot`, a successor bound to `segment`, with its
+    /// last value in the old memory carried over when the new slot holds none (a cut segment
+    /// reads as holding nothing: its pages are gone). Nothing to do while `segment` is still
+    /// the old memory.
     pub(super) fn follow(
         &self,
         old: &Arc<Endpoint>,
@@ -38,36 +40,39 @@ impl ClientShared {
     ) -> Result<(), BusError> {
         let name = &old.registration.name;
         let slot = Slot::open(segment, true).map_err(BusError::from)?;
+        if slot.file() == old_slot.file() {
+            // The same memory: only this process's mapping lost pages of it (cut and grown
+            // back), and the registry has made nothing anew yet. The next write here spoils
+            // the header so that it does (`Slot::tell_lost_pages`); followed then.
+            return Ok(());
+        }
         old.check(&slot)?;
         let mut carried = "the new slot already held a value";
         if slot.latest_sequence() == 0 {
-            let mut value = Vec::new();
-            carried = match old_slot.read(0, &mut value) {
-                Ok(Some(info)) => match slot.write_at(&value, info.write_time_ns) {
-                    Ok(_) => "its last value carried over",
-                    Err(_) => "its last value could not be carried over",
-                },
-                Ok(None) => "no value was left in the old memory to carry over",
-                Err(_) => "the old memory no longer read as a value",
-            };
+            carried = carry_own_value(old, old_slot, &slot);
         }
         let successor = Arc::new(Endpoint {
             registration: old.registration.clone(),
             slot: OnceLock::from(slot),
-            error: Mutex::new(None),
+            // A refusal that still holds (another computer publishes the name) goes on.
+            error: Mutex::new(
+                old.error()
+                    .filter(|e| !matches!(e, BusError::Replaced { .. })),
+            ),
             replaced: OnceLock::new(),
             successor: OnceLock::new(),
             pending: Mutex::new(None),
             client: Arc::clone(&old.client),
         });
-        lock(&self.state)
-            .endpoints
-            .insert(successor.registration.endpoint, Arc::downgrade(&successor));
+        let weak = Arc::downgrade(&successor);
         if old.successor.set(successor).is_err() {
             // Unreachable: the client thread alone sets it, once per endpoint (the registry's
-            // later answers go to the successor, which `state.endpoints` names now).
+            // later answers go to the successor, which `state.endpoints` names from here on).
             return Ok(());
         }
+        lock(&self.state)
+            .endpoints
+            .insert(old.registration.endpoint, weak);
         let _ = old.replaced.set(BusError::Replaced {
             name: name.to_string(),
             segment: old_slot.segment().to_owned(),
@@ -80,5 +85,25 @@ impl ClientShared {
              writes into the new one ({carried})"
         );
         Ok(())
+    }
+}
+
+/// Copies `old`'s last value in `old_slot` into `slot`, with its write time, if `old` wrote it
+/// (its process and endpoint are the old slot's recorded writer, from its first value on);
+/// says what became of it.
+fn carry_own_value(old: &Endpoint, old_slot: &Slot, slot: &Slot) -> &'static str {
+    let mut value = Vec::new();
+    let info = match old_slot.read(0, &mut value) {
+        Ok(Some(info)) => info,
+        Ok(None) => return "no value was left in the old memory to carry over",
+        Err(_) => return "the old memory no longer read as a value",
+    };
+    let writer = old_slot.writer_of(Some(info.sequence));
+    if writer.pid != std::process::id() || writer.endpoint != old.registration.endpoint {
+        return "the value in the old memory was not its own: not carried over";
+    }
+    match slot.write_at(&value, info.write_time_ns) {
+        Ok(_) => "its last value carried over",
+        Err(_) => "its last value could not be carried over",
     }
 }

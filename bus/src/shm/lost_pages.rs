@@ -8,7 +8,8 @@
 //! (the kernel's BUS_ADRERR: a touch past the end of the file) gets a private zeroed page put
 //! in place of the lost one, the mapping is marked damaged and the access completes: the slot
 //! protocol reads zeroes as "no value" or as a corrupt header, and the registry, which checks
-//! its slots, makes the slot anew and tells its users (they see `BusError::Replaced`). A fault
+//! its slots, makes the slot anew and tells its users (subscribers see `BusError::Replaced`,
+//! the publication goes on in the new slot). A fault
 //! anywhere else goes on to the handler that was there before (Rust's stack-overflow handler,
 //! or the default action), exactly as without Baton. A SIGBUS a process sent (kill, sigqueue)
 //! faults nothing and is ignored: passed on, it would switch this protection off.

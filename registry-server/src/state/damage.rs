@@ -1,9 +1,11 @@
 //! Slots damaged while the registry runs: another process of the bus group removed a segment,
 //! put another file under its name, shrank it or overwrote its header. The sweeper checks a
 //! few slots at a time (`Slot::damage`, two system calls each); a damaged slot is made anew
-//! under its name and every endpoint bound to it is sent its segment again, which tells it
-//! that its memory was replaced (`BusError::Replaced`), as when a restarted registry replaces
-//! an unreadable segment. New endpoints bind to the new slot.
+//! under its name and every endpoint bound to it is sent its segment again, as when a restarted
+//! registry replaces an unreadable segment: that tells a subscription that its memory was
+//! replaced (`BusError::Replaced`), and the publication goes on in the new slot (its client
+//! gives it a successor there: `bus/src/client/successor.rs`), recorded here as its writer.
+//! New endpoints bind to the new slot.
 
 use std::ops::Bound::{Excluded, Unbounded};
 use std::time::Instant;
