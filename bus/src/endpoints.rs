@@ -190,9 +190,9 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Publishes `value`. Before the registry has bound the slot the value is kept and written
     /// at binding. A value larger than the capacity is refused, never truncated. Once the
     /// registry has made the slot anew under this publication (its segment was damaged or
-    /// removed), writes go into the new slot, which the last value was carried into; only if
-    /// the new slot could not be mapped does every write fail with `BusError::Replaced`
-    /// (nobody would read it).
+    /// removed), writes go into the new slot, its last value carried over; only if the new
+    /// slot could not be mapped does every write fail with `BusError::Replaced` (nobody would
+    /// read it).
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
         while let Some(e) = self.endpoint.replaced.get() {
             match self.endpoint.successor.get() {
@@ -241,9 +241,9 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Why this publication cannot be bound, while that lasts: the registry refused it (its
     /// name has another live publisher, its slot holds another type, another computer
     /// publishes the name too, ...), or its slot could not be mapped (also a slot the registry
-    /// made anew under it: `BusError::Replaced`, nobody else sees its writes any more; drop
-    /// it and publish again). A publication created before the registry ran learns this only when the
-    /// registry answers; until bound, `write` fails with the same error.
+    /// made anew under it: `BusError::Replaced`, nobody else sees its writes any more; drop it
+    /// and publish again). A publication created before the registry ran learns this only
+    /// when the registry answers; until bound, `write` fails with the same error.
     pub fn bind_error(&self) -> Option<BusError> {
         self.endpoint.current().error()
     }
