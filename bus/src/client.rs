@@ -27,6 +27,7 @@ use crate::futex;
 use crate::names::Domain;
 use crate::protocol::{self, EndpointKind, Registration, Reply, Request};
 use crate::slot::Slot;
+use successor::Followed;
 
 /// How long endpoint creation waits for the registry's answer when connected.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -381,17 +382,25 @@ impl ClientShared {
             // An endpoint keeps the memory it was bound to (it never moves to another mapping
             // under the application). If the registry made the slot anew (the old segment was
             // corrupt or removed when it restarted), this process and the others no longer
-            // share it. A publication goes on in a successor bound to the new slot
-            // (`successor.rs`); a subscription says so, and keeps it as its error, so that the
-            // application subscribes again rather than reads the old memory alone.
+            // share it: the endpoint gets a successor bound to the new slot (`successor.rs`).
+            // A publication goes on there silently; a subscription says so first, once, and
+            // keeps it as its error until it moves on (or the application subscribes again).
             let made_anew = slot.segment() != segment || !slot.is_current();
-            if made_anew && ep.registration.kind == EndpointKind::Publication {
+            if made_anew {
+                let publication = ep.registration.kind == EndpointKind::Publication;
                 match self.follow(&ep, slot, segment) {
-                    Ok(()) => return Ok(()),
+                    Ok(Followed::SameMemory) => return Ok(()),
+                    Ok(Followed::Successor) if publication => return Ok(()),
+                    Ok(Followed::Successor) => {}
                     Err(e) => tracing::warn!(
-                        "{}: the registry made its slot anew, and this publication cannot \
-                         write into the new one: {e}",
-                        ep.registration.name
+                        "{}: the registry made its slot anew, and this {} cannot follow it \
+                         into the new one: {e}",
+                        ep.registration.name,
+                        if publication {
+                            "publication"
+                        } else {
+                            "subscription"
+                        }
                     ),
                 }
             }
@@ -405,9 +414,10 @@ impl ClientShared {
             // The error, then the wake-up.
             if let Some(e) = &error {
                 if ep.replaced.set(e.clone()).is_ok() {
-                    // A warning: the application is told (`BusError::Replaced`) and decides;
-                    // the arbiter, for one, subscribes again by itself. (A publication is
-                    // told only when it could not follow the new slot, above.)
+                    // A warning: a subscription reports it once (`BusError::Replaced`), then
+                    // moves on to its successor, if it has one; an application may subscribe
+                    // again instead (the arbiter does). A publication is told only when it
+                    // could not follow the new slot, above.
                     tracing::warn!("{e}");
                     // Waiters on the old memory (this process's, and others') would sleep for
                     // ever: wake them, to find the error.

@@ -313,8 +313,13 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// its metadata, and the next update or wait looks for a value written after that one
     /// (a writer's next write makes a corrupted slot readable again). A slot the registry made
     /// anew under the subscription is reported once too, as `BusError::Replaced` (waits wake
-    /// for it): subscribe again to follow the new one.
+    /// for it); the next update follows the new slot and starts afresh there, as a new
+    /// subscription would: no value until the new slot holds one (its publisher's last value
+    /// is carried over into it when its old memory still held it).
     pub fn update(&mut self) -> Result<bool, BusError> {
+        if self.replaced_reported {
+            self.move_on();
+        }
         let Some(slot) = self.endpoint.slot.get() else {
             return match self.endpoint.error() {
                 Some(e) => Err(e),
@@ -322,7 +327,8 @@ impl<T, C: Codec<T>> Subscription<T, C> {
             };
         };
         // Reported once (as `BusError::Replaced`), like a value passed over; the subscription
-        // then goes on reading the old memory, which nobody writes: subscribe again.
+        // then moves on to the new slot (`move_on`), or, if it could not be mapped, goes on
+        // reading the old memory, which nobody writes: subscribe again then.
         if !self.replaced_reported {
             if let Some(e) = self.endpoint.replaced.get() {
                 self.replaced_reported = true;
@@ -427,7 +433,8 @@ impl<T, C: Codec<T>> Subscription<T, C> {
 
     /// Why this subscription is not bound, or no longer shares its slot with the others: the
     /// registry refused it (another type), its slot could not be mapped, or the registry made
-    /// the slot anew under it (`BusError::Replaced`: a new subscription follows the new one).
+    /// the slot anew under it (`BusError::Replaced`, until the update after the one that
+    /// reported it follows the new slot; a new subscription follows it too).
     pub fn bind_error(&self) -> Option<BusError> {
         self.endpoint.error()
     }
@@ -450,6 +457,25 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// Whether the registry made the slot anew and `update` has not reported it yet.
     pub(crate) fn replaced_unreported(&self) -> bool {
         !self.replaced_reported && self.endpoint.replaced.get().is_some()
+    }
+
+    /// Whether the next `update` moves on to the slot made anew (`move_on`).
+    pub(crate) fn moves_on(&self) -> bool {
+        self.replaced_reported && self.endpoint.successor.get().is_some()
+    }
+
+    /// Once the slot made anew was reported: takes over the endpoint bound to the new slot
+    /// (`client/successor.rs`) and starts afresh there, holding no value, as a new
+    /// subscription does (the old value's sequence and writer are the old slot's).
+    fn move_on(&mut self) {
+        let Some(next) = self.endpoint.successor.get().cloned() else {
+            return;
+        };
+        self.endpoint = next;
+        self.value = None;
+        self.last = None;
+        self.passed_over = None;
+        self.replaced_reported = false;
     }
 
     /// The newest sequence this subscription has dealt with: its value's, or a newer one that

@@ -41,6 +41,7 @@ trait AnySubscription {
     fn writer_state(&self) -> Option<crate::slot::WriterState>;
     fn sequence(&self) -> u64;
     fn replaced_unreported(&self) -> bool;
+    fn moves_on(&self) -> bool;
     fn slot(&self) -> Option<&crate::slot::Slot>;
     fn client(&self) -> &Arc<ClientShared>;
     fn as_any(&self) -> &dyn Any;
@@ -60,6 +61,9 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     }
     fn replaced_unreported(&self) -> bool {
         Subscription::replaced_unreported(self)
+    }
+    fn moves_on(&self) -> bool {
+        Subscription::moves_on(self)
     }
     fn slot(&self) -> Option<&crate::slot::Slot> {
         self.endpoint().slot.get()
@@ -163,6 +167,10 @@ impl MemberState {
     fn pull(&mut self) -> bool {
         if self.broken {
             return false;
+        }
+        if self.subscription.moves_on() {
+            // The count is on the old slot, which the update leaves for the new one.
+            self.uncount();
         }
         let new_value = match self.subscription.update() {
             Ok(new_value) => new_value,
@@ -342,8 +350,8 @@ impl SubscriptionGroup {
     }
 
     /// Whether a member in `changed` (as `wait_any` or `update_all` reported them) found its
-    /// slot made anew by the registry (`BusError::Replaced`): only a new subscription follows
-    /// the new slot.
+    /// slot made anew by the registry (`BusError::Replaced`): the member follows the new slot
+    /// from its next pull on, starting afresh there; a process may subscribe again instead.
     pub fn any_replaced(&self, changed: &[usize]) -> bool {
         changed
             .iter()
@@ -414,7 +422,8 @@ impl SubscriptionGroup {
                     ready |= expected.is_none()
                         || slot.has_news(sub.sequence())
                         || sub.writer_state() != m.writer
-                        || sub.replaced_unreported();
+                        || sub.replaced_unreported()
+                        || sub.moves_on();
                 }
                 None => {
                     watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);

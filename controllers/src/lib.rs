@@ -444,8 +444,9 @@ impl RobotController {
     }
 
     /// After a pull of the group: if the registry made slots followed here anew (their
-    /// segments were damaged or removed), subscribes to them again, since only a new
-    /// subscription follows the new slot; returns what changed, pulled afresh then.
+    /// segments were damaged or removed), subscribes to them again (the group rebuilt at once,
+    /// rather than member by member at their next pulls); returns what changed, pulled afresh
+    /// then.
     fn resubscribe_if_replaced(&mut self, changed: Vec<usize>) -> Result<Vec<usize>, BusError> {
         let replaced =
             self.watched.commands_replaced() || self.watched.group.any_replaced(&changed);

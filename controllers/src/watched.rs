@@ -48,7 +48,8 @@ pub(crate) struct CommandWatch {
     /// When a new command was last pulled.
     changed_at: Option<Instant>,
     heartbeat_ms: u64,
-    /// The registry made the command's slot anew: only a new subscription follows it.
+    /// The registry made the command's slot anew (reported once by the subscription): the
+    /// library subscribes again.
     replaced: bool,
 }
 

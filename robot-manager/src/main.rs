@@ -448,8 +448,9 @@ fn watch_directory(bus: &bus::Bus) -> Result<(LatestDirectory, UnixStream), Stri
                 }
                 Ok(false) => {}
                 Err(bus::BusError::Replaced { .. }) => {
-                    // The registry made the directory anew (it restarted on a corrupted
-                    // segment): only a new subscription follows the new one.
+                    // The registry made the directory anew (its segment was damaged): a new
+                    // subscription reads the new one at once (the old one would from its next
+                    // update on).
                     match bus.subscribe::<Directory>(DIRECTORY_SLOT) {
                         Ok(again) => subscription = again,
                         Err(e) => {

@@ -512,3 +512,53 @@ fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
     assert_eq!(meta.writer, bus::WriterState::Alive);
     assert_eq!(meta.writer_pid, std::process::id());
 }
+
+/// A member of a subscription group whose slot is made anew is reported once with
+/// `BusError::Replaced`, then follows the new slot: the group's waits wake for the writer's
+/// values there (its waiter count moved from the old slot to the new one).
+#[test]
+fn a_group_member_follows_its_slot_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let writer = t.spawn_stress(&[
+        "write",
+        "--name",
+        NAME,
+        "--max-size",
+        "64",
+        "--interval-ms",
+        "2",
+        "--seconds",
+        "30",
+    ]);
+    let bus = t.bus();
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(
+        bus.subscribe::<tools::stress::Checked>(NAME)
+            .expect("subscribe"),
+    );
+    eventually("a value", || {
+        group.wait_any(Duration::from_millis(100)).is_ok() && group.get(member).value().is_some()
+    });
+    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
+    eventually("the member is told of the new slot", || {
+        let changed = group.wait_any(Duration::from_millis(100)).unwrap();
+        group.any_replaced(&changed)
+    });
+    let pid = t.pid(writer) as u32;
+    let mut first = None;
+    eventually(
+        "the writer's values, one after another, through the group",
+        || {
+            let changed = group.wait_any(Duration::from_millis(100)).unwrap();
+            let Some(meta) = group.get(member).meta() else {
+                return false;
+            };
+            let theirs = changed.contains(&member.index())
+                && meta.writer_pid == pid
+                && meta.writer == bus::WriterState::Alive;
+            theirs && *first.get_or_insert(meta.sequence) < meta.sequence
+        },
+    );
+    assert_eq!(group.get(member).bind_error(), None);
+}

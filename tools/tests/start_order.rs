@@ -318,8 +318,9 @@ fn a_process_says_it_waits_for_a_registry_and_when_one_answers() {
 
 /// A registry restarted on a slot whose segment header was corrupted cannot adopt it and makes
 /// it anew when its publisher registers again. The subscription that mapped the old memory
-/// keeps it (nobody else sees it any more) and says so, as its error, instead of reading it
-/// alone in silence; the publication goes on in the new slot, with its last value carried over.
+/// (nobody else sees it any more) says so, once, as its error, instead of reading it alone in
+/// silence, and then follows the new slot; the publication goes on there, its last value
+/// carried over.
 #[test]
 fn endpoints_whose_slot_the_registry_made_anew_say_so_or_follow() {
     let mut t = TestBus::new();
@@ -342,12 +343,26 @@ fn endpoints_whose_slot_the_registry_made_anew_say_so_or_follow() {
     let text = subscription.bind_error().unwrap().to_string();
     assert!(text.contains("subscribe again"), "{text}");
     assert_eq!(publication.bind_error(), None);
+    // Told once, the subscription follows the new slot by itself, starting afresh there.
+    assert!(matches!(
+        subscription.update(),
+        Err(bus::BusError::Replaced { .. })
+    ));
+    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    assert_eq!(
+        subscription.value(),
+        Some(&1),
+        "the last value, carried over"
+    );
+    assert_eq!(subscription.bind_error(), None);
     let mut again = bus.subscribe::<u64>("/anew/x").unwrap();
     assert!(again.wait_update(WATCHDOG).unwrap());
     assert_eq!(again.value(), Some(&1), "the last value, carried over");
     publication.write(&2).unwrap();
     assert!(again.wait_update(WATCHDOG).unwrap());
     assert_eq!(again.value(), Some(&2));
+    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    assert_eq!(subscription.value(), Some(&2));
 }
 
 /// A value written while no registry answers is kept for the binding; a publication that ends

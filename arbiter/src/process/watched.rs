@@ -149,9 +149,9 @@ impl Watched {
     }
 
     /// As `new`, then pulls every member; returns what changed. A subscription kept from
-    /// `previous` that finds its slot made anew (`BusError::Replaced`: the registry restarted on
-    /// corrupted or removed segments) makes it subscribe to every slot afresh, since only a new
-    /// subscription follows the new slot.
+    /// `previous` that finds its slot made anew (`BusError::Replaced`: the registry found its
+    /// segment damaged, or restarted on it) makes it subscribe to every slot afresh: the group
+    /// rebuilt at once, rather than member by member at their next pulls.
     pub(super) fn follow(
         bus: &Bus,
         arbiter: &str,

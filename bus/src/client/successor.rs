@@ -1,18 +1,20 @@
-//! A publication whose slot the registry made anew goes on writing into the new one.
+//! An endpoint whose slot the registry made anew goes on in the new one.
 //!
 //! The registry makes a slot anew when its segment was damaged (removed, cut short, its header
 //! overwritten) and sends every endpoint bound to it the segment again. An endpoint never
-//! moves to another mapping under the application (`Endpoint::slot` is set once), so a
-//! publication gets a successor: an endpoint of the same registration (the registry knows the
-//! registration as bound to the new slot already) mapped onto the new memory, which the
-//! `Publication` takes over at its next write (`Endpoint::current`).
+//! moves to another mapping under the application (`Endpoint::slot` is set once), so it gets a
+//! successor: an endpoint of the same registration (the registry knows the registration as
+//! bound to the new slot already) mapped onto the new memory. A `Publication` takes it over at
+//! its next write, silently; a `Subscription` first reports `BusError::Replaced` once (an
+//! application may subscribe again, as before), then takes it over at its next update and
+//! starts afresh there (`Endpoint::current`).
 //!
 //! Invariants:
-//! - One writer per slot. The client thread writes into the new slot (the value carried over)
-//!   only before the successor is published in `Endpoint::successor`; the application's thread
-//!   writes into it only after it found the successor. `successor` is set before `replaced`,
-//!   so a publication that sees `replaced` on its write path finds the successor (the
-//!   `OnceLock`s' release and acquire).
+//! - One writer per slot. The client thread writes into the new slot (a publication's value
+//!   carried over) only before the successor is published in `Endpoint::successor`; the
+//!   application's thread writes into it only after it found the successor. `successor` is set
+//!   before `replaced`, so whoever sees `replaced` finds the successor (the `OnceLock`s'
+//!   release and acquire).
 //! - One registration. The successor inherits the endpoint number, so the old endpoint's drop
 //!   leaves the unregistering to the successor (`Drop for Endpoint`).
 //!
@@ -25,30 +27,41 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{lock, ClientShared, Endpoint};
 use crate::error::BusError;
+use crate::protocol::EndpointKind;
 use crate::slot::Slot;
 
+/// What `ClientShared::follow` did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Followed {
+    /// A successor is bound to the new slot.
+    Successor,
+    /// The segment named is still the memory mapped: nothing was made anew yet.
+    SameMemory,
+}
+
 impl ClientShared {
-    /// Gives publication `old`, bound to `old_slot`, a successor bound to `segment`, with its
-    /// last value in the old memory carried over when the new slot holds none (a cut segment
-    /// reads as holding nothing: its pages are gone). Nothing to do while `segment` is still
-    /// the old memory.
+    /// Gives `old`, bound to `old_slot`, a successor bound to `segment`; a publication's last
+    /// value in the old memory is carried over when the new slot holds none (a cut segment
+    /// reads as holding nothing: its pages are gone), and the publication is marked replaced
+    /// (its next write moves on). A subscription is marked by the caller, which also says so.
     pub(super) fn follow(
         &self,
         old: &Arc<Endpoint>,
         old_slot: &Slot,
         segment: &str,
-    ) -> Result<(), BusError> {
+    ) -> Result<Followed, BusError> {
         let name = &old.registration.name;
         let slot = Slot::open(segment, true).map_err(BusError::from)?;
         if slot.file() == old_slot.file() {
-            // The same memory: only this process's mapping lost pages of it (cut and grown
-            // back), and the registry has made nothing anew yet. The next write here spoils
-            // the header so that it does (`Slot::tell_lost_pages`); followed then.
-            return Ok(());
+            // Only this process's mapping lost pages of it (cut and grown back), and the
+            // registry has made nothing anew yet. The next read or write here spoils the
+            // header so that it does (`Slot::tell_lost_pages`); followed then.
+            return Ok(Followed::SameMemory);
         }
         old.check(&slot)?;
+        let publication = old.registration.kind == EndpointKind::Publication;
         let mut carried = "the new slot already held a value";
-        if slot.latest_sequence() == 0 {
+        if publication && slot.latest_sequence() == 0 {
             carried = carry_own_value(old, old_slot, &slot);
         }
         let successor = Arc::new(Endpoint {
@@ -68,23 +81,25 @@ impl ClientShared {
         if old.successor.set(successor).is_err() {
             // Unreachable: the client thread alone sets it, once per endpoint (the registry's
             // later answers go to the successor, which `state.endpoints` names from here on).
-            return Ok(());
+            return Ok(Followed::Successor);
         }
         lock(&self.state)
             .endpoints
             .insert(old.registration.endpoint, weak);
-        let _ = old.replaced.set(BusError::Replaced {
-            name: name.to_string(),
-            segment: old_slot.segment().to_owned(),
-        });
-        // Readers asleep on the old memory (this process's and others') would sleep for ever:
-        // woken, they find it replaced.
-        old_slot.wake_all_waiters();
-        tracing::warn!(
-            "{name}: the registry made the slot anew (its memory was damaged); this publication \
-             writes into the new one ({carried})"
-        );
-        Ok(())
+        if publication {
+            let _ = old.replaced.set(BusError::Replaced {
+                name: name.to_string(),
+                segment: old_slot.segment().to_owned(),
+            });
+            // Readers asleep on the old memory (this process's and others') would sleep for
+            // ever: woken, they find it replaced.
+            old_slot.wake_all_waiters();
+            tracing::warn!(
+                "{name}: the registry made the slot anew (its memory was damaged); this \
+                 publication writes into the new one ({carried})"
+            );
+        }
+        Ok(Followed::Successor)
     }
 }
 
