@@ -82,10 +82,11 @@ pub(crate) struct Endpoint {
     error: Mutex<Option<BusError>>,
     /// The registry made the slot anew under this endpoint (`BusError::Replaced`): set once,
     /// and one load on the update and write paths. For a subscription it is also kept in
-    /// `error`; a publication follows the new slot through `successor` instead.
+    /// `error` (reported once before it moves on); a publication moves on silently.
     pub(crate) replaced: OnceLock<BusError>,
-    /// A publication's endpoint bound to the slot made anew under this one (`successor.rs`):
-    /// set before `replaced`, so whoever sees `replaced` finds it.
+    /// The endpoint bound to the slot made anew under this one (`successor.rs`), which the
+    /// publication or subscription takes over: set before `replaced`, so whoever sees
+    /// `replaced` finds it (unless the new slot could not be mapped).
     pub(crate) successor: OnceLock<Arc<Endpoint>>,
     /// Latest value a publication wrote before it was bound, and when (the write time it
     /// carries once bound: the moment the application wrote it, not the registry's arrival).

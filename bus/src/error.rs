@@ -171,8 +171,8 @@ pub enum BusError {
     #[error(
         "{name} was replaced by the registry (its segment {segment} was unreadable or removed \
          while this process used it; the name gets a new one, at once or, on a full /dev/shm, \
-         when there is room); this endpoint still uses the old memory, which no other process \
-         reads or writes. A subscription follows the new slot from its next update on (or \
+         when there is room); this endpoint used the old memory, which no other process \
+         reads or writes any more. A subscription follows the new slot from its next update on (or \
          subscribe again), a publication goes on in it by itself; one that could not map it \
          is dropped and made again"
     )]

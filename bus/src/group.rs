@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::ClientShared;
+use crate::client::{ClientShared, Endpoint};
 use crate::endpoints::Subscription;
 use crate::error::BusError;
 use crate::futex::{self, WaitOn, WAITV_MAX};
@@ -44,6 +44,7 @@ trait AnySubscription {
     fn moves_on(&self) -> bool;
     fn slot(&self) -> Option<&crate::slot::Slot>;
     fn client(&self) -> &Arc<ClientShared>;
+    fn endpoint(&self) -> &Arc<Endpoint>;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
@@ -70,6 +71,9 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     }
     fn client(&self) -> &Arc<ClientShared> {
         &self.endpoint().client
+    }
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        Subscription::endpoint(self)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -147,8 +151,10 @@ struct MemberState {
     subscription: Box<dyn AnySubscription>,
     /// Its writer's state when last pulled (a change counts as a change of the member).
     writer: Option<crate::slot::WriterState>,
-    /// The waiter count this group holds on its slot, if any.
-    counted: Option<crate::slot::WaiterTicket>,
+    /// The waiter count this group holds on its slot, if any, with the endpoint whose slot
+    /// it is on: the member may have moved on to a slot made anew since (`move_on`, also
+    /// through `get_mut`), and a count goes back to the slot it was taken on.
+    counted: Option<(crate::slot::WaiterTicket, Arc<Endpoint>)>,
     /// The error of a failed update, until taken.
     error: Option<BusError>,
     /// Left out after the registry refused to bind it (that would repeat at every update).
@@ -158,8 +164,10 @@ struct MemberState {
 impl MemberState {
     /// Takes back this member's waiter count, if the group holds one.
     fn uncount(&mut self) {
-        if let (Some(ticket), Some(slot)) = (self.counted.take(), self.subscription.slot()) {
-            slot.uncount_waiter(ticket);
+        if let Some((ticket, endpoint)) = self.counted.take() {
+            if let Some(slot) = endpoint.slot.get() {
+                slot.uncount_waiter(ticket);
+            }
         }
     }
 
@@ -167,10 +175,6 @@ impl MemberState {
     fn pull(&mut self) -> bool {
         if self.broken {
             return false;
-        }
-        if self.subscription.moves_on() {
-            // The count is on the old slot, which the update leaves for the new one.
-            self.uncount();
         }
         let new_value = match self.subscription.update() {
             Ok(new_value) => new_value,
@@ -396,6 +400,13 @@ impl SubscriptionGroup {
             if m.broken {
                 continue;
             }
+            if m.counted
+                .as_ref()
+                .is_some_and(|(_, on)| !Arc::ptr_eq(on, m.subscription.endpoint()))
+            {
+                // Counted on a slot the member has left (made anew): given back there.
+                m.uncount();
+            }
             let sub = &m.subscription;
             match sub.slot() {
                 Some(slot) => {
@@ -404,7 +415,9 @@ impl SubscriptionGroup {
                     // kept from the previous wait serves as well as a fresh one; one a writer
                     // dropped as stale (`slot::waiters`) is let go, and the next sleep counts
                     // again.
-                    let ticket = m.counted.get_or_insert_with(|| slot.count_waiter());
+                    let (ticket, _) = m
+                        .counted
+                        .get_or_insert_with(|| (slot.count_waiter(), Arc::clone(sub.endpoint())));
                     let expected = slot.notify_to_sleep_on(ticket);
                     if expected.is_none() {
                         m.counted = None;
