@@ -40,8 +40,8 @@ trait AnySubscription {
     fn update(&mut self) -> Result<bool, BusError>;
     fn writer_state(&self) -> Option<crate::slot::WriterState>;
     fn sequence(&self) -> u64;
-    fn replaced_unreported(&self) -> bool;
-    fn moves_on(&self) -> bool;
+    /// A slot made anew that the next update reports or moves on to.
+    fn replacement_pending(&self) -> bool;
     fn slot(&self) -> Option<&crate::slot::Slot>;
     fn client(&self) -> &Arc<ClientShared>;
     fn endpoint(&self) -> &Arc<Endpoint>;
@@ -60,11 +60,8 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     fn sequence(&self) -> u64 {
         self.last_sequence()
     }
-    fn replaced_unreported(&self) -> bool {
-        Subscription::replaced_unreported(self)
-    }
-    fn moves_on(&self) -> bool {
-        Subscription::moves_on(self)
+    fn replacement_pending(&self) -> bool {
+        self.replaced_unreported() || self.moves_on()
     }
     fn slot(&self) -> Option<&crate::slot::Slot> {
         self.endpoint().slot.get()
@@ -435,8 +432,7 @@ impl SubscriptionGroup {
                     ready |= expected.is_none()
                         || slot.has_news(sub.sequence())
                         || sub.writer_state() != m.writer
-                        || sub.replaced_unreported()
-                        || sub.moves_on();
+                        || sub.replacement_pending();
                 }
                 None => {
                     watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);

@@ -34,6 +34,18 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
     state != Some("Z") && state != Some("X") && started == Some(start)
 }
 
+/// The pids of every process in this PID namespace's `/proc` (none if it cannot be read), in
+/// no particular order. Some may have exited by the time they are looked at.
+pub fn pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
 /// This process's own start time.
 pub fn own_start_time() -> u64 {
     start_time(std::process::id()).unwrap_or(0)

@@ -32,17 +32,13 @@ pub fn whole_number(
     unit: &'static str,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
     move |text| {
-        text.trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| {
-                if max == u64::MAX {
-                    format!("expected {unit}, at least {min}")
-                } else {
-                    format!("expected {unit} from {min} to {max}")
-                }
-            })
+        in_range(text, min, max).ok_or_else(|| {
+            if max == u64::MAX {
+                format!("expected {unit}, at least {min}")
+            } else {
+                format!("expected {unit} from {min} to {max}")
+            }
+        })
     }
 }
 
@@ -54,12 +50,16 @@ pub fn decimal_number(
     unit: &'static str,
 ) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
     move |text| {
-        text.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| format!("expected {unit} from {min} to {max}"))
+        in_range(text, min, max).ok_or_else(|| format!("expected {unit} from {min} to {max}"))
     }
+}
+
+/// `text` as a number from `min` to `max`, if it is one.
+fn in_range<T: std::str::FromStr + PartialOrd>(text: &str, min: T, max: T) -> Option<T> {
+    text.trim()
+        .parse::<T>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
 }
 
 #[cfg(test)]

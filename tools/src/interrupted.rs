@@ -191,21 +191,11 @@ pub fn run_owner(prefix: &str, domain: &str) -> Option<u32> {
 /// Every process of this machine (of this user, or every user's for root) that carries
 /// [`RUN_MARK`], with the domain it names.
 fn marked_processes() -> Vec<(u32, String)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mark = format!("{RUN_MARK}=");
     let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in bus::process::pids() {
         // Another user's process cannot be read (or killed) by an unprivileged one.
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
         let domain = environ

@@ -80,12 +80,10 @@ fn interrupted(program: &str, args: &[&str], prefix: &str, dir: Option<&str>) {
 
 /// The processes whose command line holds `--domain <domain>`.
 fn processes_of(domain: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+    bus::process::pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             args.windows(2)
                 .any(|w| w[0] == b"--domain" && w[1] == domain.as_bytes())

@@ -65,17 +65,7 @@ fn mapped_files() -> (Mapped, Vec<u32>) {
     let me = std::process::id();
     let mut mapped = Mapped::new();
     let mut unreadable = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (mapped, unreadable);
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in bus::process::pids() {
         if pid == me {
             continue;
         }
