@@ -72,9 +72,9 @@ fn remove_raw_segments(domain: &Domain) {
     }
 }
 
-/// The environment variable a benchmark gives every process it starts: its run's domain. A
-/// sweep kills only processes that carry it, never another program started on a domain that
-/// happens to be named alike.
+/// The environment variable a benchmark (and the tests' harness) gives every process it starts:
+/// its run's domain. A sweep kills only processes that carry it, never another program started
+/// on a domain that happens to be named alike.
 pub const RUN_MARK: &str = "BATON_BENCH_RUN";
 
 /// Removes what runs of a benchmark killed with SIGKILL (or by a crash) left, which no signal

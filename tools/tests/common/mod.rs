@@ -10,6 +10,7 @@ pub mod sample;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use bus::Domain;
@@ -70,11 +71,20 @@ pub struct TestBus {
     registry: Option<usize>,
 }
 
+/// The prefix of every test domain, `t<pid>-<n>` (the pid of the test process that made it).
+pub const DOMAIN_PREFIX: &str = "t";
+
 impl TestBus {
     pub fn new() -> TestBus {
+        // A test process killed before its drops ran (nextest's timeout, a SIGKILL of
+        // `cargo test`) left its domains: their segments, scratch directories and any child
+        // still running. The first bus of every test process removes those of test processes
+        // that are gone, before it makes a domain (its own pid would count as gone).
+        static SWEEP: Once = Once::new();
+        SWEEP.call_once(|| tools::interrupted::remove_abandoned_runs(DOMAIN_PREFIX));
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!(
-            "t{}-{}",
+            "{DOMAIN_PREFIX}{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
@@ -109,6 +119,7 @@ impl TestBus {
             .args(["--domain", self.domain.as_str()])
             .args(args)
             .env("RUST_LOG", "warn")
+            .env(tools::interrupted::RUN_MARK, self.domain.as_str())
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn registry-server");
@@ -183,6 +194,9 @@ impl TestBus {
     }
 
     fn spawn_command(&mut self, mut command: Command) -> usize {
+        // Marked with its domain, so that a later test process's sweep kills it if this one
+        // is killed without its drop (`remove_abandoned_runs`).
+        command.env(tools::interrupted::RUN_MARK, self.domain.as_str());
         let n = self.children.len();
         let (out, err) = self.output_files(n);
         let child = command
