@@ -88,6 +88,9 @@ pub(crate) struct Endpoint {
     /// publication or subscription takes over: set before `replaced`, so whoever sees
     /// `replaced` finds it (unless the new slot could not be mapped).
     pub(crate) successor: OnceLock<Arc<Endpoint>>,
+    /// The publication has taken `successor` over (it writes there): the client thread no
+    /// longer carries this endpoint's last value into it (`successor.rs`).
+    pub(crate) taken_over: Mutex<bool>,
     /// Latest value a publication wrote before it was bound, and when (the write time it
     /// carries once bound: the moment the application wrote it, not the registry's arrival).
     pending: Mutex<Option<(Vec<u8>, u64)>>,
@@ -184,6 +187,7 @@ impl ClientShared {
                 error: Mutex::new(None),
                 replaced: OnceLock::new(),
                 successor: OnceLock::new(),
+                taken_over: Mutex::new(false),
                 pending: Mutex::new(None),
                 client: Arc::clone(self),
             });
@@ -420,10 +424,11 @@ impl ClientShared {
                     // again instead (the arbiter does). A publication is told only when it
                     // could not follow the new slot, above.
                     tracing::warn!("{e}");
-                    // Waiters on the old memory (this process's, and others') would sleep for
-                    // ever: wake them, to find the error.
-                    slot.wake_all_waiters();
                 }
+                // Waiters on the old memory (this process's, and others') would sleep for
+                // ever: wake them, to find the error, or the successor that a slot made
+                // again (after a first new one could not be made) brings later.
+                slot.wake_all_waiters();
             }
             return error.map_or(Ok(()), Err);
         }

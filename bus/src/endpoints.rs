@@ -190,16 +190,27 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// Publishes `value`. Before the registry has bound the slot the value is kept and written
     /// at binding. A value larger than the capacity is refused, never truncated. Once the
     /// registry has made the slot anew under this publication (its segment was damaged or
-    /// removed), writes go into the new slot, its last value carried over; only if the new
-    /// slot could not be mapped does every write fail with `BusError::Replaced` (nobody would
-    /// read it).
+    /// removed), writes go into the new slot, its last value carried over (while the registry
+    /// cannot make the new slot yet, on a full /dev/shm, the latest value is kept for it, as
+    /// before binding); only if this process cannot map the new slot does every write fail
+    /// with `BusError::Replaced` (nobody would read it).
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
-        while let Some(e) = self.endpoint.replaced.get() {
-            match self.endpoint.successor.get() {
-                Some(next) => self.endpoint = Arc::clone(next),
-                None => return Err(e.clone()),
+        loop {
+            if self.endpoint.replaced.get().is_some() {
+                self.endpoint = self.endpoint.take_over_successors()?;
+            }
+            self.write_once(value)?;
+            // Made anew while this value went into the old memory: the client thread may have
+            // carried the old memory's value over before this one reached it, so this one goes
+            // into the new slot as well (`client/successor.rs` says why one of the two sees it).
+            if self.endpoint.replaced.get().is_none() {
+                return Ok(());
             }
         }
+    }
+
+    /// Writes `value` into this publication's current endpoint.
+    fn write_once(&mut self, value: &T) -> Result<(), BusError> {
         if let Some(slot) = self.endpoint.slot.get() {
             let (limit, last_len) = (self.capacity, self.last_len);
             if let Some(written) =
@@ -252,7 +263,9 @@ impl<T, C: Codec<T>> Publication<T, C> {
 /// Metadata of the value a subscription holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValueMeta {
-    /// Increases by one with every write to the slot.
+    /// Increases by one with every write to the slot. A slot the registry made anew (its
+    /// memory was damaged) counts from 1 again: a subscription that follows it starts afresh
+    /// there and reads the carried-over value, if any, as a new one.
     pub sequence: u64,
     pub write_time: SystemTime,
     /// The state now of the value's writer: `Gone` once it exited or died, also when another
@@ -468,10 +481,11 @@ impl<T, C: Codec<T>> Subscription<T, C> {
     /// (`client/successor.rs`) and starts afresh there, holding no value, as a new
     /// subscription does (the old value's sequence and writer are the old slot's).
     fn move_on(&mut self) {
-        let Some(next) = self.endpoint.successor.get().cloned() else {
+        if self.endpoint.successor.get().is_none() {
             return;
-        };
-        self.endpoint = next;
+        }
+        // The last successor: a slot made anew twice before this update is reported once.
+        self.endpoint = Arc::clone(self.endpoint.current());
         self.value = None;
         self.last = None;
         self.passed_over = None;

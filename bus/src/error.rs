@@ -172,9 +172,9 @@ pub enum BusError {
         "{name} was replaced by the registry (its segment {segment} was unreadable or removed \
          while this process used it; the name gets a new one, at once or, on a full /dev/shm, \
          when there is room); this endpoint used the old memory, which no other process \
-         reads or writes any more. A subscription follows the new slot from its next update on (or \
-         subscribe again), a publication goes on in it by itself; one that could not map it \
-         is dropped and made again"
+         reads or writes any more. Once the new slot exists a subscription follows it from its \
+         next update on (or subscribe again) and a publication goes on in it by itself; an \
+         endpoint that this process could not map onto it must be dropped and made again"
     )]
     Replaced { name: String, segment: String },
     #[error("a subscription group waits on at most {max} slots, this one has {members}")]

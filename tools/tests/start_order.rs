@@ -365,6 +365,46 @@ fn endpoints_whose_slot_the_registry_made_anew_say_so_or_follow() {
     assert_eq!(subscription.value(), Some(&2));
 }
 
+/// A slot made anew twice before a subscription's next update (its first successor made anew
+/// in turn) is reported once: the subscription moves on to the newest slot, not to the one in
+/// between, which would report `Replaced` a second time (and an application that subscribes
+/// again on it would do so twice).
+#[test]
+fn a_slot_made_anew_twice_before_an_update_is_reported_once() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>("/anew/twice").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&1).unwrap();
+    let mut subscription = bus.subscribe::<u64>("/anew/twice").unwrap();
+    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    let mut made_anew = |expected: &str| {
+        // A subscription made now watches the slot as it is, to tell when it was made anew.
+        let witness = bus.subscribe::<u64>("/anew/twice").unwrap();
+        witness.wait_bound(WATCHDOG).unwrap();
+        t.kill_registry();
+        t.overwrite_segment("/anew/twice", 0, b"garbage!");
+        t.start_registry();
+        common::eventually(expected, || {
+            matches!(witness.bind_error(), Some(bus::BusError::Replaced { .. }))
+        });
+    };
+    made_anew("the slot is made anew");
+    made_anew("the slot is made anew again");
+    publication.write(&2).unwrap();
+    assert!(matches!(
+        subscription.update(),
+        Err(bus::BusError::Replaced { .. })
+    ));
+    assert!(
+        subscription.wait_update(WATCHDOG).unwrap(),
+        "no second report"
+    );
+    assert_eq!(subscription.value(), Some(&2));
+    assert_eq!(subscription.bind_error(), None);
+}
+
 /// A value written while no registry answers is kept for the binding; a publication that ends
 /// before any registry answered loses it, and says so rather than nothing.
 #[test]

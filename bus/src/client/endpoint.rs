@@ -67,6 +67,22 @@ impl Endpoint {
         endpoint
     }
 
+    /// For a publication whose slot the registry made anew: the endpoint to write into now,
+    /// the last of its successors, each taken over on the way (the client thread carries no
+    /// value into a successor once taken over: `successor.rs`); `BusError::Replaced` if a new
+    /// slot could not be mapped.
+    pub(crate) fn take_over_successors(self: &Arc<Endpoint>) -> Result<Arc<Endpoint>, BusError> {
+        let mut endpoint = self;
+        while let Some(e) = endpoint.replaced.get() {
+            let Some(next) = endpoint.successor.get() else {
+                return Err(e.clone());
+            };
+            *lock(&endpoint.taken_over) = true;
+            endpoint = next;
+        }
+        Ok(Arc::clone(endpoint))
+    }
+
     /// Publishes `bytes`: into the slot if bound, else kept until binding.
     pub(crate) fn publish_bytes(&self, bytes: &[u8]) -> Result<(), BusError> {
         if let Some(slot) = self.slot.get() {
@@ -123,9 +139,12 @@ impl Drop for Endpoint {
         if self.successor.get().is_some() {
             // Its registration is the successor's now, which unregisters it in turn (it is
             // dropped with this one, or later by the publication that took it over). Those who
-            // still map the old memory see its writer gone.
-            if let Some(slot) = self.slot.get() {
-                slot.mark_writer_gone();
+            // still map the old memory see its writer gone; a subscription wrote nothing there,
+            // and whoever does may still be writing it (its process not yet told).
+            if self.registration.kind == EndpointKind::Publication {
+                if let Some(slot) = self.slot.get() {
+                    slot.mark_writer_gone();
+                }
             }
             return;
         }
