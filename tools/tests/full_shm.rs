@@ -58,6 +58,16 @@ fn run_in(t: &TestBus, registry: usize, program: &str, args: &[&str]) -> std::pr
         .expect("nsenter (util-linux)")
 }
 
+/// Starts the workspace's `program` with `args` in the registry's mount namespace (its
+/// /dev/shm), as a child of the test.
+fn spawn_in(t: &mut TestBus, registry: usize, program: &str, args: &[&str]) -> usize {
+    let pid = t.pid(registry).to_string();
+    let program = bin(program);
+    let mut all = vec!["--target", &pid, "--mount", program.to_str().unwrap()];
+    all.extend_from_slice(args);
+    t.spawn_with_args_only(PathBuf::from("nsenter"), &all)
+}
+
 /// `bus-stress` in the registry's mount namespace, writing four values of `size` bytes (one
 /// into each of the slot's buffers).
 fn write_in(t: &TestBus, registry: usize, name: &str, size: usize) -> std::process::Output {
@@ -281,4 +291,128 @@ fn a_larger_publication_refused_for_room_leaves_the_kept_value() {
         "{}",
         t.stderr_of(registry)
     );
+}
+
+/// A slot damaged while /dev/shm has no room to make it anew: its publication and its
+/// subscription are told and cannot follow yet. The publication's writes are kept meanwhile,
+/// as before a registry runs; once there is room the registry makes the slot at its next
+/// check (nobody registers anew to make it), the publication's latest value goes in, and the
+/// subscription reads on there. They used to stay on the old memory for good: every write
+/// failed (`Replaced`), and the subscription never read another value.
+#[test]
+fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() {
+    require_root();
+    let mut t = TestBus::new();
+    const NAME: &str = "/full/anew";
+    // 10 MiB: the directory (4 MiB), the slot (four buffers of 400 KB: 1.6 MB) and a 3 MiB
+    // file leave no room for a second copy of the slot.
+    let registry = registry_with_small_shm(&mut t, "10m");
+    wait_for_registry(&mut t, registry);
+    let domain = t.domain.to_string();
+    // One value every 20 ms for a minute; the reader ends at the 100th, written two seconds
+    // in: after the slot was made anew, or while the publication kept its writes for the new
+    // slot, which then holds the latest.
+    let writer = spawn_in(
+        &mut t,
+        registry,
+        "bus-stress",
+        &[
+            "--domain",
+            &domain,
+            "write",
+            "--name",
+            NAME,
+            "--min-size",
+            "400000",
+            "--max-size",
+            "400000",
+            "--count",
+            "3000",
+            "--interval-ms",
+            "20",
+        ],
+    );
+    let reader = spawn_in(
+        &mut t,
+        registry,
+        "bus-stress",
+        &[
+            "--domain",
+            &domain,
+            "read",
+            "--name",
+            NAME,
+            "--wait",
+            "--seconds",
+            "60",
+            "--until",
+            "100",
+        ],
+    );
+    let info = |t: &TestBus| {
+        let inspect = bin("bus-inspect");
+        let out = run_in(
+            t,
+            registry,
+            inspect.to_str().unwrap(),
+            &["--domain", t.domain.as_str(), "info", NAME],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    eventually("the writer writes and the reader subscribes", || {
+        let info = info(&t);
+        info.contains("value       sequence")
+            && info
+                .lines()
+                .any(|l| l.starts_with("subscribers") && !l.contains("none"))
+    });
+    let out = run_in(
+        &t,
+        registry,
+        "dd",
+        &["if=/dev/zero", "of=/dev/shm/filler", "bs=1M", "count=3"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // Moved aside (still mapped, so its room is still taken): found gone, and no room.
+    let segment = t.segment_path(NAME);
+    let out = run_in(&t, registry, "mv", &[&segment, &format!("{segment}.aside")]);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the registry says it cannot make the slot anew", || {
+        t.stderr_of(registry).contains("cannot make it anew")
+    });
+    eventually("the publication waits for the new slot", || {
+        t.stderr_of(writer)
+            .contains("could not make the new one yet")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(t.is_running(writer), "{}", t.stderr_of(writer));
+    assert!(t.is_running(reader), "{}", t.stdout_of(reader));
+    let out = run_in(&t, registry, "rm", &["/dev/shm/filler"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the slot is made anew at last", || {
+        t.stderr_of(registry)
+            .contains(&format!("{NAME}: made anew at last"))
+    });
+    let deadline = Instant::now() + WATCHDOG;
+    while t.is_running(reader) {
+        assert!(
+            Instant::now() < deadline,
+            "the reader never read on in the new slot"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let summary = t.stdout_of(reader);
+    assert!(
+        summary.contains("\"bad\":1,") && !summary.contains("\"last\":0"),
+        "{summary}"
+    );
+    assert_eq!(
+        t.stderr_of(reader)
+            .matches("bus-stress: read error: /full/anew was replaced by the registry")
+            .count(),
+        1,
+        "{}",
+        t.stderr_of(reader)
+    );
+    assert!(t.is_running(writer), "{}", t.stderr_of(writer));
 }

@@ -54,19 +54,10 @@ impl Registry {
     fn replace_if_damaged(&mut self, name: &SlotName) -> Option<Outbox> {
         let segment = self.domain.segment_name(name);
         let group = self.group;
-        // The publication bound to it goes on writing into the new slot (the client gives it a
-        // successor there): recorded as its writer, as at registration.
-        let publisher = self.slots.get(name).and_then(|entry| {
-            let publication = entry
-                .endpoints
-                .iter()
-                .find(|r| r.kind == bus::protocol::EndpointKind::Publication && r.bound)?;
-            let peer = self.peers.get(&publication.conn)?;
-            Some((peer.pid, peer.start_time, publication.endpoint))
-        });
+        let publisher = self.publisher_of(name);
         let entry = self.slots.get_mut(name)?;
         let Some(slot) = entry.slot.as_ref() else {
-            return self.make_own_anew(name);
+            return self.make_anew_again(name);
         };
         // The registry's own slot (its directory) may need more room than it has.
         let outgrown = entry.own.filter(|&room| room > slot.capacity() as u64);
@@ -141,14 +132,21 @@ impl Registry {
                 super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
             };
             // Its users are told all the same (their slot is no longer the name's: they see
-            // `Replaced`); the next endpoint to register tries to make it again, or, for the
-            // registry's own slot, the next check (`make_own_anew`).
+            // `Replaced`, and wait for the new one unbound). They are bound to nothing now:
+            // whoever makes the slot (the next check, `make_anew_again`, while a publication
+            // or the registry itself publishes it; else the next publication to register)
+            // binds them to it, and they follow it then.
+            for endpoint in &mut entry.endpoints {
+                endpoint.bound = false;
+            }
             let again = if entry.own.is_some() {
-                "; trying again at every check"
+                "trying again at every check"
             } else {
-                ""
+                entry.remake = Some(capacity);
+                "trying again at every check while its publication is registered, else at the \
+                 next publication's registration"
             };
-            tracing::error!("{name}: cannot make it anew: {e}{again}");
+            tracing::error!("{name}: cannot make it anew: {e}; {again}");
         }
         if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
             super::write_as_registry(slot);
@@ -172,19 +170,45 @@ impl Registry {
         }
     }
 
-    /// Makes the registry's own slot `name` again if making it anew failed (a full /dev/shm,
-    /// say): nobody registers to publish it, so nothing else would, and its subscribers would
-    /// wait for ever. Quiet while it fails (the first failure was logged).
-    fn make_own_anew(&mut self, name: &SlotName) -> Option<Outbox> {
+    /// The publication registered for `name` (its process and endpoint), which goes on
+    /// writing into the slot made anew (the client gives it a successor there): recorded as
+    /// the new slot's writer, as at registration.
+    fn publisher_of(&self, name: &SlotName) -> Option<(u32, u64, u64)> {
+        let entry = self.slots.get(name)?;
+        let publication = entry
+            .endpoints
+            .iter()
+            .find(|r| r.kind == bus::protocol::EndpointKind::Publication)?;
+        let peer = self.peers.get(&publication.conn)?;
+        Some((peer.pid, peer.start_time, publication.endpoint))
+    }
+
+    /// Makes slot `name` again where making it anew failed (a full /dev/shm, say), as soon as
+    /// it can be made: the publication that was bound to it, still registered, cannot follow
+    /// until then, and would fail every write; nobody registers to publish the registry's own
+    /// slot, so nothing else would make it, and its subscribers would wait for ever. Its
+    /// endpoints are bound to it then, and follow. Without a publication registered the slot
+    /// waits for one, as any does. Quiet while it fails (the first failure was logged).
+    fn make_anew_again(&mut self, name: &SlotName) -> Option<Outbox> {
         let segment = self.domain.segment_name(name);
         let group = self.group;
+        let publisher = self.publisher_of(name);
         let entry = self.slots.get_mut(name)?;
-        let capacity = entry.own?;
+        let capacity = match (entry.own, entry.remake) {
+            (Some(own), _) => own,
+            (None, Some(remake)) if publisher.is_some() => remake,
+            _ => return None,
+        };
         let schema = entry.schema.parse().ok()?;
         entry
             .ensure_slot(&segment, name, &schema, capacity, group, false)
             .ok()?;
-        super::write_as_registry(entry.slot.as_ref()?);
+        let slot = entry.slot.as_ref()?;
+        if entry.own.is_some() {
+            super::write_as_registry(slot);
+        } else if let Some((pid, start_time, endpoint)) = publisher {
+            slot.set_writer(pid, start_time, endpoint);
+        }
         tracing::info!("{name}: made anew at last");
         let bound = entry.bind_waiting(&segment);
         self.follow_if_directory(name);

@@ -50,6 +50,10 @@ struct SlotEntry {
     /// For a slot adopted at start-up: until when it counts as mapped although no endpoint has
     /// registered yet (its processes are reconnecting; see `ADOPTION_GRACE`).
     adopted_until: Option<Instant>,
+    /// `Some(capacity)`: making the slot anew failed (a full /dev/shm); tried again at every
+    /// check while a publication is registered (`damage.rs`), or at the next publication's
+    /// registration.
+    remake: Option<u64>,
 }
 
 /// How long after a restart an adopted slot is not re-created: processes that map it may not
@@ -76,6 +80,7 @@ impl SlotEntry {
             origin: None,
             own: None,
             adopted_until: None,
+            remake: None,
         }
     }
 
@@ -138,6 +143,7 @@ impl SlotEntry {
         if created {
             self.slot =
                 Some(create_slot(segment, name, schema, capacity, group).map_err(NoSlot::Create)?);
+            self.remake = None;
         }
         Ok(created)
     }
@@ -386,6 +392,7 @@ impl Registry {
                             origin: (!origin.is_empty()).then_some(origin),
                             own: None,
                             adopted_until: Some(Instant::now() + ADOPTION_GRACE),
+                            remake: None,
                         },
                     );
                     adopted += 1;
