@@ -296,8 +296,8 @@ fn a_larger_publication_refused_for_room_leaves_the_kept_value() {
 /// A slot damaged while /dev/shm has no room to make it anew: its publication and its
 /// subscription are told and cannot follow yet. The publication's writes are kept meanwhile,
 /// as before a registry runs; once there is room the registry makes the slot at its next
-/// check (nobody registers anew to make it), the publication's latest value goes in, and the
-/// subscription reads on there. They used to stay on the old memory for good: every write
+/// check (nobody registers anew to make it), the value written meanwhile goes in, and the
+/// subscription reads it there. They used to stay on the old memory for good: the writes
 /// failed (`Replaced`), and the subscription never read another value.
 #[test]
 fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() {
@@ -309,9 +309,9 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
     let registry = registry_with_small_shm(&mut t, "10m");
     wait_for_registry(&mut t, registry);
     let domain = t.domain.to_string();
-    // One value every 20 ms for a minute; the reader ends at the 100th, written two seconds
-    // in: after the slot was made anew, or while the publication kept its writes for the new
-    // slot, which then holds the latest.
+    // Values 1, 2 and 3, two seconds apart, then the publication stays: the third is written
+    // while the slot cannot be made (the test waits for it before it makes room), so only the
+    // new slot can hold it, and the reader ends only once it read it.
     let writer = spawn_in(
         &mut t,
         registry,
@@ -327,9 +327,11 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
             "--max-size",
             "400000",
             "--count",
-            "3000",
+            "3",
             "--interval-ms",
-            "20",
+            "2000",
+            "--linger",
+            "60",
         ],
     );
     let reader = spawn_in(
@@ -346,7 +348,7 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
             "--seconds",
             "60",
             "--until",
-            "100",
+            "3",
         ],
     );
     let info = |t: &TestBus| {
@@ -384,8 +386,13 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
         t.stderr_of(writer)
             .contains("could not make the new one yet")
     });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(t.is_running(writer), "{}", t.stderr_of(writer));
+    assert!(
+        !t.stdout_of(writer).contains("\"written\":3"),
+        "the third value came before the slot was damaged: the test machine was too slow"
+    );
+    eventually("the third value is written", || {
+        t.stdout_of(writer).contains("\"written\":3")
+    });
     assert!(t.is_running(reader), "{}", t.stdout_of(reader));
     let out = run_in(&t, registry, "rm", &["/dev/shm/filler"]);
     assert!(out.status.success(), "{out:?}");
@@ -397,13 +404,14 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
     while t.is_running(reader) {
         assert!(
             Instant::now() < deadline,
-            "the reader never read on in the new slot"
+            "the reader never read the third value in the new slot: {}",
+            info(&t)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = t.stdout_of(reader);
     assert!(
-        summary.contains("\"bad\":1,") && !summary.contains("\"last\":0"),
+        summary.contains("\"bad\":1,") && summary.contains("\"last\":3,"),
         "{summary}"
     );
     assert_eq!(

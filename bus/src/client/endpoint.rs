@@ -156,9 +156,10 @@ impl Drop for Endpoint {
                 let why = match (self.error(), self.client.refusal()) {
                     (Some(e), _) => e.to_string(),
                     (None, Some(_)) => "the registry refuses this process, as said above".into(),
-                    (None, None) => {
-                        "no registry-server answered before the publication ended".into()
-                    }
+                    (None, None) => "no slot was bound to it before the publication ended (no \
+                                     registry-server answered, or its slot made anew could not \
+                                     be made yet)"
+                        .into(),
                 };
                 tracing::warn!(
                     "{}: the value written was never published ({why})",

@@ -65,8 +65,9 @@ impl ClientShared {
         let slot = match Slot::open(segment, true) {
             Ok(slot) => Some(slot),
             Err(e) => {
-                let path = std::path::Path::new(crate::names::SHM_DIR).join(segment);
-                if path.symlink_metadata().is_ok() {
+                // Segment names start with '/'.
+                let path = format!("{}{segment}", crate::names::SHM_DIR);
+                if std::fs::symlink_metadata(path).is_ok() {
                     return Err(e.into());
                 }
                 tracing::warn!(
@@ -86,14 +87,17 @@ impl ClientShared {
             old.check(slot)?;
         }
         let publication = old.registration.kind == EndpointKind::Publication;
+        // A refusal that still holds (another computer publishes the name) goes on, in a
+        // successor bound at once; one that waits for its slot keeps values and waits as any
+        // unbound endpoint does, which an error would stop (the registry says it again if it
+        // still holds then).
+        let error = old
+            .error()
+            .filter(|e| slot.is_some() && !matches!(e, BusError::Replaced { .. }));
         let successor = Arc::new(Endpoint {
             registration: old.registration.clone(),
             slot: slot.map(OnceLock::from).unwrap_or_default(),
-            // A refusal that still holds (another computer publishes the name) goes on.
-            error: Mutex::new(
-                old.error()
-                    .filter(|e| !matches!(e, BusError::Replaced { .. })),
-            ),
+            error: Mutex::new(error),
             replaced: OnceLock::new(),
             successor: OnceLock::new(),
             taken_over: Mutex::new(false),

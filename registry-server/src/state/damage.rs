@@ -199,6 +199,12 @@ impl Registry {
             (None, Some(remake)) if publisher.is_some() => remake,
             _ => return None,
         };
+        // Not tried without the room: a try reserves all it can before it fails, and would
+        // leave /dev/shm full for everyone else for a moment at every check.
+        if super::kept::free_in_shm().is_some_and(|free| free < super::kept::room_needed(capacity))
+        {
+            return None;
+        }
         let schema = entry.schema.parse().ok()?;
         entry
             .ensure_slot(&segment, name, &schema, capacity, group, false)

@@ -12,19 +12,30 @@ use nix::unistd::Gid;
 
 /// Whether a slot of `capacity` bytes might not fit in /dev/shm once `old` is removed: only
 /// then is `old`'s file kept (in this process's memory) while the larger one is made. With room
-/// to spare it is not copied: a large slot would cost as much again for nothing. Four buffers
-/// of the capacity, a header's page and a tenth more for the estimate.
+/// to spare it is not copied: a large slot would cost as much again for nothing. A tenth more
+/// than `room_needed` for the estimate.
 pub(super) fn may_not_fit(capacity: u64, old: &Slot) -> bool {
-    let Ok(fs) = nix::sys::statvfs::statvfs(bus::names::SHM_DIR) else {
+    let Some(free) = free_in_shm() else {
         return true;
     };
+    let needed = room_needed(capacity);
+    free.saturating_add(old.segment_size() as u64) < needed.saturating_add(needed / 10)
+}
+
+/// The bytes of /dev/shm this process may still fill; `None` if that cannot be asked.
+pub(super) fn free_in_shm() -> Option<u64> {
+    let fs = nix::sys::statvfs::statvfs(bus::names::SHM_DIR).ok()?;
     // Both u64 on Linux.
-    let free = fs.blocks_available().saturating_mul(fs.fragment_size());
-    let needed = capacity
+    Some(fs.blocks_available().saturating_mul(fs.fragment_size()))
+}
+
+/// About the bytes a slot of `capacity` takes: four buffers of the capacity (each with its
+/// header) and a header's page.
+pub(super) fn room_needed(capacity: u64) -> u64 {
+    capacity
         .saturating_add(64)
         .saturating_mul(4)
-        .saturating_add(8192);
-    free.saturating_add(old.segment_size() as u64) < needed.saturating_add(needed / 10)
+        .saturating_add(8192)
 }
 
 /// The bytes of `slot`'s file, read through its name: `None` when the name no longer stands

@@ -171,6 +171,11 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 if let Some(e) = changed.err().or_else(|| group.take_error(member.index())) {
                     eprintln!("bus-stress: read error: {e}");
                     bad += 1;
+                    if matches!(e, bus::BusError::Replaced { .. }) {
+                        // The subscription follows the new slot, whose sequence numbers start
+                        // again at 1: its first value is new whatever its number.
+                        slot_sequence = 0;
+                    }
                     continue;
                 }
                 let sub = group.get(member);
