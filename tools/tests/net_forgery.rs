@@ -18,8 +18,9 @@ const C: usize = 2;
 /// without a MAC: one whole message on `channel`.
 fn datagram(sender: &str, session: u64, channel: u64, body: &[u8]) -> Vec<u8> {
     let fnv = |s: &str| bus::schema::fnv1a64(s.as_bytes());
-    let mut d = b"BTNW".to_vec();
-    d.extend_from_slice(&[3, 0, 0, 0]);
+    let mut d = registry::net::wire::MAGIC.to_vec();
+    // The wire version of this build: a datagram of another is dropped before validation.
+    d.extend_from_slice(&[registry::net::wire::VERSION, 0, 0, 0]);
     for v in [fnv(DOMAIN), fnv(sender), session, 1, channel, 1] {
         d.extend_from_slice(&v.to_le_bytes());
     }
@@ -102,6 +103,40 @@ fn a_forged_session_far_ahead_shuts_the_real_host_out_only_until_forgotten() {
         s["reads"].as_u64() >= Some(20),
         "B must take A back once the forged session is forgotten: {s}"
     );
+    assert!(hears_a(&lab), "{:?}", lab.stats(B));
+}
+
+/// Without a key anyone can forge A's farewell (an announcement expecting no next one) with a
+/// session far ahead: B forgets A, as it must for a real farewell, and then takes A back at its
+/// next announcement. B used to commit the farewell's session to a replay window that
+/// outlived A's forgetting, and refused A's real datagrams as replays for good (as it would a
+/// computer back after a clean stop with a clock set earlier).
+#[test]
+fn a_forged_farewell_far_ahead_does_not_shut_the_real_host_out() {
+    let mut lab = Lab::new(3);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    eventually("B hears A", || hears_a(&lab));
+    let farewell = registry::net::wire::Announce {
+        host: "hA".into(),
+        data_port: PORT,
+        interval_ms: 0,
+        generation: 1,
+        part: 0,
+        parts: 1,
+        publications: Vec::new(),
+        wants: Vec::new(),
+    };
+    let mut body = Vec::new();
+    registry::net::wire::encode_announce(&farewell, &mut body).unwrap();
+    send_from_c(&lab, B, datagram("hA", u64::MAX, 0, &body));
+    eventually("B forgets A on the forged farewell", || {
+        lab.log(B).contains("host 'hA' left")
+    });
+    lab.write_from(A, "/after", "100000", "20", "32");
+    let r = lab.read_until(B, "/after", "20", "15");
+    let s = summary(&lab.finish(r));
+    assert!(s["last"].as_u64() >= Some(20), "B never took A back: {s}");
     assert!(hears_a(&lab), "{:?}", lab.stats(B));
 }
 

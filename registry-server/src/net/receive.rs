@@ -264,6 +264,16 @@ impl Net {
             Outcome::Dropped(why) => return Err(why),
         };
         match wire::decode_message(&message)? {
+            Message::Announce(a) if a.interval_ms == 0 => {
+                // A farewell: the sender is forgotten, and with it (without a key) its replay
+                // window. Not committed to the window afresh: the window would outlive the
+                // forgotten host, and a farewell forged with a session far ahead (or a
+                // computer back with an earlier clock) would shut that host out for good.
+                // Its own repetitions are known by `has_left`.
+                self.on_announce(&mut st, &d, a, from, unicast)?;
+                st.reassembly.delivered(&d);
+                return Ok(Received::Taken);
+            }
             Message::Announce(a) => self.on_announce(&mut st, &d, a, from, unicast)?,
             // A value comes on a value channel only: its session was checked above.
             Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,

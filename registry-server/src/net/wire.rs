@@ -5,7 +5,7 @@
 //! Every datagram is one fragment of one message; a message that fits is a single fragment.
 //!
 //! ```text
-//! 0   magic "BTNW"            4   version (5)          5  flags (bit 0: MAC trailer present)
+//! 0   magic "BTNW"            4   version (VERSION)    5  flags (bit 0: MAC trailer present)
 //! 6   reserved u16 = 0        8   domain (FNV-1a of the domain name)
 //! 16  sender (FNV-1a of the sender's host name)        24 session (sender's start, ns)
 //! 32  packet (per-sender counter: replay window)       40 channel (0: announce; else slot)
