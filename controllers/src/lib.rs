@@ -118,8 +118,8 @@ pub struct Feedback {
     /// said may hold no more (a driver stops executing a command that is not re-stamped, and an
     /// arbiter cut off by the network gives this controller's resources to others).
     pub owned: Vec<String>,
-    /// Of `owned`, those whose setpoint sent is not the value this controller published: its
-    /// arbiter clamped it into the resource's limits.
+    /// Of `owned`, those whose command this controller published lies outside the limits its
+    /// arbiter states for the resource: the arbiter sends it clamped into them.
     pub clamped: Vec<String>,
     /// Whether the arbiter's process runs (its feedback block has a live writer).
     pub arbiter_running: bool,
@@ -579,7 +579,7 @@ impl RobotController {
         // outcome for its name is another process's (two of one name started before the
         // registry: the one refused used to report the other's resources as its own).
         // Held while the feedback is gathered (briefly: no bus call under it), for the commands
-        // as published, which `clamped` compares with what the arbiters send.
+        // as published, which `clamped` compares with the limits the arbiters state.
         let shared = lock(&self.shared);
         // Before the first publish, too, whatever the arbiters say of this name is an earlier
         // process's (`publish`).
@@ -611,12 +611,15 @@ impl RobotController {
                             .collect()
                     })
                     .unwrap_or_default();
+                // By the limits the arbiter states, not by comparing its setpoint with the
+                // command: after every publish that changes a command, until the arbiter's
+                // next block, the two differ without anything clamped.
                 let clamped = owned
                     .iter()
                     .filter(|r| {
-                        let sent = block.and_then(|b| b.resources.get(*r)?.command);
+                        let limits = block.and_then(|b| Some(b.resources.get(*r)?.limits));
                         let asked = commanded.get(&format!("{}/{r}", a.name));
-                        matches!((sent, asked), (Some(s), Some(c)) if s != *c)
+                        matches!((limits, asked), (Some(l), Some(&c)) if l.clamp(c) != c)
                     })
                     .cloned()
                     .collect();

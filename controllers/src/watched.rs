@@ -45,8 +45,8 @@ pub(crate) struct FollowedArbiter {
 /// changes at every heartbeat), to tell an arbiter that hangs from one with nothing to say.
 pub(crate) struct CommandWatch {
     subscription: Option<bus::Subscription<ResourceCommand>>,
-    /// When a new command was last pulled.
-    changed_at: Option<Instant>,
+    /// When the newest command was pulled, and how old it was then (since it was written).
+    changed_at: Option<(Instant, Duration)>,
     heartbeat_ms: u64,
     /// The registry made the command's slot anew (reported once by the subscription): the
     /// library subscribes again.
@@ -63,7 +63,19 @@ impl CommandWatch {
         };
         match sub.update() {
             Ok(true) => {
-                self.changed_at = Some(Instant::now());
+                // Dated by when the arbiter wrote it, not by this pull: an application that
+                // pulls seldom would otherwise take a command written just before the arbiter
+                // hung for a fresh one. (A stamp ahead of this clock counts as now; the
+                // arbiter's expiry assumes the computers' clocks agree, as this does.)
+                let age = sub
+                    .meta()
+                    .and_then(|m| {
+                        std::time::SystemTime::now()
+                            .duration_since(m.write_time)
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                self.changed_at = Some((Instant::now(), age));
                 self.heartbeat_ms = sub.value().map_or(0, |c| c.heartbeat_ms);
             }
             Err(BusError::Replaced { .. }) => self.replaced = true,
@@ -75,7 +87,10 @@ impl CommandWatch {
     /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
     pub fn responding(&self) -> bool {
         let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
-        self.heartbeat_ms == 0 || self.changed_at.is_none_or(|t| t.elapsed() < limit)
+        self.heartbeat_ms == 0
+            || self
+                .changed_at
+                .is_none_or(|(pulled, age)| pulled.elapsed().saturating_add(age) < limit)
     }
 }
 
