@@ -208,3 +208,66 @@ fn two_registries_of_one_host_name_are_named_as_such() {
     });
     assert!(!lab.log(A).contains("clock set back"), "{}", lab.log(A));
 }
+
+/// CPU time (user and system) process `pid` has used so far.
+fn cpu_time(pid: u32) -> std::time::Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the registry runs");
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and
+    // 13th, in clock ticks.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    std::time::Duration::from_millis((fields[0] + fields[1]) * 1000 / hz)
+}
+
+/// A reflected slot whose value cannot be read (its memory corrupt: here its latest-sequence
+/// word set far past what was written) is said once and passed over. The reflector used to
+/// find it unsent at every turn and read it again at once, for ever: a whole CPU, and no word
+/// of why.
+#[test]
+fn an_unreadable_reflected_value_is_said_and_passed_over_not_spun_on() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &[], &[]);
+    lab.write_from(A, "/spin/x", "1", "0", "16");
+    let r = lab.read_until(B, "/spin/x", "1", "15");
+    assert!(common::summary(&lab.finish(r))["last"].as_u64() >= Some(1));
+    // B keeps subscribing, so that A keeps reflecting the slot.
+    let _reader = lab.read_for(B, "/spin/x", "30");
+    eventually("A reflects /spin/x to B", || {
+        lab.directory_entry(A, "/spin/x").is_some()
+    });
+    let segment = format!("/dev/shm/baton.{}~spin~x", netns::DOMAIN);
+    // The latest-sequence word (offset 512) set to 1,000,001.
+    lab.run(
+        A,
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "printf '\\101\\102\\017\\000\\000\\000\\000\\000' | dd of={segment} \
+                 bs=1 seek=512 conv=notrunc status=none"
+            ),
+        ],
+    );
+    eventually("A says the value cannot be read", || {
+        lines_with(&lab.log(A), "/spin/x: its value cannot be read") == 1
+    });
+    let pid = lab.registry_pid(A).unwrap();
+    let before = cpu_time(pid);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let used = cpu_time(pid) - before;
+    assert!(
+        used < std::time::Duration::from_millis(500),
+        "A's registry used {used:?} of CPU in 2 s"
+    );
+    assert_eq!(lines_with(&lab.log(A), "its value cannot be read"), 1);
+}

@@ -129,8 +129,24 @@ impl Net {
             if to.is_empty() {
                 continue;
             }
-            let Ok(Some(read)) = r.slot.read(0, value) else {
-                continue;
+            let read = match r.slot.read(0, value) {
+                Ok(Some(read)) => read,
+                Ok(None) => continue,
+                Err(e) => {
+                    // Passed over as a local reader passes it over: marked sent, so that this
+                    // thread sleeps until the writer's next value instead of reading this one
+                    // again at once, for ever, at a whole CPU.
+                    if changed {
+                        r.last_sent = r.slot.latest_sequence();
+                    }
+                    if self.warnings.due(Cause::UnreadableValue, name) {
+                        tracing::warn!(
+                            "{name}: its value cannot be read, so it is not sent to the hosts \
+                             that subscribe to it: {e} (said once a minute)"
+                        );
+                    }
+                    continue;
+                }
             };
             if changed {
                 r.last_sent = read.sequence;

@@ -40,6 +40,8 @@ pub enum Cause {
     /// The statistics slot made anew that cannot be mapped (while /dev/shm is full, the
     /// registry has not made it yet).
     StatsSlot,
+    /// A reflected slot's value that cannot be read (its memory corrupt): not sent.
+    UnreadableValue,
 }
 
 #[derive(Default)]

@@ -132,6 +132,11 @@ impl Lab {
         self.hosts[host].registry = Some(child);
     }
 
+    /// The pid of host `host`'s registry, while it runs.
+    pub fn registry_pid(&self, host: usize) -> Option<u32> {
+        self.hosts[host].registry.as_ref().map(Child::id)
+    }
+
     /// Where host `host`'s registry logs (appended across restarts; removed with the lab).
     pub fn log_path(&self, host: usize) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("{}.registry.log", self.hosts[host].ns))
