@@ -91,7 +91,7 @@ pub struct NetConfig {
 /// Bytes a value message holds besides the value: its fixed fields and the slot name, with
 /// room to spare.
 const MESSAGE_OVERHEAD: u32 = 1024;
-/// Longest time an incomplete message may wait for its missing fragments.
+/// Longest time an incomplete message may wait for its next fragment.
 const REASSEMBLY_AGE: Duration = Duration::from_secs(5);
 /// Reflector tick: announcements, refreshes, expiry and statistics are checked this often.
 const TICK: Duration = Duration::from_millis(50);

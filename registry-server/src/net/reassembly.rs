@@ -40,7 +40,9 @@ struct Partial {
     buf: Vec<u8>,
     got: Vec<u64>,
     missing: u32,
-    started: Instant,
+    /// When its last fragment came: a large message on a slow link takes longer than the
+    /// expiry age, and is dropped only when its fragments stop coming.
+    progressed: Instant,
 }
 
 pub struct Reassembler {
@@ -147,7 +149,7 @@ impl Reassembler {
                 let Some(oldest) = self
                     .partial
                     .iter()
-                    .min_by_key(|(_, p)| p.started)
+                    .min_by_key(|(_, p)| p.progressed)
                     .map(|(k, _)| *k)
                 else {
                     break;
@@ -165,7 +167,7 @@ impl Reassembler {
                     buf: vec![0; total],
                     got: vec![0; fragments.div_ceil(64) as usize],
                     missing: fragments,
-                    started: now,
+                    progressed: now,
                 },
             );
         }
@@ -181,6 +183,7 @@ impl Reassembler {
             return (Outcome::Dropped(Drop::Replayed), displaced);
         }
         *w |= bit;
+        p.progressed = now;
         let off = h.offset as usize;
         let Some(dst) = p.buf.get_mut(off..off + d.body.len()) else {
             return (Outcome::Dropped(Drop::Malformed), displaced);
@@ -212,13 +215,13 @@ impl Reassembler {
         self.remember_delivered((h.sender, h.channel), h.session, h.message);
     }
 
-    /// Drops incomplete messages older than `age` (their sender moved on or died). Returns how
-    /// many.
+    /// Drops incomplete messages that got no fragment for `age` (their sender moved on or
+    /// died, or the rest was lost). Returns how many.
     pub fn expire(&mut self, now: Instant, age: Duration) -> u64 {
         let old: Vec<_> = self
             .partial
             .iter()
-            .filter(|(_, p)| now.duration_since(p.started) > age)
+            .filter(|(_, p)| now.duration_since(p.progressed) > age)
             .map(|(k, _)| *k)
             .collect();
         for k in &old {
@@ -301,6 +304,38 @@ mod tests {
             }
             _ => None,
         }
+    }
+
+    /// A message whose fragments keep coming, over a slow link, outlives the expiry age
+    /// counted from its first fragment: it is dropped only once they stop (it used to be
+    /// dropped every time, and a large value on a slow link never arrived).
+    #[test]
+    fn an_incomplete_message_expires_only_when_its_fragments_stop() {
+        let data = vec![7u8; 4000];
+        let parts = frags(1, 5, &data, 1000);
+        let mut r = Reassembler::new(1 << 20);
+        let age = Duration::from_secs(5);
+        let start = Instant::now();
+        for (i, part) in parts[..3].iter().enumerate() {
+            let at = start + Duration::from_secs(4 * i as u64);
+            let d = decode_datagram(part, 1 << 20).unwrap();
+            assert!(matches!(r.add(&d, at).0, Outcome::Pending));
+            assert_eq!(
+                r.expire(at + Duration::from_secs(1), age),
+                0,
+                "fragment {i}"
+            );
+        }
+        let d = decode_datagram(&parts[3], 1 << 20).unwrap();
+        let last = start + Duration::from_secs(12);
+        assert!(matches!(r.add(&d, last).0, Outcome::Complete(m) if m == data));
+        // Stopped: expired once `age` has passed since its last fragment.
+        let next = frags(2, 5, &data, 1000);
+        let d = decode_datagram(&next[0], 1 << 20).unwrap();
+        assert!(matches!(r.add(&d, last).0, Outcome::Pending));
+        assert_eq!(r.expire(last + Duration::from_secs(4), age), 0);
+        assert_eq!(r.expire(last + Duration::from_secs(6), age), 1);
+        assert_eq!(r.pending(), 0);
     }
 
     #[test]
