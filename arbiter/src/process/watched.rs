@@ -31,6 +31,11 @@ pub(super) struct Watched {
     pub(super) read_at: Vec<Option<(u64, ReadAt)>>,
     /// Per controller: what its blocks were found to be, each said once.
     said: Vec<Said>,
+    /// Per controller whose newest write could not be read (it does not decode, or the slot's
+    /// memory is corrupt): the sequence of the block held then. It counts as absent until a
+    /// newer block is read: what it wrote last (a stop, say) is not known, and the block
+    /// before it must not go on being executed for its time to live.
+    unreadable: Vec<Option<Option<u64>>>,
 }
 
 /// What was said of one controller's blocks.
@@ -135,6 +140,7 @@ impl Watched {
             state,
             requests: vec![None; members.len()],
             alive: vec![false; members.len()],
+            unreadable: vec![None; members.len()],
             read_at,
             said: vec![
                 Said {
@@ -193,8 +199,9 @@ impl Watched {
             .iter_mut()
             .zip(&mut self.alive)
             .zip(&mut self.read_at)
-            .zip(&mut self.said);
-        for ((name, member), (((request, alive), read_at), said)) in
+            .zip(&mut self.said)
+            .zip(&mut self.unreadable);
+        for ((name, member), ((((request, alive), read_at), said), unreadable)) in
             self.controllers.iter().zip(cached)
         {
             let Some(member) = member else {
@@ -203,15 +210,20 @@ impl Watched {
             };
             if all || changed.contains(&member.index()) {
                 if let Some(e) = self.group.take_error(member.index()) {
-                    // A value that cannot be read (it does not decode, or the slot's memory
-                    // is corrupt) is passed over: the last good block stays and expires with
-                    // its time to live, and the controller's next write is read again. A slot
-                    // the registry refused (another type) has left the group, and its
-                    // controller counts as absent.
+                    // A value that cannot be read is passed over, and the controller counts
+                    // as absent until its next write is read (`unreadable`). A slot the
+                    // registry refused (another type) has left the group, and its controller
+                    // counts as absent.
                     tracing::warn!("{arbiter}: controller {name}: {e}");
+                    if matches!(e, BusError::Decode { .. } | BusError::Inconsistent { .. }) {
+                        *unreadable = Some(self.group.get(*member).sequence());
+                    }
                 }
                 let sub = self.group.get(*member);
                 let sequence = sub.sequence();
+                if unreadable.is_some_and(|held| held != sequence) {
+                    *unreadable = None;
+                }
                 let new_block = read_at.map(|(s, _)| s) != sequence;
                 let read = crate::clock::first_read(read_at, sequence, read);
                 match (sub.value(), &mut *request) {
@@ -222,6 +234,9 @@ impl Watched {
                         *request =
                             block.map(|b| Request::parse(arbiter, &config.resources, b, read))
                     }
+                }
+                if unreadable.is_some() {
+                    *request = None;
                 }
                 *alive = sub.writer() == Some(WriterState::Alive);
                 if !*alive {
