@@ -64,15 +64,23 @@ pub struct Peers {
     by_host: BTreeMap<String, PeerEntry>,
     host_of_sender: HashMap<u64, String>,
     /// (sender, session) of registries that said they stop (`leave`): an announcement of that
-    /// run coming late (reordered) does not bring the host back.
+    /// run coming late (reordered) does not bring the host back. At most `MAX_LEFT`: without
+    /// a key anyone can send farewells of made-up hosts and sessions.
     left: std::collections::HashSet<(u64, u64)>,
 }
+
+/// Most runs remembered as stopped; past it the record starts over (a late announcement of a
+/// run forgotten so brings its host back until it is forgotten again, after --forget-ms).
+const MAX_LEFT: usize = 4096;
 
 impl Peers {
     /// Forgets `host`, whose registry said it stops (an announcement expecting no next one,
     /// `Net::farewell`) in `session`; returns its sender id if it was known.
     pub fn leave(&mut self, host: &str, session: u64) -> Option<u64> {
         let sender = super::wire::fnv1a(host.as_bytes());
+        if self.left.len() >= MAX_LEFT {
+            self.left.clear();
+        }
         self.left.insert((sender, session));
         let p = self.by_host.remove(host)?;
         self.host_of_sender.remove(&p.sender);
@@ -351,6 +359,21 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// Farewells of made-up hosts and sessions (anyone can send them without a key) keep a
+    /// bounded record; a run that said it stops is known as such while it lasts.
+    #[test]
+    fn the_record_of_stopped_runs_is_bounded() {
+        let mut p = Peers::default();
+        for session in 0..(3 * MAX_LEFT as u64) {
+            p.leave(&format!("forged-{session}"), session);
+            assert!(p.left.len() <= MAX_LEFT);
+        }
+        p.leave("a", 7);
+        let a = crate::net::wire::fnv1a(b"a");
+        assert!(p.has_left(a, 7));
+        assert!(!p.has_left(a, 8));
     }
 
     #[test]

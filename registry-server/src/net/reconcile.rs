@@ -9,6 +9,7 @@ use bus::slot::Slot;
 use bus::SlotName;
 
 use super::stats::Counters;
+use super::warn::Cause;
 use super::wire::{Announce, PubInfo, Want};
 use super::{Mirror, Net, NetState, Reflected};
 use crate::state::NotMirrored;
@@ -305,10 +306,19 @@ impl Net {
                 || r.slot.series() != p.series
                 || r.slot.file() != p.file
             {
-                if let Ok(slot) = Slot::open(&p.segment, true) {
-                    r.slot = Arc::new(slot);
-                    r.hash = p.schema.hash.0;
-                    r.last_sent = 0;
+                match Slot::open(&p.segment, true) {
+                    Ok(slot) => {
+                        r.slot = Arc::new(slot);
+                        r.hash = p.schema.hash.0;
+                        r.last_sent = 0;
+                    }
+                    // The old mapping is sent on meanwhile; tried again at the next
+                    // reconciliation (the next change of what is published or wanted).
+                    Err(e) if self.warnings.due(Cause::Remap, &name) => tracing::warn!(
+                        "{name}: its slot changed and the new one cannot be mapped to reflect \
+                         it: {e} (said once a minute)"
+                    ),
+                    Err(_) => {}
                 }
             }
             r.announced_alive = p.writer_alive;

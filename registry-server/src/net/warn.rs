@@ -42,6 +42,8 @@ pub enum Cause {
     StatsSlot,
     /// A reflected slot's value that cannot be read (its memory corrupt): not sent.
     UnreadableValue,
+    /// A reflected slot made anew (or larger) whose new segment cannot be mapped.
+    Remap,
 }
 
 #[derive(Default)]
