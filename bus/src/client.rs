@@ -181,16 +181,12 @@ impl ClientShared {
             let mut state = lock(&self.state);
             state.next_endpoint += 1;
             registration.endpoint = state.next_endpoint;
-            let endpoint = Arc::new(Endpoint {
+            let endpoint = Arc::new(Endpoint::new(
                 registration,
-                slot: OnceLock::new(),
-                error: Mutex::new(None),
-                replaced: OnceLock::new(),
-                successor: OnceLock::new(),
-                taken_over: Mutex::new(false),
-                pending: Mutex::new(None),
-                client: Arc::clone(self),
-            });
+                Arc::clone(self),
+                OnceLock::new(),
+                None,
+            ));
             let id = endpoint.registration.endpoint;
             state.endpoints.insert(id, Arc::downgrade(&endpoint));
             let request = Request::Register(endpoint.registration.clone());

@@ -42,9 +42,13 @@ trait AnySubscription {
     fn sequence(&self) -> u64;
     /// A slot made anew that the next update reports or moves on to.
     fn replacement_pending(&self) -> bool;
-    fn slot(&self) -> Option<&crate::slot::Slot>;
-    fn client(&self) -> &Arc<ClientShared>;
     fn endpoint(&self) -> &Arc<Endpoint>;
+    fn slot(&self) -> Option<&crate::slot::Slot> {
+        self.endpoint().slot.get()
+    }
+    fn client(&self) -> &Arc<ClientShared> {
+        &self.endpoint().client
+    }
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
@@ -62,12 +66,6 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
     }
     fn replacement_pending(&self) -> bool {
         self.replaced_unreported() || self.moves_on()
-    }
-    fn slot(&self) -> Option<&crate::slot::Slot> {
-        self.endpoint().slot.get()
-    }
-    fn client(&self) -> &Arc<ClientShared> {
-        &self.endpoint().client
     }
     fn endpoint(&self) -> &Arc<Endpoint> {
         Subscription::endpoint(self)

@@ -617,7 +617,7 @@ impl RobotController {
                 let clamped = owned
                     .iter()
                     .filter(|r| {
-                        let limits = block.and_then(|b| Some(b.resources.get(*r)?.limits));
+                        let limits = block.and_then(|b| b.resources.get(*r)).map(|s| s.limits);
                         let asked = commanded.get(&format!("{}/{r}", a.name));
                         matches!((limits, asked), (Some(l), Some(&c)) if l.clamp(c) != c)
                     })

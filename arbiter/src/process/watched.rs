@@ -209,20 +209,21 @@ impl Watched {
                 continue;
             };
             if all || changed.contains(&member.index()) {
-                if let Some(e) = self.group.take_error(member.index()) {
+                let error = self.group.take_error(member.index());
+                let sub = self.group.get(*member);
+                let sequence = sub.sequence();
+                if unreadable.is_some_and(|held| held != sequence) {
+                    *unreadable = None;
+                }
+                if let Some(e) = error {
                     // A value that cannot be read is passed over, and the controller counts
                     // as absent until its next write is read (`unreadable`). A slot the
                     // registry refused (another type) has left the group, and its controller
                     // counts as absent.
                     tracing::warn!("{arbiter}: controller {name}: {e}");
                     if matches!(e, BusError::Decode { .. } | BusError::Inconsistent { .. }) {
-                        *unreadable = Some(self.group.get(*member).sequence());
+                        *unreadable = Some(sequence);
                     }
-                }
-                let sub = self.group.get(*member);
-                let sequence = sub.sequence();
-                if unreadable.is_some_and(|held| held != sequence) {
-                    *unreadable = None;
                 }
                 let new_block = read_at.map(|(s, _)| s) != sequence;
                 let read = crate::clock::first_read(read_at, sequence, read);

@@ -2,16 +2,36 @@
 //! keeping a publication's value until then, waiting for the binding, and unregistering when the
 //! application drops it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::{lock, Endpoint};
+use super::{lock, ClientShared, Endpoint};
 use crate::error::BusError;
 use crate::futex;
-use crate::protocol::EndpointKind;
+use crate::protocol::{EndpointKind, Registration};
 use crate::slot::Slot;
 
 impl Endpoint {
+    /// An endpoint of `registration`, bound to `slot` if it is set, with `error` as its
+    /// refusal; nothing kept, replaced or followed yet.
+    pub(super) fn new(
+        registration: Registration,
+        client: Arc<ClientShared>,
+        slot: OnceLock<Slot>,
+        error: Option<BusError>,
+    ) -> Endpoint {
+        Endpoint {
+            registration,
+            slot,
+            error: Mutex::new(error),
+            replaced: OnceLock::new(),
+            successor: OnceLock::new(),
+            taken_over: Mutex::new(false),
+            pending: Mutex::new(None),
+            client,
+        }
+    }
+
     /// The slot the registry handed us must be the type and size we registered.
     pub(super) fn check(&self, slot: &Slot) -> Result<(), BusError> {
         let reg = &self.registration;

@@ -27,7 +27,7 @@
 //! Only this publication's own value is carried over: one its process did not write (an
 //! earlier writer's, gone) must not read as a live writer's in the new slot.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use super::{lock, ClientShared, Endpoint};
 use crate::error::BusError;
@@ -94,16 +94,12 @@ impl ClientShared {
         let error = old
             .error()
             .filter(|e| slot.is_some() && !matches!(e, BusError::Replaced { .. }));
-        let successor = Arc::new(Endpoint {
-            registration: old.registration.clone(),
-            slot: slot.map(OnceLock::from).unwrap_or_default(),
-            error: Mutex::new(error),
-            replaced: OnceLock::new(),
-            successor: OnceLock::new(),
-            taken_over: Mutex::new(false),
-            pending: Mutex::new(None),
-            client: Arc::clone(&old.client),
-        });
+        let successor = Arc::new(Endpoint::new(
+            old.registration.clone(),
+            Arc::clone(&old.client),
+            slot.map(OnceLock::from).unwrap_or_default(),
+            error,
+        ));
         let weak = Arc::downgrade(&successor);
         // Empty: the client thread alone sets it, once per endpoint (checked on entry; the
         // registry's later answers go to the successor, which `state.endpoints` names from

@@ -54,7 +54,6 @@ impl Registry {
     fn replace_if_damaged(&mut self, name: &SlotName) -> Option<Outbox> {
         let segment = self.domain.segment_name(name);
         let group = self.group;
-        let publisher = self.publisher_of(name);
         let entry = self.slots.get_mut(name)?;
         let Some(slot) = entry.slot.as_ref() else {
             return self.make_anew_again(name);
@@ -94,6 +93,7 @@ impl Registry {
                 return None;
             }
         };
+        let publisher = publisher_of(entry, &self.peers);
         let told = entry.tell_bound(&segment);
         tracing::warn!(
             "{name}: {damage}; making it anew (its {} endpoint(s) here are told)",
@@ -151,7 +151,6 @@ impl Registry {
         if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
             super::write_as_registry(slot);
         }
-
         // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
         // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
         self.follow_if_directory(name);
@@ -170,19 +169,6 @@ impl Registry {
         }
     }
 
-    /// The publication registered for `name` (its process and endpoint), which goes on
-    /// writing into the slot made anew (the client gives it a successor there): recorded as
-    /// the new slot's writer, as at registration.
-    fn publisher_of(&self, name: &SlotName) -> Option<(u32, u64, u64)> {
-        let entry = self.slots.get(name)?;
-        let publication = entry
-            .endpoints
-            .iter()
-            .find(|r| r.kind == bus::protocol::EndpointKind::Publication)?;
-        let peer = self.peers.get(&publication.conn)?;
-        Some((peer.pid, peer.start_time, publication.endpoint))
-    }
-
     /// Makes slot `name` again where making it anew failed (a full /dev/shm, say), as soon as
     /// it can be made: the publication that was bound to it, still registered, cannot follow
     /// until then, and would fail every write; nobody registers to publish the registry's own
@@ -192,8 +178,8 @@ impl Registry {
     fn make_anew_again(&mut self, name: &SlotName) -> Option<Outbox> {
         let segment = self.domain.segment_name(name);
         let group = self.group;
-        let publisher = self.publisher_of(name);
         let entry = self.slots.get_mut(name)?;
+        let publisher = publisher_of(entry, &self.peers);
         let capacity = match (entry.own, entry.remake) {
             (Some(own), _) => own,
             (None, Some(remake)) if publisher.is_some() => remake,
@@ -232,4 +218,19 @@ impl Registry {
     pub fn slot_file(&self, name: &SlotName) -> Option<(u64, u64)> {
         self.slots.get(name)?.slot.as_ref().map(|s| s.file())
     }
+}
+
+/// The publication registered for `entry` (its process and endpoint), which goes on writing
+/// into the slot made anew (the client gives it a successor there): recorded as the new slot's
+/// writer, as at registration.
+fn publisher_of(
+    entry: &super::SlotEntry,
+    peers: &std::collections::HashMap<u64, super::Peer>,
+) -> Option<(u32, u64, u64)> {
+    let publication = entry
+        .endpoints
+        .iter()
+        .find(|r| r.kind == bus::protocol::EndpointKind::Publication)?;
+    let peer = peers.get(&publication.conn)?;
+    Some((peer.pid, peer.start_time, publication.endpoint))
 }
