@@ -146,7 +146,9 @@ impl Limits {
         if v.is_nan() {
             return self.min.max(0.0).min(self.max);
         }
-        v.clamp(self.min, self.max)
+        // Not `f64::clamp`, which panics on bounds out of order or NaN: limits read from the
+        // bus are another process's word. Within valid limits the two agree.
+        v.max(self.min).min(self.max)
     }
 }
 
@@ -208,7 +210,39 @@ pub use crate::clock::wall_ns as now_ns;
 
 #[cfg(test)]
 mod tests {
-    use super::Outcome;
+    use super::{Limits, Outcome};
+
+    /// Limits come off the bus (an arbiter block another process wrote): out of order or NaN,
+    /// they must give some number, not a panic in every application reading them.
+    #[test]
+    fn clamping_to_limits_read_from_the_bus_never_panics() {
+        let arm = Limits {
+            min: -1.5,
+            max: 1.5,
+        };
+        assert_eq!(arm.clamp(2.0), 1.5);
+        assert_eq!(arm.clamp(-2.0), -1.5);
+        assert_eq!(arm.clamp(0.25), 0.25);
+        assert_eq!(arm.clamp(f64::NAN), 0.0);
+        for bad in [
+            Limits {
+                min: 1.0,
+                max: -1.0,
+            },
+            Limits {
+                min: f64::NAN,
+                max: 1.0,
+            },
+            Limits {
+                min: -1.0,
+                max: f64::NAN,
+            },
+        ] {
+            for v in [-2.0, 0.0, 2.0, f64::NAN] {
+                bad.clamp(v);
+            }
+        }
+    }
 
     #[test]
     fn an_outcome_is_named_as_in_json() {

@@ -286,11 +286,14 @@ impl RobotController {
         let Shared {
             publication, block, ..
         } = &mut *s;
-        block.clone_from(&self.staged);
-        block.stamp_ns = now_ns();
+        // The block the refresher re-stamps becomes this one only once it is on the bus: a
+        // publish refused (too large) leaves the last one in force, refreshed, rather than
+        // one that fails at every refresh and lets what is owned expire.
+        self.staged.stamp_ns = now_ns();
         publication
-            .write(block)
+            .write(&self.staged)
             .map_err(|e| ControllerError::of_block(&self.name, e))?;
+        block.clone_from(&self.staged);
         s.last_publish = Instant::now();
         if !std::mem::replace(&mut s.published, true) {
             daemon::ready(&format!("robot controller {} publishing", self.name));

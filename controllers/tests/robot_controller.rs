@@ -1,6 +1,7 @@
 //! The `robot-controller` program in front of people and scripts, across real processes: what
 //! it waits for and prints, its outcome lines, command-line mistakes, unknown resources, an
-//! arbiter that hangs, refuses or never answers, and a command clamped to its limits.
+//! arbiter that hangs, refuses or never answers, a command clamped to its limits, and a publish
+//! refused as too large.
 
 #[path = "../../tools/tests/common/mod.rs"]
 mod common;
@@ -50,6 +51,58 @@ fn an_unknown_resource_is_a_clear_error() {
         app.refresh().unwrap();
         app.owns("arm/shoulder")
     });
+}
+
+/// A publish refused because the block grew too large leaves the block published before in
+/// force: it is still refreshed, and the controller keeps what it owns. (The refused block
+/// used to take its place, fail at every refresh, and let the turret expire a time to live
+/// later while the error read as if only this publish had failed.)
+#[test]
+fn a_publish_refused_as_too_large_leaves_the_last_block_in_force() {
+    let mut r = Robot::new(&["x"]);
+    // A second arbiter that never runs: commands for it are taken unchecked, as for any
+    // arbiter not yet running, which lets the block grow past its capacity.
+    std::fs::write(
+        &r.manager_file,
+        "controllers = [\"x\"]\narbiters = [\"arm\", \"gripper\"]\nunlisted = \"ignore\"\n",
+    )
+    .unwrap();
+    r.t.start_registry();
+    r.manager();
+    r.arbiter();
+    let bus = r.t.bus();
+    let mut app = controllers::RobotController::with_ttl(
+        &bus,
+        "x",
+        controllers::Status::Compromising,
+        std::time::Duration::from_millis(100),
+    )
+    .unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    eventually("x owns the turret", || {
+        app.publish().unwrap();
+        app.refresh().unwrap();
+        app.owns("arm/turret")
+    });
+    for i in 0..1_000 {
+        app.set(&format!("gripper/{i:0>64}"), 0.0).unwrap();
+    }
+    let err = app
+        .publish()
+        .expect_err("a block of 1,001 commands is refused");
+    assert!(
+        matches!(err, controllers::ControllerError::BlockTooLarge { .. }),
+        "{err}"
+    );
+    // Ten times the time to live: the block in force must have been refreshed meanwhile.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    app.refresh().unwrap();
+    assert!(app.owns("arm/turret"), "{:?}", app.feedback());
+    r.expect(
+        "x still holds the turret",
+        json!({"turret": "x", "shoulder": null, "elbow1": null, "elbow2": null}),
+        json!({"x": "full"}),
+    );
 }
 
 #[test]
