@@ -394,7 +394,8 @@ impl RobotController {
     }
 
     /// Sleeps until what this controller sees changes (`true`: as for `refresh`) or `timeout`
-    /// passes (`false`). An arbiter rewrites its block whenever any controller publishes (it
+    /// passes (`false`); an arbiter that stops responding (`Feedback::arbiter_responding`) is
+    /// a change, seen when its command turns stale. An arbiter rewrites its block whenever any controller publishes (it
     /// acknowledges the refresh), and those rewrites are pulled without waking the caller: a
     /// loop that publishes and then waits sleeps until its answer changes, rather than being
     /// woken by its own publish. Blocks that changed at the moment of a wake-up that counts are
@@ -404,9 +405,20 @@ impl RobotController {
         let deadline = Instant::now().checked_add(timeout);
         loop {
             self.check_publication()?;
-            let left = deadline.map_or(Duration::MAX, |d| {
+            let mut left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
+            // An arbiter that hangs writes nothing that would wake us: wake when its command
+            // turns stale (`arbiter_responding`), just after, to see it so.
+            if let Some(stale) = self
+                .watched
+                .arbiters
+                .iter()
+                .filter_map(|a| a.command.stale_in())
+                .min()
+            {
+                left = left.min(stale + Duration::from_millis(1));
+            }
             let changed = self.watched.group.wait_any(left)?;
             self.take_in(changed)?;
             if self.seen() != before {

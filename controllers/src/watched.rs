@@ -86,11 +86,27 @@ impl CommandWatch {
     /// Whether the command was re-stamped as its heartbeat promises (with room for a late
     /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
     pub fn responding(&self) -> bool {
-        let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
         self.heartbeat_ms == 0
             || self
                 .changed_at
-                .is_none_or(|(pulled, age)| pulled.elapsed().saturating_add(age) < limit)
+                .is_none_or(|(pulled, age)| pulled.elapsed().saturating_add(age) < self.limit())
+    }
+
+    /// How long until `responding` turns false unless a newer command is pulled; `None` when
+    /// it cannot (no heartbeat, no command seen yet) or already has. Nothing is written when an
+    /// arbiter hangs, so a wait for news must end by itself then.
+    pub fn stale_in(&self) -> Option<Duration> {
+        if self.heartbeat_ms == 0 {
+            return None;
+        }
+        let (pulled, age) = self.changed_at?;
+        self.limit()
+            .checked_sub(pulled.elapsed().saturating_add(age))
+            .filter(|left| !left.is_zero())
+    }
+
+    fn limit(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST)
     }
 }
 

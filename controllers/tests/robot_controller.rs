@@ -279,6 +279,41 @@ fn a_hung_arbiter_is_reported_as_not_responding() {
     assert!(r.t.finish(x).status.success());
 }
 
+/// The library's `wait_feedback` ends when the only arbiter stops responding: nothing is
+/// written then that would wake it, and it used to sleep its whole timeout while the
+/// application took itself for the turret's owner.
+#[test]
+fn wait_feedback_wakes_when_the_arbiter_stops_responding() {
+    let (r, _, arbiter) = Robot::running_with_children(&["x"]);
+    let bus = r.t.bus();
+    let mut app =
+        controllers::RobotController::new(&bus, "x", controllers::Status::Compromising).unwrap();
+    app.set("arm/turret", 0.5).unwrap();
+    eventually("x owns the turret", || {
+        app.publish().unwrap();
+        app.refresh().unwrap();
+        app.owns("arm/turret")
+    });
+    r.t.signal(arbiter, Signal::SIGSTOP);
+    // Whatever wakes a wait first (the arbiter's last answers), one of these waits must be the
+    // one that sees it stop responding, long before the 60 s.
+    let started = std::time::Instant::now();
+    while app_responding(&app) {
+        assert!(
+            app.wait_feedback(std::time::Duration::from_secs(60))
+                .unwrap(),
+            "a wait of 60 s ended with nothing changed"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+    assert!(!app.owns("arm/turret"));
+    r.t.signal(arbiter, Signal::SIGCONT);
+}
+
+fn app_responding(app: &controllers::RobotController) -> bool {
+    app.feedback().iter().all(|f| f.arbiter_responding)
+}
+
 /// A run that no arbiter answered did not command the robot, whatever it printed: with the
 /// manager ignoring it (unlisted), `robot-controller --duration-s` exits 1. A command refused
 /// once its arbiter runs (here started after the controller) ends the run with its release
