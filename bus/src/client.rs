@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -72,8 +72,13 @@ struct ClientState {
     /// (`on_connect`), hence which of two contenders for a name wins.
     endpoints: BTreeMap<u64, Weak<Endpoint>>,
     waiting: HashMap<u64, Sender<Result<(), BusError>>>,
-    next_endpoint: u64,
 }
+
+/// The last endpoint id given in this process. Ids are unique in the process, not only in a
+/// client: the registry takes a publication registered again on a new connection of the same
+/// process with the same id for the same one, and a process may open two `Bus` handles on a
+/// domain (two clients), whose publications of one name must not pass for one.
+static LAST_ENDPOINT: AtomicU64 = AtomicU64::new(0);
 
 /// One publication or subscription as the client tracks it.
 pub(crate) struct Endpoint {
@@ -179,8 +184,7 @@ impl ClientShared {
         let (tx, rx) = bounded(1);
         let endpoint = {
             let mut state = lock(&self.state);
-            state.next_endpoint += 1;
-            registration.endpoint = state.next_endpoint;
+            registration.endpoint = LAST_ENDPOINT.fetch_add(1, Ordering::Relaxed) + 1;
             let endpoint = Arc::new(Endpoint::new(
                 registration,
                 Arc::clone(self),

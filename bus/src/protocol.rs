@@ -25,7 +25,7 @@ pub enum EndpointKind {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Registration {
-    /// Client-chosen id, unique within the connection.
+    /// Client-chosen id, unique within the process (see `Slot::set_writer`).
     pub endpoint: u64,
     pub name: SlotName,
     pub kind: EndpointKind,

@@ -1,5 +1,5 @@
-//! Bad input gives a clear error, never a panic or undefined behaviour: type mismatch, oversized
-//! value, invalid names, no registry, corrupt segment headers.
+//! Bad input gives a clear error, never a panic or undefined behaviour: type mismatch, a second
+//! publisher, oversized value, invalid names, no registry, corrupt segment headers.
 
 mod common;
 
@@ -183,6 +183,76 @@ fn one_type_as_plain_old_data_and_as_serde_is_explained() {
         msg.contains("plain-old-data and the other as serde"),
         "{msg}"
     );
+}
+
+/// Two `Bus` handles of one process are two clients of the registry; a publication of a name
+/// in each is a second publisher, refused. (Endpoint ids were counted per client, so the
+/// registry took the second for the first registered again, and let it take the name over.)
+#[test]
+fn a_second_publisher_in_the_same_process_is_refused() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let (one, two) = (t.bus(), t.bus());
+    let mut first = one.publish::<u64>("/twice").unwrap();
+    let err = two
+        .publish::<u64>("/twice")
+        .err()
+        .expect("the second publisher is refused");
+    assert!(matches!(err, BusError::AlreadyPublished { .. }), "{err}");
+    first.write(&1).unwrap();
+    let mut sub = two.subscribe::<u64>("/twice").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&1));
+}
+
+/// A registry in a pid namespace of its own (a container) sees every client's pid and start
+/// time as 0: two publishers of one name, both unseen and both with endpoint 1, are not one
+/// publication registered again, and the second is refused rather than taking the name over.
+#[test]
+fn a_second_publisher_the_registry_cannot_see_is_refused() {
+    common::require_root();
+    let mut t = TestBus::new();
+    let domain = t.domain.as_str().to_owned();
+    let registry = common::bin("registry-server");
+    let registry = registry.to_str().unwrap();
+    // `--kill-child`: the registry goes with `unshare` when the test kills it.
+    let args = [
+        "--pid",
+        "--fork",
+        "--kill-child",
+        registry,
+        "--domain",
+        &domain,
+    ];
+    t.spawn_with_args_only("unshare".into(), &args);
+    let write = |seconds| {
+        [
+            "write",
+            "--name",
+            "/twice",
+            "--seconds",
+            seconds,
+            "--interval-ms",
+            "50",
+        ]
+    };
+    let first = t.spawn_stress(&write("10"));
+    let reader = t.bus();
+    let mut sub = reader
+        .subscribe::<tools::stress::Checked>("/twice")
+        .unwrap();
+    assert!(
+        sub.wait_update(WATCHDOG).unwrap(),
+        "the first publisher is not bound"
+    );
+    let second = t.spawn_stress(&write("1"));
+    let out = t.finish(second);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("already has a live publisher"),
+        "{out:?}"
+    );
+    t.kill(first);
 }
 
 #[test]

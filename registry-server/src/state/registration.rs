@@ -235,7 +235,10 @@ impl Registry {
                 {
                     let other = &entry.endpoints[i];
                     let theirs = self.peers.get(&other.conn).map(|p| (p.pid, p.start_time));
-                    if theirs == me && other.endpoint == reg.endpoint {
+                    // A pid or start time of 0 is a process this registry cannot see (another
+                    // pid namespace): two of those are not known to be one.
+                    let known = me.is_some_and(|(pid, start)| pid != 0 && start != 0);
+                    if known && theirs == me && other.endpoint == reg.endpoint {
                         // The same publication of the same process, re-registered on a new
                         // connection before its old one was closed: the new one takes over.
                         entry.endpoints.remove(i);
