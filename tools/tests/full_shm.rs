@@ -44,15 +44,22 @@ fn registry_with_small_shm_after(t: &mut TestBus, size: &str, before: &str) -> u
 
 /// `program args` in the registry's mount namespace (its /dev/shm), under the watchdog.
 fn run_in(t: &TestBus, registry: usize, program: &str, args: &[&str]) -> std::process::Output {
+    run_in_namespaces(t, registry, &["--mount"], program, args)
+}
+
+/// `program args` in the registry's `namespaces` (`nsenter` options), under the watchdog.
+fn run_in_namespaces(
+    t: &TestBus,
+    registry: usize,
+    namespaces: &[&str],
+    program: &str,
+    args: &[&str],
+) -> std::process::Output {
     Command::new("timeout")
         .arg(WATCHDOG.as_secs().to_string())
-        .args([
-            "nsenter",
-            "--target",
-            &t.pid(registry).to_string(),
-            "--mount",
-            program,
-        ])
+        .args(["nsenter", "--target", &t.pid(registry).to_string()])
+        .args(namespaces)
+        .arg(program)
         .args(args)
         .output()
         .expect("nsenter (util-linux)")
@@ -423,4 +430,85 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
         t.stderr_of(reader)
     );
     assert!(t.is_running(writer), "{}", t.stderr_of(writer));
+}
+
+/// `registry-server --net --host fullnet` in mount and network namespaces of its own: its
+/// /dev/shm holds `size`, and one end of a veth pair is its network (multicast needs an
+/// interface that is not loopback). Started after the shell command `before`. Its socket is
+/// in that network namespace: reach it with `run_in_namespaces(.., &["--mount", "--net"], ..)`.
+fn networked_registry_with_small_shm_after(t: &mut TestBus, size: &str, before: &str) -> usize {
+    let script = format!(
+        "mount -t tmpfs -o size={size} tmpfs /dev/shm && ip link add v0 type veth peer name v1 \
+         && ip addr add 10.77.0.1/24 dev v0 && ip link set v1 up && ip link set v0 up && \
+         {before} && exec \"$0\" --net --interface v0 --host fullnet \"$@\""
+    );
+    let registry = bin("registry-server");
+    t.spawn(
+        PathBuf::from("unshare"),
+        &[
+            "--mount",
+            "--net",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            registry.to_str().unwrap(),
+        ],
+    )
+}
+
+/// With `--net`, a /dev/shm without room for the network statistics slot (its segment missing,
+/// as after a first start with `--net` or an `rm`) is no reason to stop: the registry used to
+/// exit, and under systemd to be restarted every second with the bus down. It reflects and
+/// serves, says so, and makes the statistics slot once there is room.
+#[test]
+fn a_registry_without_room_for_its_network_statistics_serves_and_makes_them_later() {
+    require_root();
+    let mut t = TestBus::new();
+    // 5 MiB less 900 KiB: room for the directory (4 MiB and a page), not for the statistics
+    // slot (260 KiB) as well.
+    let registry = networked_registry_with_small_shm_after(
+        &mut t,
+        "5m",
+        "dd if=/dev/zero of=/dev/shm/filler bs=1K count=900 2>/dev/null",
+    );
+    eventually(
+        "the registry says it reflects without its statistics",
+        || {
+            assert!(t.is_running(registry), "{}", t.stderr_of(registry));
+            t.stderr_of(registry)
+                .contains("reflecting without /baton/registry/fullnet/net")
+        },
+    );
+    assert!(t
+        .stderr_of(registry)
+        .contains("reflecting as host 'fullnet'"));
+    let stats = |t: &TestBus| {
+        let inspect = bin("bus-inspect");
+        let domain = t.domain.as_str();
+        let args = [
+            "--domain",
+            domain,
+            "get",
+            "/baton/registry/fullnet/net",
+            "--json",
+        ];
+        let out = run_in_namespaces(
+            t,
+            registry,
+            &["--mount", "--net"],
+            inspect.to_str().unwrap(),
+            &args,
+        );
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let out = run_in(&t, registry, "rm", &["/dev/shm/filler"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually("the statistics are made and written", || {
+        stats(&t).is_some_and(|s| s.contains("\"host\":\"fullnet\""))
+    });
+    assert!(t.is_running(registry));
 }

@@ -99,6 +99,8 @@ const TICK: Duration = Duration::from_millis(50);
 const RECONCILE_GAP: Duration = Duration::from_millis(5);
 /// Statistics slot update interval.
 const STATS_EVERY: Duration = Duration::from_secs(1);
+/// Room for the statistics (`NetStats`: a line per peer; 64 KiB holds hundreds).
+const STATS_CAPACITY: u64 = 64 * 1024;
 /// Most slots one `futex_waitv` call watches (one word is the change word); with more the
 /// reflector also scans on a short timeout.
 const WATCH_MAX: usize = futex::WAITV_MAX - 1;
@@ -287,6 +289,7 @@ struct NetState {
     next_stats: Instant,
     /// Conflicts logged once each: (name, host).
     logged: BTreeSet<(String, String)>,
+    /// The registry's statistics slot, mapped here once it exists (`publish_stats`).
     stats_slot: Option<Slot>,
     dirty: bool,
     /// When the adoption grace of the registry's adopted slots ends (reconciled again then).
@@ -567,11 +570,17 @@ impl Net {
     pub fn start(self: &Arc<Net>, shared: &Arc<Shared>) -> std::io::Result<()> {
         let name = stats_slot_name(&self.host).map_err(std::io::Error::other)?;
         let schema = Schema::of_serde::<NetStats>().map_err(std::io::Error::other)?;
-        let segment = shared
-            .with_state(|reg| reg.create_own_slot(&name, &schema, 64 * 1024))
-            .map_err(std::io::Error::other)?;
-        lock(&self.state).stats_slot =
-            Some(Slot::open(&segment, true).map_err(std::io::Error::other)?);
+        // Not made now (a full /dev/shm, a file of another user in the way) is no reason not to
+        // reflect: the registry makes it at a later check if it can (`make_anew_again`), and
+        // the statistics are written from then on (`publish_stats`).
+        match shared.with_state(|reg| reg.create_own_slot(&name, &schema, STATS_CAPACITY)) {
+            Ok(bound) => shared.send_outbox(bound),
+            Err(e) => tracing::error!(
+                "network statistics: {e}; reflecting without {name}, and trying again at every \
+                 check"
+            ),
+        }
+
         for (label, socket) in [("net-data", &self.data), ("net-discovery", &self.discovery)] {
             let net = Arc::clone(self);
             let socket = socket.try_clone()?;

@@ -382,7 +382,16 @@ impl Net {
     }
 
     fn publish_stats(&self, now: Instant, shared: &Shared) {
-        let conflicts = shared.with_state(|reg| reg.conflicts);
+        // The registry's statistics slot as it holds it now, to map it when it was not made
+        // yet at start or was made anew since (a file of that name it did not make is not
+        // written to).
+        let name = super::stats_slot_name(&self.host).ok();
+        let (conflicts, registry_slot) = shared.with_state(|reg| {
+            let slot = name
+                .as_ref()
+                .and_then(|name| Some((reg.slot_file(name)?, reg.segment_name(name))));
+            (reg.conflicts, slot)
+        });
         let mut st = lock(&self.state);
         st.next_stats = now + STATS_EVERY;
         let mut stats = NetStats::load(&self.counters);
@@ -402,18 +411,21 @@ impl Net {
                 last_heard_ms: now.duration_since(p.last_heard).as_millis() as u64,
             })
             .collect();
-        if let Some(slot) = st.stats_slot.as_mut() {
-            if !slot.is_current() {
-                // Made anew by the registry (damaged: `state::damage`): map the new one.
-                match Slot::open(slot.segment(), true) {
-                    Ok(new) => *slot = new,
+        if st.stats_slot.as_ref().is_none_or(|slot| !slot.is_current()) {
+            if let Some((file, segment)) = registry_slot {
+                match Slot::open(&segment, true) {
+                    Ok(new) if new.file() == file => st.stats_slot = Some(new),
+                    // Made anew again since the look above: mapped at the next turn.
+                    Ok(_) => {}
                     Err(e) => {
-                        if self.warnings.due(Cause::StatsSlot, slot.segment()) {
-                            tracing::warn!("cannot map the statistics slot again: {e}");
+                        if self.warnings.due(Cause::StatsSlot, &segment) {
+                            tracing::warn!("cannot map the statistics slot {segment}: {e}");
                         }
                     }
                 }
             }
+        }
+        if let Some(slot) = st.stats_slot.as_ref() {
             let mut bytes = Vec::new();
             if bus::codec::encode_into(&stats, &mut bytes).is_ok() {
                 let _ = slot.write(&bytes);

@@ -38,7 +38,7 @@ impl Registry {
     /// Creates (or adopts) the directory slot and writes the first directory. `host` is this
     /// computer's name on the bus. A directory that cannot be created for want of room (a
     /// full /dev/shm) is no reason not to serve the bus: it is made at a later check
-    /// (`make_own_anew`), as one removed while the registry runs is.
+    /// (`make_anew_again`), as one removed while the registry runs is.
     pub fn create_directory_slot(&mut self, host: &str) -> Result<(), String> {
         let name = SlotName::public(DIRECTORY_SLOT).map_err(|e| e.to_string())?;
         let schema = Schema::of_serde::<Directory>().map_err(|e| e.to_string())?;

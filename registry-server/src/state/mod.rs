@@ -458,14 +458,21 @@ impl Registry {
         }
     }
 
-    /// Creates (or adopts) a slot the registry itself writes. Returns its segment. Called at
-    /// start-up before connections are accepted, so no subscription waits for it yet.
+    /// The segment of slot `name` in this registry's domain.
+    pub fn segment_name(&self, name: &SlotName) -> String {
+        self.domain.segment_name(name)
+    }
+
+    /// Creates (or adopts) a slot the registry itself writes, and binds the subscriptions that
+    /// wait for it (the network's statistics slot is made when the network opens, which may be
+    /// long after start-up): returns the pushes that tell them. A slot that cannot be made now
+    /// is still the registry's own, made at a later check if it can be (`make_anew_again`).
     pub fn create_own_slot(
         &mut self,
         name: &SlotName,
         schema: &Schema,
         capacity: u64,
-    ) -> Result<String, String> {
+    ) -> Result<Outbox, String> {
         let segment = self.domain.segment_name(name);
         // A slot of another type left from an earlier version is replaced if nobody maps it.
         if let Some(e) = self.slots.get(name) {
@@ -483,7 +490,7 @@ impl Registry {
         });
         // The registry writes it itself: no grace for reconnecting writers to wait for. Its
         // own from here on, also when it cannot be made now: made at a later check then
-        // (`make_own_anew`).
+        // (`make_anew_again`).
         entry.adopted_until = None;
         entry.own = Some(capacity);
         entry
@@ -497,7 +504,7 @@ impl Registry {
         if let Some(slot) = &entry.slot {
             write_as_registry(slot);
         }
-        Ok(segment)
+        Ok(entry.bind_waiting(&segment))
     }
 
     pub fn listing(&self) -> Vec<SlotListing> {
