@@ -25,7 +25,11 @@ pub(super) fn expected(format: &Format, schema: &Schema) -> String {
         Format::Char => "char (a one-character string)".to_string(),
         Format::Str => "str (a string)".to_string(),
         Format::Seq(_) | Format::Bytes => format!("{name} (an array)"),
-        Format::Map { .. } => format!("{name} (an object or an array of [key, value] pairs)"),
+        // An object only where keys print as strings (`string_key`): float keys, say, do not.
+        Format::Map { key, .. } if super::json::string_key(key, &schema.containers, 0) => {
+            format!("{name} (an object or an array of [key, value] pairs)")
+        }
+        Format::Map { .. } => format!("{name} (an array of [key, value] pairs)"),
         Format::Tuple(items) => format!("{name} (an array of {})", items.len()),
         Format::TupleArray { size, .. } => format!("{name} (an array of {size})"),
         Format::TypeName(_) => match schema.containers.get(&name) {

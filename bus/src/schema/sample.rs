@@ -433,11 +433,24 @@ impl<'de> de::VariantAccess<'de> for Enum<'_, '_> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
+        let enum_name = self.tracing.t.stack.last().cloned().unwrap_or_default();
+        let index = self.index;
         let mut seq = self.tracing.seq(fields.len(), false)?;
         let value = visitor.visit_seq(&mut seq)?;
+        let formats = seq.formats();
+        if formats.len() != fields.len() {
+            // As in `deserialize_struct`: an alias is among the names.
+            return Err(TraceError(format!(
+                "variant {index} of enum `{enum_name}` declares {} field names for its {} \
+                 fields: a field with #[serde(alias)] cannot be described on the bus; drop the \
+                 alias",
+                fields.len(),
+                formats.len()
+            )));
+        }
         let named = fields
             .iter()
-            .zip(seq.formats())
+            .zip(formats)
             .map(|(name, value)| Named {
                 name: name.to_string(),
                 value,

@@ -315,6 +315,15 @@ fn special_numbers_and_keys() {
     let pairs = json!([[[1, 2], true], [[3, 4], false]]);
     assert_eq!(schema.decode_json(&bytes).expect("decode"), pairs);
     assert_eq!(schema.encode_json(&pairs).expect("encode"), bytes);
+    // And an object for them is refused saying what is taken, not that an object is.
+    let error = schema
+        .encode_json(&json!({"1": true}))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains("(an array of [key, value] pairs), found object"),
+        "{error}"
+    );
 }
 
 #[derive(Serialize, Deserialize)]
@@ -664,4 +673,22 @@ fn a_field_alias_is_refused_with_a_reason() {
         .expect_err("refused")
         .to_string();
     assert!(error.contains("#[serde(alias)]"), "{error}");
+    // Also in a struct variant, which was described as `Move { speed, v }`.
+    #[derive(Serialize, Deserialize)]
+    #[allow(dead_code)]
+    enum Command {
+        Stop,
+        Move {
+            #[serde(alias = "v")]
+            speed: f64,
+            turn: f64,
+        },
+    }
+    let error = Schema::of_serde::<Command>()
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains("#[serde(alias)]") && error.contains("Command"),
+        "{error}"
+    );
 }
