@@ -217,13 +217,23 @@ pub fn publisher(pid: u32) -> String {
 /// `T (schema H)`, or `T (schema H; note)` for a slot's type the registry followed with a note
 /// in parentheses (see `same_name_hint`): one pair of parentheses, not two in a row.
 fn slot_type_and_schema(slot_type: &str, slot_hash: &str) -> String {
-    match slot_type
-        .split_once(" (")
-        .and_then(|(t, rest)| Some((t, rest.strip_suffix(')')?)))
-    {
+    match registry_note(slot_type) {
         Some((type_name, note)) => format!("{type_name} (schema {slot_hash}; {note})"),
         None => format!("{slot_type} (schema {slot_hash})"),
     }
+}
+
+/// How the registry's notes after a slot's type begin (`registry-server`'s registration).
+const REGISTRY_NOTES: [&str; 3] = ["not created yet", "published on host", "the last value"];
+
+/// `slot_type` as the type and the registry's note after it, if it has one. Found by its known
+/// beginnings: a type's own name may hold " (" (a tuple of tuples, `(f64, (f64, f64))`).
+fn registry_note(slot_type: &str) -> Option<(&str, &str)> {
+    REGISTRY_NOTES.iter().find_map(|note| {
+        let at = slot_type.rfind(&format!(" ({note}"))?;
+        let note = slot_type[at..].strip_prefix(" (")?.strip_suffix(')')?;
+        Some((&slot_type[..at], note))
+    })
 }
 
 /// Two schemas under one type name: say what usually causes that. The registry may follow the
@@ -231,9 +241,7 @@ fn slot_type_and_schema(slot_type: &str, slot_hash: &str) -> String {
 /// host 'a')`): the slot's type is the same name when it is `requested_type`, alone or followed
 /// by such a note.
 fn same_name_hint(slot_type: &str, requested_type: &str) -> &'static str {
-    let same = slot_type
-        .strip_prefix(requested_type)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with(" ("));
+    let same = registry_note(slot_type).map_or(slot_type, |(t, _)| t) == requested_type;
     if same {
         "; the same name with another schema: the two programs were built from different \
          definitions of the type, or one uses it as plain-old-data and the other as serde"
@@ -274,6 +282,17 @@ mod tests {
                  app::Pose (schema bbbb); the same name with another schema"
             ),
             "{noted}"
+        );
+        // A type whose own name holds " (" is not taken for a type and a note.
+        let tuple = error("(f64, (f64, f64))");
+        assert!(
+            tuple.contains("the slot is typed (f64, (f64, f64)) (schema aaaa), this"),
+            "{tuple}"
+        );
+        let tuple = error("(f64, (f64, f64)) (published on host 'arm')");
+        assert!(
+            tuple.contains("typed (f64, (f64, f64)) (schema aaaa; published on host 'arm'), "),
+            "{tuple}"
         );
     }
 }
