@@ -25,6 +25,10 @@ const DAMAGE_CHECKS_PER_SWEEP: usize = 256;
 /// A client that does not read its socket for this long is disconnected rather than allowed to
 /// stall the registry.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Refused connections told why at one time, at most (`refuse`); more are closed unanswered.
+const MAX_REFUSING: usize = 16;
+/// How long a refused connection is kept open in all, for its client to read the answer.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// Bytes of answers and pushes a connection may have waiting to be written. Registering
 /// endpoints queues about 100 bytes an answer, so a burst of 10,000 stays far below; only a
 /// client that keeps asking for listings (up to `MAX_FRAME`, 4 MiB each) without reading them
@@ -343,12 +347,31 @@ pub fn serve(
                 continue;
             }
         };
+        // The socket is abstract (no file permissions): who may use the bus is checked here,
+        // before anything is spent on the connection, with the same rule as the segments'
+        // mode, owner and group.
+        let pid = match getsockopt(&stream, PeerCredentials) {
+            Ok(c) => match shared.admission.check(c.uid(), c.gid(), c.pid() as u32) {
+                Ok(()) => c.pid() as u32,
+                Err(message) => {
+                    refuse(stream, message);
+                    continue;
+                }
+            },
+            Err(e) => {
+                refuse(
+                    stream,
+                    format!("the registry cannot tell who connects: {e}"),
+                );
+                continue;
+            }
+        };
         next_conn += 1;
         let conn = next_conn;
         let shared = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn}"))
-            .spawn(move || handle(&shared, conn, stream));
+            .spawn(move || handle(&shared, conn, stream, pid));
         if let Err(e) = spawned {
             // The stream went with the closure: the connection is closed; others carry on.
             tracing::warn!("connection {conn} refused: cannot start its thread: {e}");
@@ -357,26 +380,52 @@ pub fn serve(
     Ok(())
 }
 
-fn handle(shared: &Shared, conn: u64, mut stream: UnixStream) {
-    let credentials = getsockopt(&stream, PeerCredentials).ok();
-    let pid = credentials.map_or(0, |c| c.pid() as u32);
-    // The socket is abstract (no file permissions): who may use the bus is checked here, with
-    // the same rule as the segments' mode, owner and group.
-    if let Some(c) = credentials {
-        if let Err(message) = shared.admission.check(c.uid(), c.gid(), pid) {
-            let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-            let _ = write_frame(&mut stream, 0, &Reply::Error { message });
-            // Let the client read the answer: closing with its requests unread would reset
-            // the connection under it. Bounded: a second at most.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-            let _ = std::io::copy(
-                &mut std::io::Read::take(stream, 1 << 20),
-                &mut std::io::sink(),
-            );
+/// Tells a connection it is refused (`message`) on a thread of its own, or, while
+/// `MAX_REFUSING` others are being told, closes it unanswered: a process outside the bus must
+/// not tie up the registry's threads and descriptors by connecting again and again.
+fn refuse(stream: UnixStream, message: String) {
+    static REFUSING: AtomicUsize = AtomicUsize::new(0);
+    if REFUSING.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
+        REFUSING.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("refusing".into())
+        .spawn(move || {
+            tell_refused(stream, &message);
+            REFUSING.fetch_sub(1, Ordering::Relaxed);
+        });
+    if spawned.is_err() {
+        REFUSING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes the refusal, then reads what the client sent for at most `REFUSAL_LINGER` in all
+/// (closing with its requests unread would reset the connection under it before it read the
+/// answer) and closes.
+fn tell_refused(mut stream: UnixStream, message: &str) {
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let message = message.to_owned();
+    if write_frame(&mut stream, 0, &Reply::Error { message }).is_err() {
+        return;
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + REFUSAL_LINGER;
+    let mut read = 0;
+    let mut buf = [0u8; 4096];
+    while read < 1 << 20 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             return;
         }
+        match std::io::Read::read(&mut stream, &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => read += n,
+        }
     }
+}
+
+fn handle(shared: &Shared, conn: u64, stream: UnixStream, pid: u32) {
     let peer = Peer {
         pid,
         start_time: bus::process::start_time(pid).unwrap_or(0),

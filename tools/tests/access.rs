@@ -1,6 +1,6 @@
 //! Who may use a bus, and what a registry refuses at start: segments belong to their owner and
-//! the bus's group, a user outside the group is refused (and binds once admitted), key files
-//! and groups that cannot work stop the registry before it makes anything, a planted segment is
+//! the bus's group, a user outside the group is refused (and binds once admitted; connecting
+//! again and again ties the registry up no more), key files and groups that cannot work stop the registry before it makes anything, a planted segment is
 //! never adopted, and a segment the registry or `bus-inspect clean` may not remove is named
 //! with its owner.
 
@@ -524,4 +524,57 @@ fn clean_by_a_member_says_whose_segment_it_may_not_remove() {
         text.contains("it belongs to root; run clean as root"),
         "{text}"
     );
+}
+
+/// A user outside the bus's group who opens connection after connection, and keeps each one
+/// busy, ties up no more than a few of the registry's threads (each refused connection held a
+/// thread and a descriptor for as long as it sent a byte a second, so that a few thousand used
+/// up the registry's descriptors); members go on using the bus meanwhile.
+#[test]
+fn a_user_outside_the_group_cannot_tie_up_the_registry_by_connecting() {
+    require_root();
+    let mut t = TestBus::new();
+    t.start_registry();
+    let registry = t.pid(t.registry());
+    let threads = || {
+        let status = std::fs::read_to_string(format!("/proc/{registry}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap()
+    };
+    let before = threads();
+    // 200 connections (perl-base is part of every Debian system), each sent a byte every half
+    // second for 10 s.
+    let flood = "use Socket; $| = 1; $SIG{PIPE} = 'IGNORE'; my @s; for (1..200) { \
+                 socket(my $f, AF_UNIX, SOCK_STREAM, 0) or last; \
+                 connect($f, pack_sockaddr_un(\"\\0\" . $ARGV[0])) and push @s, $f; } \
+                 print scalar(@s), \" connected\\n\"; \
+                 for (1..20) { syswrite($_, 'x') for @s; select(undef, undef, undef, 0.5); }";
+    let socket = t.domain.registry_socket();
+    let mut args = AS_NOBODY.to_vec();
+    args.extend(["perl", "-e", flood, &socket]);
+    let flooder = t.spawn_with_args_only("setpriv".into(), &args);
+    common::eventually("the connections are made", || {
+        t.stdout_of(flooder).contains("connected")
+    });
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(threads());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        most <= before + 20,
+        "{most} registry threads during the flood, {before} before: {}",
+        t.stdout_of(flooder)
+    );
+    let bus = t.bus();
+    let mut publication = bus.publish::<u32>("/during/flood").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&7).unwrap();
+    let mut sub = bus.subscribe::<u32>("/during/flood").unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&7));
+    t.kill(flooder);
 }
