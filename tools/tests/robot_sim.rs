@@ -66,6 +66,34 @@ fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
     });
 }
 
+/// A command timeout of centuries (someone meaning "never") keeps a command that is not
+/// re-stamped in force: it wrapped to under a millisecond, and every command went stale at once.
+#[test]
+fn a_command_timeout_of_centuries_never_ends_a_command() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let bus = t.bus();
+    let mut command = bus
+        .publish::<ResourceCommand>("/robot/arbiter/drive/command")
+        .unwrap();
+    command.wait_bound(WATCHDOG).unwrap();
+    // With a heartbeat, so that the timeout applies to it.
+    let mut once = drive_command(0.5, 0.5);
+    once.heartbeat_ms = 100;
+    command.write(&once).unwrap();
+    let mut state = bus
+        .subscribe::<ResourceState>("/robot/resource/drive/state")
+        .unwrap();
+    let sim = t.spawn_bin("robot-sim", &["--command-timeout-ms", "18446744073710"]);
+    eventually("the wheels turn at the command", || {
+        wheel(&mut state, "left").is_some_and(|v| (v - 0.5).abs() < 0.01)
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(wheel(&mut state, "left").is_some_and(|v| (v - 0.5).abs() < 0.01));
+    let log = t.stderr_of(sim);
+    assert!(!log.contains("not executing"), "{log}");
+}
+
 /// Bad arbiter names are usage errors, checked by the arbiter's own rule before anything is
 /// created: a name with `/` would make a slot such as `/robot/resource//robot/arbiter/arm/state`.
 #[test]

@@ -318,7 +318,10 @@ impl Followed {
                 .write_time
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
-            read.on_clock(lives_until(written, read.wall_ns, t.as_nanos() as u64))
+            // Saturating: a timeout of more than 584 years (someone meaning "never") must not
+            // wrap to a fraction of a millisecond.
+            let timeout_ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            read.on_clock(lives_until(written, read.wall_ns, timeout_ns))
         });
         let fresh = stale_at.is_none_or(|at| now.clock_ns <= at);
         let refused = if command.writer() != Some(bus::WriterState::Alive) {
