@@ -344,7 +344,7 @@ impl ClientShared {
                     return;
                 };
                 let err = refusal.into_error(&ep.registration);
-                *lock(&ep.error) = Some(err.clone());
+                ep.fail(err.clone());
                 (endpoint, Err(err), Some(ep.registration.name.clone()))
             }
             // The registry sends `Error` only to refuse a connection, before closing it.
@@ -442,7 +442,7 @@ impl ClientShared {
                 Ok(())
             }
             Err(e) => {
-                *lock(&ep.error) = Some(e.clone());
+                ep.fail(e.clone());
                 Err(e)
             }
         }

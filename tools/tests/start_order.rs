@@ -567,3 +567,61 @@ fn a_bound_publication_registers_again_before_an_older_refused_one() {
     assert!(newer.is_bound());
     assert!(!older.is_bound(), "the older publication took the name");
 }
+
+/// A value written before the registry answered, by a publication it then refused (the name
+/// was another live process's), is not published when a registry accepts the publication
+/// later: the writes after the refusal failed, and the kept value used to come out then as the
+/// live writer's newest (an old command, say).
+#[test]
+fn a_value_kept_by_a_refused_publication_is_not_published_when_it_is_accepted_later() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let first = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/kept/refused",
+        "--max-size",
+        "64",
+        "--count",
+        "3",
+        "--linger",
+        "60",
+    ]);
+    let bus = t.bus();
+    let mut sub = bus.subscribe::<Checked>("/kept/refused").unwrap();
+    common::eventually("the first process's three values", || {
+        sub.update().unwrap();
+        sub.value().is_some_and(|v| v.sequence == 3)
+    });
+    t.kill_registry();
+    let mut late = bus
+        .publication("/kept/refused")
+        .unwrap()
+        .capacity(128)
+        .create::<Checked, bus::Serde>()
+        .unwrap();
+    late.write(&Checked::new(999, 64)).unwrap();
+    t.start_registry();
+    let refused = late
+        .wait_bound(WATCHDOG)
+        .expect_err("refused: the name is taken");
+    assert!(
+        matches!(refused, bus::BusError::AlreadyPublished { .. }),
+        "{refused}"
+    );
+    // The first process dies, and a registry started again accepts the late publication.
+    t.kill(first);
+    t.kill_registry();
+    t.start_registry();
+    // The refusal stands until the new registry answers.
+    common::eventually("the late publication is accepted", || {
+        late.wait_bound(Duration::from_millis(50)).is_ok()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    sub.update().unwrap();
+    assert_eq!(sub.value().map(|v| v.sequence), Some(3));
+    // Its own writes from now on are published.
+    late.write(&Checked::new(4, 64)).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value().map(|v| v.sequence), Some(4));
+}

@@ -78,6 +78,21 @@ impl Endpoint {
         lock(&self.error).clone()
     }
 
+    /// Records why the endpoint cannot be used (refused by the registry, or its slot not
+    /// mapped). A publication's value kept from before binding goes: the writes after it
+    /// failed with this error, and it must not come out later, when a registry accepts the
+    /// publication, as the newest value of a live writer (an old command, say).
+    pub(crate) fn fail(&self, error: BusError) {
+        let mut pending = lock(&self.pending);
+        if pending.take().is_some() {
+            tracing::warn!(
+                "{}: the value written before the registry answered is not published: {error}",
+                self.registration.name
+            );
+        }
+        *lock(&self.error) = Some(error);
+    }
+
     /// The endpoint that stands for this one now: itself, or the last of its successors.
     pub(crate) fn current(self: &Arc<Endpoint>) -> &Arc<Endpoint> {
         let mut endpoint = self;
