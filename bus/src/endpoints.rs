@@ -387,8 +387,11 @@ impl<T, C: Codec<T>> Subscription<T, C> {
                 return Ok(true);
             }
             let wake = match self.endpoint.slot.get() {
+                // A successor that comes after the update above (following the new slot
+                // failed first, a later binding succeeded) is news as well: its one wake-up
+                // may have come before this wait counted itself.
                 Some(slot) => wait_on_slot(slot, self.last_sequence(), deadline, || {
-                    self.replaced_unreported()
+                    self.replaced_unreported() || self.moves_on()
                 }),
                 None => {
                     let client = &self.endpoint.client;

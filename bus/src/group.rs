@@ -171,6 +171,9 @@ impl MemberState {
         if self.broken {
             return false;
         }
+        // An error stands for the pull that reported it (`error`): one left untaken from an
+        // earlier pull would be taken for the cause of a later, good change.
+        self.error = None;
         let new_value = match self.subscription.update() {
             Ok(new_value) => new_value,
             Err(e) => {
@@ -342,8 +345,9 @@ impl SubscriptionGroup {
         }
     }
 
-    /// The error that made `wait_any` or `update_all` report member `index` as changed, if
-    /// any, left for `take_error`.
+    /// The error that made the last `wait_any` or `update_all` that pulled member `index`
+    /// report it as changed, if any, left for `take_error` until the member is pulled again
+    /// (a member left out for good after a refusal keeps its error).
     pub fn error(&self, index: usize) -> Option<&BusError> {
         self.members.get(index).and_then(|m| m.error.as_ref())
     }
@@ -434,8 +438,9 @@ impl SubscriptionGroup {
                 }
                 None => {
                     watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);
-                    // Bound after our update but before we read the bind word: don't sleep.
-                    ready |= sub.slot().is_some();
+                    // Bound, or refused, after our update but before we read the bind word:
+                    // don't sleep.
+                    ready |= sub.slot().is_some() || sub.endpoint().error().is_some();
                 }
             }
         }

@@ -240,8 +240,14 @@ impl Slot {
             let first = self.latest_sequence().saturating_add(1);
             self.store64(OFF_WRITER_FIRST, first);
         }
+        let was_alive = self.writer_state() == WriterState::Alive;
         self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
         version.store(changing.wrapping_add(1), Ordering::Release);
+        if !was_alive {
+            // A writer that comes is a change to a subscription group's waiters
+            // (`SubscriptionGroup::wait_any`), as one that goes is (`mark_writer_gone`).
+            self.wake_all_waiters();
+        }
     }
 
     /// Wakes everyone waiting on this slot, as a write would, without a value: a waiter
