@@ -42,6 +42,24 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     let text = String::from_utf8(lab.inspect(B, &["get", "/lab/x"]).stdout).unwrap();
     assert!(text.contains("writer alive on hA"), "{text}");
     assert_eq!(text.matches("hA").count(), 1, "the host named once: {text}");
+    // While hB's registry is down the mirror is not fed, which says nothing of its publisher on
+    // hA: `get` said the writer was gone on hA, where `list` said this.
+    lab.kill_registry(B);
+    for command in ["list", "get"] {
+        let out = lab.inspect(B, &[command, "/lab/x"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            text.contains("not fed from hA (this computer's registry is not running)"),
+            "{command}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lab.start_registry(B, &[], &[]);
+    let before = lab.list_row(B, "/lab/x")["sequence"].as_u64();
+    eventually("the mirror is fed again", || {
+        let row = lab.list_row(B, "/lab/x");
+        row["sequence"].as_u64() > before
+    });
 
     // The registry writes the mirror: put is refused and names the origin.
     let out = lab.inspect(

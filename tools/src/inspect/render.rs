@@ -240,10 +240,11 @@ pub fn reading(r: &Reading, skipped: u64) -> String {
         table::short_type(&r.type_name, 48),
         r.sequence,
         table::age(age),
-        // The reading's state is already `Gone` for a writer marked alive whose process died.
+        // The reading's state is already `Gone` for a local writer marked alive whose process
+        // died; a mirror's is as recorded, told apart by whether its registry runs.
         writer_cell(
             r.writer,
-            r.writer == WriterState::Alive,
+            r.writer_running,
             r.writer_pid,
             r.writer_program.as_deref(),
             r.origin.as_deref()

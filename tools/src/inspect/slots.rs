@@ -146,6 +146,10 @@ pub struct Reading {
     pub writer_pid: u32,
     #[serde(skip)]
     pub writer_program: Option<String>,
+    /// Whether the recorded writer's process runs here (for a mirror, this computer's
+    /// registry, which feeds it).
+    #[serde(skip)]
+    pub writer_running: bool,
 }
 
 /// Reads and decodes the newest value if its sequence is not `last_seen`.
@@ -171,7 +175,14 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     })?;
     let origin = slot.origin();
     let recorded = slot.writer_of(Some(info.sequence));
-    let writer = writer_now(&recorded);
+    let writer_running = recorded.is_running();
+    // A mirror's recorded writer is this computer's registry: it not running says nothing of
+    // the publisher on the origin host (the text form says the mirror is not fed, as `list`).
+    let writer = if origin.is_empty() {
+        writer_now(&recorded)
+    } else {
+        recorded.state
+    };
     let writer_pid = recorded.pid;
     Ok(Some(Reading {
         name: slot.name().to_string(),
@@ -187,6 +198,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         } else {
             None
         },
+        writer_running,
     }))
 }
 
