@@ -91,6 +91,13 @@ pub fn open(domain: &Domain, name: &SlotName) -> Result<Slot> {
     open_mode(domain, name, false)
 }
 
+/// The value of the slot here, as it is: nothing asked of the registry, no wait for an empty
+/// mirror's first value (for `doctor` and `stats`, which look at every slot they list and must
+/// not register as their subscribers; `get` follows an empty mirror, `remote::get`).
+pub(crate) fn read_here(domain: &Domain, name: &SlotName) -> Result<Option<Reading>> {
+    slots::read_newer(&open(domain, name)?, 0)
+}
+
 /// Opens a slot; `writable` only for `put`.
 pub(crate) fn open_mode(domain: &Domain, name: &SlotName, writable: bool) -> Result<Slot> {
     let segment = domain.segment_name(name);

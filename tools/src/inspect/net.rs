@@ -352,7 +352,7 @@ fn clock(domain: &Domain) -> Check {
         let Ok(name) = super::slot_name(&s.name) else {
             continue;
         };
-        let Ok(Some(reading)) = super::get(domain, &name) else {
+        let Ok(Some(reading)) = super::read_here(domain, &name) else {
             continue;
         };
         let lag = now - reading.time_ns as f64 / 1e9;

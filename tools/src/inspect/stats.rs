@@ -84,7 +84,7 @@ pub fn read(domain: &Domain) -> Vec<NetSlot> {
                 .strip_suffix(SUFFIX)?
                 .to_owned();
             let name = super::slot_name(&s.name).ok()?;
-            let reading = super::get(domain, &name).ok()??;
+            let reading = super::read_here(domain, &name).ok()??;
             Some(NetSlot {
                 slot: s.name,
                 host,
