@@ -235,6 +235,13 @@ impl Schema {
             offset: bytes.len(),
             reason,
         };
+        // No Rust type, field or variant has one; a schema from another computer with one
+        // would put terminal escapes into `bus-inspect`'s output.
+        if let Some(name) = name_with_control_character(&parts.type_name, &parts.containers) {
+            return Err(corrupt(format!(
+                "a name holds a control character: {name:?}"
+            )));
+        }
         let schema = Schema::build(
             &parts.type_name,
             parts.encoding,
@@ -368,4 +375,32 @@ fn describe_container(name: &str, container: &ContainerFormat) -> String {
             format!("enum {name} {{ {} }}", variants.join(", "))
         }
     }
+}
+
+/// The first of the type's name, its containers' names and their fields' and variants' names
+/// that holds a control character.
+fn name_with_control_character<'a>(
+    type_name: &'a str,
+    containers: &'a BTreeMap<String, ContainerFormat>,
+) -> Option<&'a str> {
+    let fields = |named: &'a [Named<Format>]| named.iter().map(|f| f.name.as_str());
+    let mut names: Vec<&str> = vec![type_name];
+    for (name, container) in containers {
+        names.push(name);
+        match container {
+            ContainerFormat::Struct(named) => names.extend(fields(named)),
+            ContainerFormat::Enum(variants) => {
+                for variant in variants.values() {
+                    names.push(&variant.name);
+                    if let VariantFormat::Struct(named) = &variant.value {
+                        names.extend(fields(named));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+        .into_iter()
+        .find(|name| name.chars().any(char::is_control))
 }

@@ -1,6 +1,7 @@
 //! Forged datagrams without a key, across hosts made of network namespaces: a datagram that
 //! fails validation must leave nothing behind, and a validly formed one claiming a session far
-//! ahead of the real host's must shut that host out only until it is forgotten.
+//! ahead of the real host's must shut that host out only until it is forgotten; names that
+//! would put terminal escapes into `bus-inspect`'s output are dropped.
 
 mod common;
 mod netns;
@@ -83,6 +84,54 @@ fn a_datagram_that_fails_validation_leaves_nothing_behind() {
     let s = summary(&lab.finish(r));
     assert!(s["last"].as_u64() >= Some(20), "B never learnt /after: {s}");
     assert_eq!(lab.dropped(B, "replayed"), 0, "{:?}", lab.stats(B));
+}
+
+/// An announcement whose publication's type name holds a control character (a terminal
+/// escape, written out by `bus-inspect list --remote` and `get` on the computer that heard it)
+/// is dropped as malformed, and the name is not listed. A Rust type's name never has one.
+#[test]
+fn an_announced_type_name_with_a_control_character_is_dropped() {
+    use registry::net::wire::{encode_announce, Announce, PubInfo, ANNOUNCE_CHANNEL};
+    let mut lab = Lab::new(3);
+    lab.start_registry(B, &[], &[]);
+    let announce = |type_name: &str| {
+        let a = Announce {
+            host: "hC".into(),
+            data_port: PORT,
+            interval_ms: 500,
+            generation: 1,
+            part: 0,
+            parts: 1,
+            publications: vec![PubInfo {
+                name: "/forged".into(),
+                type_name: type_name.into(),
+                schema_hash: 3,
+                capacity: 64,
+                writer_alive: true,
+                writer_first: 0,
+                series: 1,
+                kept: false,
+                kept_written_ns: 0,
+            }],
+            wants: vec![],
+        };
+        let mut body = Vec::new();
+        encode_announce(&a, &mut body).unwrap();
+        body
+    };
+    // Sent until counted: the first datagrams from a namespace just made may be lost.
+    let bad = datagram("hC", 1, ANNOUNCE_CHANNEL, &announce("T\x1b[2J"));
+    eventually("B drops the announcement as malformed", || {
+        send_from_c(&lab, B, bad.clone());
+        lab.dropped(B, "malformed") > 0
+    });
+    assert!(lab.directory_entry(B, "/forged").is_none());
+    // The same announcement with a plain name is heard: the drop was for the name.
+    let good = datagram("hC", 2, ANNOUNCE_CHANNEL, &announce("T"));
+    eventually("B lists hC's publication", || {
+        send_from_c(&lab, B, good.clone());
+        lab.directory_entry(B, "/forged").is_some()
+    });
 }
 
 /// Without a key anyone can forge a valid announcement of A's claiming a session far ahead:

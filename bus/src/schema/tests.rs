@@ -555,6 +555,26 @@ fn corrupt_schema_bytes_are_errors() {
     }
 }
 
+/// A schema from another computer whose names hold control characters (terminal escapes for
+/// `bus-inspect`'s output) is refused as corrupt; no Rust name has one.
+#[test]
+fn a_schema_with_a_control_character_in_a_name_is_refused() {
+    #[derive(Serialize, Deserialize)]
+    struct Pose {
+        speed: f64,
+    }
+    let good = Schema::of_serde::<Pose>().expect("schema").to_bytes();
+    assert!(Schema::from_bytes(&good).is_ok());
+    let at = good
+        .windows(5)
+        .position(|w| w == b"speed")
+        .expect("the field's name");
+    let mut bad = good.clone();
+    bad[at + 3] = 0x1b;
+    let error = Schema::from_bytes(&bad).expect_err("refused").to_string();
+    assert!(error.contains("control character"), "{error}");
+}
+
 #[test]
 fn hostile_schemas_are_bounded() {
     // Deep nesting.

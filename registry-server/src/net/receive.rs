@@ -313,6 +313,10 @@ impl Net {
             || wire::fnv1a(a.host.as_bytes()) != d.header.sender
             || a.host == self.host
             || super::check_host_name(&a.host).is_err()
+            // No Rust type's name has one: it would put terminal escapes into `bus-inspect`.
+            || a.publications
+                .iter()
+                .any(|p| p.type_name.chars().any(char::is_control))
         {
             return Err(Drop::Malformed);
         }
