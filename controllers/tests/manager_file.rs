@@ -318,7 +318,7 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     std::os::unix::fs::symlink(first.join("manager.toml"), &r.manager_file).unwrap();
     let mut r = r;
     r.t.start_registry();
-    r.manager();
+    let manager = r.manager();
     eventually("the first order", || order_is(&r, json!(["a", "b"])));
     // Re-pointed the way deployment tools do it: a new link renamed over the old one.
     let link = dir.join("manager.toml.new");
@@ -326,6 +326,18 @@ fn the_manager_watches_where_its_config_symlink_now_points() {
     std::fs::rename(&link, &r.manager_file).unwrap();
     eventually("the second order", || order_is(&r, json!(["b", "a"])));
     write_in_place_in_two_steps(&r, &second.join("manager.toml"), &["a"], json!(["b", "a"]));
+    // The file it led to before is no longer watched: a write there is not read (the watch
+    // stayed, and every write of an old release's file reloaded the config).
+    let reloads = |r: &Robot| {
+        r.t.stderr_of(manager)
+            .matches("the priority order in force is unchanged")
+            .count()
+    };
+    let before = reloads(&r);
+    std::fs::write(first.join("manager.toml"), manager_toml(&["a", "b"])).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(reloads(&r), before, "{}", r.t.stderr_of(manager));
+    assert!(order_is(&r, json!(["a"])));
 }
 
 /// The manager's slot removed under a running robot whose manager has died: the registry makes

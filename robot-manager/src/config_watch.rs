@@ -62,13 +62,19 @@ pub struct ConfigWatch {
     /// a valid one was being written.
     unconfirmed: Option<(Fingerprint, Instant)>,
     /// A reload asked for by events read after a load (`written_during_load`), taken by the
-    /// next `reload_due`.
+    /// next `reload_due` (at once: `timeout` is 0 meanwhile).
     pending_reload: bool,
+    /// A write in place of the config was seen (IN_MODIFY) since `written_during_load` began
+    /// counting: also one that began and closed while the file was being read.
+    modified: bool,
 }
 
 impl ConfigWatch {
     /// Watches `path`, whose content as loaded is `loaded` (fingerprinted before the load, so
-    /// that an edit made between the two is seen as a change). `path` must be absolute.
+    /// that an edit made between the two is seen as a change). `path` must be absolute. A
+    /// directory that cannot be watched now (not there yet, no permission, the inotify watch
+    /// limit) is said and left to `reload_due`, as when it happens later: tried again, or the
+    /// file looked at every `LOOK_EVERY`. Fails only without inotify at all.
     pub fn new(path: &Path, loaded: Fingerprint) -> Result<ConfigWatch, String> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| format!("inotify: {e}"))?;
@@ -81,9 +87,26 @@ impl ConfigWatch {
             unwatched: None,
             unconfirmed: None,
             pending_reload: false,
+            modified: false,
         };
-        watch.watch_config().map_err(|e| e.message)?;
+        if let Err(e) = watch.watch_config() {
+            watch.say_unwatched(&e);
+            watch.unwatched = Some(e);
+        }
         Ok(watch)
+    }
+
+    /// Says why a directory of the config is not watched, and what is done instead.
+    fn say_unwatched(&self, e: &WatchError) {
+        if e.missing {
+            tracing::warn!("{}; trying again every {WATCH_AGAIN_EVERY} ms", e.message);
+        } else {
+            tracing::warn!(
+                "{}; looking at the file every {} s instead",
+                e.message,
+                LOOK_EVERY / 1000
+            );
+        }
     }
 
     /// What to poll for events.
@@ -94,6 +117,9 @@ impl ConfigWatch {
     /// How long, in milliseconds, the owner may sleep before calling `reload_due` again: at
     /// most `look`, shorter while a directory is missing or a change waits to be confirmed.
     pub fn timeout(&self, look: u16) -> u16 {
+        if self.pending_reload {
+            return 0;
+        }
         if self.unwatched.as_ref().is_some_and(|e| e.missing) {
             return WATCH_AGAIN_EVERY;
         }
@@ -122,15 +148,7 @@ impl ConfigWatch {
             }
             Err(e) => {
                 if self.unwatched.as_ref() != Some(&e) {
-                    if e.missing {
-                        tracing::warn!("{}; trying again every {WATCH_AGAIN_EVERY} ms", e.message);
-                    } else {
-                        tracing::warn!(
-                            "{}; looking at the file every {} s instead",
-                            e.message,
-                            LOOK_EVERY / 1000
-                        );
-                    }
+                    self.say_unwatched(&e);
                 }
                 self.unwatched = Some(e);
             }
@@ -178,13 +196,15 @@ impl ConfigWatch {
     /// `reload_due` said to load it): what was read is then part of the new file, or none of it
     /// (truncated), and is to be dropped; its close reloads it. The events of a write come with
     /// the write itself, so one that changed the bytes read is queued by the time the load has
-    /// read them. Only a write since the last `reload_due` counts.
+    /// read them. Only a write since the last `reload_due` counts, also one that began and
+    /// was closed during the load (its close reloads at once: `pending_reload`).
     pub fn written_during_load(&mut self) -> bool {
         self.writing = None;
+        self.modified = false;
         let mut reload = false;
         self.read_events(&mut reload);
         self.pending_reload |= reload;
-        let written = self.writing.is_some();
+        let written = self.writing.is_some() || self.modified;
         if written {
             tracing::info!(
                 "{} was written to while it was read: taking it once its writer closes it",
@@ -217,6 +237,7 @@ impl ConfigWatch {
                         .any(|w| event.wd == w.wd && event.name == w.name);
                     if ours && event.mask == AddWatchFlags::IN_MODIFY {
                         self.writing.get_or_insert_with(Instant::now);
+                        self.modified = true;
                     } else if ours || event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                         self.writing = None;
                         *reload = true;
@@ -237,12 +258,35 @@ impl ConfigWatch {
     /// config.
     fn watch_config(&mut self) -> Result<(), WatchError> {
         let target = std::fs::canonicalize(&self.path).ok();
-        for path in std::iter::once(self.path.as_path()).chain(target.as_deref()) {
-            let dir = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let name = path.file_name().map(|n| n.to_owned());
+        let wanted: Vec<(&Path, Option<std::ffi::OsString>)> = std::iter::once(self.path.as_path())
+            .chain(target.as_deref())
+            .map(|path| {
+                let dir = path
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                (dir, path.file_name().map(|n| n.to_owned()))
+            })
+            .collect();
+        // A symlink re-pointed (a deployment's `current -> releases/v2`): the directory it led
+        // to before holds the config no more. Its watch goes, unless a wanted one shares it (one
+        // directory, one watch descriptor). Not while the link leads nowhere (its target being
+        // replaced: the old directory's watch sees the new file come).
+        let (keep, stale): (Vec<_>, Vec<_>) = std::mem::take(&mut self.watches)
+            .into_iter()
+            .partition(|w| {
+                target.is_none()
+                    || wanted
+                        .iter()
+                        .any(|(dir, name)| w.dir == *dir && w.name == *name)
+            });
+        for old in stale {
+            if !keep.iter().any(|w| w.wd == old.wd) {
+                let _ = self.inotify.rm_watch(old.wd);
+            }
+        }
+        self.watches = keep;
+        for (dir, name) in wanted {
             let identity = {
                 use std::os::unix::fs::MetadataExt;
                 std::fs::metadata(dir)
