@@ -37,10 +37,16 @@ impl Admission {
     /// Whether process `pid` of user `uid` and group `gid` may use the bus; if not, what it is
     /// to be told (the refusal is logged).
     pub(crate) fn check(&self, uid: u32, gid: u32, pid: u32) -> Result<(), String> {
-        if may_connect(uid, gid, pid, self.group) {
-            return Ok(());
-        }
-        let message = refusal(uid, self.group, self.group_given);
+        let message = match may_connect(uid, gid, pid, self.group) {
+            Ok(true) => return Ok(()),
+            Ok(false) => refusal(uid, self.group, self.group_given),
+            Err(e) => format!(
+                "{}; its groups could not be read, so membership was not checked (/proc/{pid}/\
+                 status: {e}; with /proc mounted hidepid, run the registry as root or in the \
+                 hidepid gid)",
+                refusal(uid, self.group, self.group_given)
+            ),
+        };
         self.log_refusal(uid, pid, &message);
         Err(message)
     }
@@ -112,18 +118,18 @@ fn refusal(uid: u32, group: Gid, group_given: bool) -> String {
 
 /// Whether a process of user `uid` and group `gid` may register and list: root, the registry's
 /// own user, or a member (primary or supplementary) of the group the segments belong to.
-fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> bool {
+/// An error: the process's supplementary groups could not be read.
+fn may_connect(uid: u32, gid: u32, pid: u32, group: Gid) -> std::io::Result<bool> {
     if uid == 0 || uid == nix::unistd::geteuid().as_raw() || gid == group.as_raw() {
-        return true;
+        return Ok(true);
     }
-    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Groups:"))
-            .is_some_and(|groups| {
-                groups
-                    .split_whitespace()
-                    .any(|g| g.parse() == Ok(group.as_raw()))
-            })
-    })
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|groups| {
+            groups
+                .split_whitespace()
+                .any(|g| g.parse() == Ok(group.as_raw()))
+        }))
 }
