@@ -446,20 +446,6 @@ impl Drop for Mapping {
     }
 }
 
-/// Takes every access away from users other than the owner and the group (a segment made by
-/// hand, or by other means than `Mapping::create`): segments are never open to everyone.
-/// Returns whether anything changed.
-pub fn close_to_others(name: &str) -> Result<bool, SegmentError> {
-    let fd = open_existing(name, OFlag::O_RDONLY)?;
-    let stat = fstat(&fd).map_err(|e| io_err(name, "fstat", e))?;
-    let mode = stat.st_mode & 0o777;
-    if mode & 0o007 == 0 {
-        return Ok(false);
-    }
-    fchmod(&fd, Mode::from_bits_truncate(mode & 0o770)).map_err(|e| io_err(name, "fchmod", e))?;
-    Ok(true)
-}
-
 /// Gives `group` read/write access to an existing segment (mode 0660, as `Mapping::create`
 /// makes it): a registry restarted with another `--group` adopts segments made for the old one.
 /// Returns whether anything changed.

@@ -578,3 +578,33 @@ fn a_user_outside_the_group_cannot_tie_up_the_registry_by_connecting() {
     assert_eq!(sub.value(), Some(&7));
     t.kill(flooder);
 }
+
+/// A registry that is not root finds a segment of root's open to every user: it may not give it
+/// to the bus's group with mode 0660, and so does not adopt it (it adopted it as it was, open
+/// to everyone, with a warning).
+#[test]
+fn a_registry_that_may_not_close_a_segment_to_others_does_not_adopt_it() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let mut t = TestBus::new();
+    t.start_registry();
+    t.leave_value("/open/to/all", 5);
+    t.kill_registry();
+    let path = t.segment_path("/open/to/all");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let registry = runnable_by_anyone(&t, "registry-server");
+    let mut args = AS_NOBODY.to_vec();
+    let domain = t.domain.as_str().to_owned();
+    args.extend([registry.to_str().unwrap(), "--domain", &domain]);
+    let nobody = t.spawn_with_args_only("setpriv".into(), &args);
+    common::eventually("the registry as nobody serves", || {
+        t.stderr_of(nobody).contains("serving domain")
+    });
+    let log = t.stderr_of(nobody);
+    assert!(
+        log.contains("not adopting") && log.contains("open~to~all: it cannot be given"),
+        "{log}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o666);
+}

@@ -363,19 +363,24 @@ impl Registry {
                         skipped += 1;
                         continue;
                     }
-                    if let Some(group) = self.group {
-                        match bus::shm::set_group(&segment, group) {
-                            Ok(changed) => regrouped += usize::from(changed),
-                            Err(e) => tracing::warn!("{segment}: giving it to --group: {e}"),
-                        }
-                    } else {
-                        match bus::shm::close_to_others(&segment) {
-                            Ok(true) => tracing::warn!(
-                                "{segment} was open to every user: closed to all but its owner \
-                                 and group"
-                            ),
-                            Ok(false) => {}
-                            Err(e) => tracing::warn!("{segment}: closing it to others: {e}"),
+                    // Owner and the bus's group, mode 0660, as the registry makes segments;
+                    // one it may not make so (the registry not root, the file root's) stays
+                    // as it is, and is not served: others may be able to write it.
+                    match bus::shm::set_group(&segment, group) {
+                        Ok(true) if self.group.is_some() => regrouped += 1,
+                        Ok(true) => tracing::warn!(
+                            "{segment} was not the bus's (mode 0660, group {group}): made so"
+                        ),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(
+                                "not adopting {segment}: it cannot be given to the bus's group \
+                                 with mode 0660 ({e}); {name} cannot be served until it is \
+                                 removed (as root: rm '{}{segment}')",
+                                bus::names::SHM_DIR
+                            );
+                            skipped += 1;
+                            continue;
                         }
                     }
                     let writer = slot.writer();
