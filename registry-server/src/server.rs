@@ -280,7 +280,8 @@ pub fn serve(
     let (adopted, skipped) = registry.adopt_existing();
     if skipped > 0 {
         tracing::warn!(
-            "{skipped} segment(s) of domain '{}' are unreadable and were not adopted",
+            "{skipped} segment(s) of domain '{}' were not adopted (unreadable, or not safe to \
+             serve: said above)",
             config.domain
         );
     }
@@ -467,6 +468,11 @@ fn handle(shared: &Shared, conn: u64, stream: UnixStream, pid: u32) {
             // A client that exits with a reply still unread resets the connection: an
             // ordinary end, not a fault.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            // Its process ended (killed, say) in the middle of sending a request.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::info!("connection of pid {pid} ended in the middle of a request");
+                break;
+            }
             Err(e) => {
                 tracing::warn!("dropping connection of pid {pid}: {e}");
                 break;
