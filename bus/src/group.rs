@@ -89,8 +89,9 @@ impl<T: 'static, C: Codec<T>> AnySubscription for Subscription<T, C> {
 /// changed, with its error kept for [`SubscriptionGroup::take_error`]. A value that cannot be
 /// read (it does not decode, or the slot's memory is inconsistent) is passed over (see
 /// `Subscription::update`), and the member is pulled again at its slot's next write. A member
-/// that cannot bind (the registry refused it: its slot holds another type) is left out of the
-/// group's pulls and waits from then on.
+/// that cannot bind (the registry refused it: its slot holds another type; or its slot could
+/// not be mapped here) is left out of the group's pulls until it is bound after all (the client
+/// registers it again with every registry that starts, and one may accept it).
 ///
 /// `wait_any` counts the group as a waiter on every member's slot and keeps it counted until the
 /// next `wait_any`, `update_all` or drop: a loop that handles a change and waits again (an
@@ -169,7 +170,11 @@ impl MemberState {
     /// Pulls the member; whether it changed (new value, writer came or went, or it failed).
     fn pull(&mut self) -> bool {
         if self.broken {
-            return false;
+            if self.subscription.slot().is_none() {
+                return false;
+            }
+            // Bound since (accepted at a later registration): taken back.
+            self.broken = false;
         }
         // An error stands for the pull that reported it (`error`): one left untaken from an
         // earlier pull would be taken for the cause of a later, good change.
@@ -397,6 +402,10 @@ impl SubscriptionGroup {
         let mut ready = false;
         for (i, m) in self.members.iter_mut().enumerate() {
             if m.broken {
+                // Left out until bound after all: the bind word says when.
+                let sub = &m.subscription;
+                watch_bind_word(sub.client(), &mut clients, &mut word_members, &mut words);
+                ready |= sub.slot().is_some();
                 continue;
             }
             if m.counted

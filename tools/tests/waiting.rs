@@ -636,3 +636,58 @@ fn a_group_whose_waiter_count_was_zeroed_still_wakes() {
     assert_eq!((changed, value), (vec![0], 2));
     assert!(slept < Duration::from_secs(5), "slept {slept:?}");
 }
+
+/// A group member refused (its name held another type) is left out, but taken back once a
+/// later registry binds it: it stayed left out for good, although the subscription itself
+/// worked again.
+#[test]
+fn a_group_member_refused_is_taken_back_once_bound() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let other = t.spawn_stress(&[
+        "write",
+        "--name",
+        "/g/taken",
+        "--count",
+        "1",
+        "--max-size",
+        "10",
+        "--linger",
+        "60",
+    ]);
+    common::eventually("the other type is published", || {
+        std::path::Path::new(&t.segment_path("/g/taken")).exists()
+    });
+    // Subscribed while no registry runs: refused once one does (the other publisher holds the
+    // name), not at once.
+    t.kill_registry();
+    let bus = t.bus();
+    let mut group = bus::SubscriptionGroup::new();
+    let member = group.add(bus.subscribe::<u64>("/g/taken").unwrap());
+    t.start_registry();
+    let changed = group.wait_any(WATCHDOG).unwrap();
+    assert_eq!(changed, vec![member.index()]);
+    assert!(
+        matches!(
+            group.error(member.index()),
+            Some(bus::BusError::TypeMismatch { .. })
+        ),
+        "{:?}",
+        group.error(member.index())
+    );
+    // The other type's publisher and its slot go; a registry started again takes the
+    // subscription, and a publisher of its type binds it.
+    t.kill(other);
+    t.kill_registry();
+    std::fs::remove_file(t.segment_path("/g/taken")).unwrap();
+    t.start_registry();
+    let mut publication = bus.publish::<u64>("/g/taken").unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&11).unwrap();
+    let deadline = Instant::now() + WATCHDOG;
+    while group.get(member).value() != Some(&11) {
+        assert!(Instant::now() < deadline, "the member was not taken back");
+        group.wait_any(Duration::from_millis(500)).unwrap();
+    }
+    assert!(group.error(member.index()).is_none());
+}
