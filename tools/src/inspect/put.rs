@@ -75,10 +75,19 @@ pub fn put(domain: &Domain, name: &SlotName, json: &str, force: bool) -> Result<
             slot.capacity()
         )));
     }
+    let hash = slot.schema().hash;
     drop(slot);
     let slot = open_mode(domain, name, true)?;
     // Looked at again: a writer may have started, or died, while the value was read and
-    // encoded (a big one from stdin takes a while).
+    // encoded (a big one from stdin takes a while), and the name may be another slot now (made
+    // anew for a publisher of another type), which the bytes were not encoded for.
+    if slot.schema().hash != hash || bytes.len() > slot.capacity() {
+        return Err(Error::Refused(format!(
+            "put {name}: the slot was made anew (now {}) while the value was encoded; put it \
+             again",
+            slot.schema().type_name
+        )));
+    }
     let (writer, alive) = writer_refusal(name, &slot, force)?;
     // A writer that died while no registry ran is still marked alive: readers that trust the
     // mark (an arbiter obeys a controller block only while its writer lives) would take this
