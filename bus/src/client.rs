@@ -229,6 +229,10 @@ impl ClientShared {
     }
 
     fn on_connect(&self, stream: UnixStream) {
+        // A registry that stops reading (stopped, hung) must not block the application for
+        // ever in a send, holding the client's lock (an endpoint's drop, a registration): the
+        // send fails, the connection is dropped and made again.
+        let _ = stream.set_write_timeout(Some(REGISTER_TIMEOUT));
         let mut state = lock(&self.state);
         state.conn = Some(stream);
         let hello = Request::Hello {

@@ -269,8 +269,10 @@ pub struct ValueMeta {
     /// there and reads the carried-over value, if any, as a new one.
     pub sequence: u64,
     pub write_time: SystemTime,
-    /// The state now of the value's writer: `Gone` once it exited or died, also when another
-    /// publication has taken the slot since but not written yet (`Slot::writer_state_of`).
+    /// The state now of the value's writer: `Gone` once it exited, or died and the registry
+    /// noticed (a writer that dies while no registry runs stays `Alive` until one does), also
+    /// when another publication has taken the slot since but not written yet
+    /// (`Slot::writer_state_of`).
     pub writer: WriterState,
     /// The writing process; 0 for a value of an earlier writer than the one the slot records
     /// now (a process that took the name but has not written yet): the slot keeps one
