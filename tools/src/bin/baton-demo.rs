@@ -18,8 +18,8 @@ reaching the robot through network reflection."
 )]
 struct Args {
     /// 1, or 2 to put the payload application on a second host (needs root).
-    #[arg(long, default_value_t = 1)]
-    hosts: usize,
+    #[arg(long, default_value_t = 1, value_parser = daemon::whole_number(1, 2, "a count of hosts"))]
+    hosts: u64,
     #[command(subcommand)]
     role: Option<Role>,
 }
@@ -47,7 +47,7 @@ fn main() {
             .map(|()| 0),
         // Stopped by a signal, it exits as a shell reports a process killed by it (130 for
         // Ctrl-C), having cleaned up.
-        None => tools::demo::run(args.hosts).map(|ended| match ended {
+        None => tools::demo::run(args.hosts as usize).map(|ended| match ended {
             tools::demo::Ended::Finished => 0,
             tools::demo::Ended::Stopped(signal) => tools::interrupted::status_after(signal),
         }),
