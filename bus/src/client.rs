@@ -74,11 +74,24 @@ struct ClientState {
     waiting: HashMap<u64, Sender<Result<(), BusError>>>,
 }
 
-/// The last endpoint id given in this process. Ids are unique in the process, not only in a
-/// client: the registry takes a publication registered again on a new connection of the same
-/// process with the same id for the same one, and a process may open two `Bus` handles on a
-/// domain (two clients), whose publications of one name must not pass for one.
-static LAST_ENDPOINT: AtomicU64 = AtomicU64::new(0);
+/// A new endpoint id. Ids are unique in the process, not only in a client: the registry takes
+/// a publication registered again on a new connection of the same process with the same id for
+/// the same one, and a process may open two `Bus` handles on a domain (two clients), whose
+/// publications of one name must not pass for one. They start at a random number, so that two
+/// processes the registry cannot tell apart (another pid namespace: both pid 0) do not share
+/// ids either; they grow from there (the order of creation: `ClientState::endpoints`).
+fn new_endpoint_id() -> u64 {
+    static LAST: OnceLock<AtomicU64> = OnceLock::new();
+    let last = LAST.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // `RandomState`'s keys come from the system's randomness.
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_u32(std::process::id());
+        // Room for 2^62 endpoints above it before the sum could wrap.
+        AtomicU64::new(random.finish() >> 2)
+    });
+    last.fetch_add(1, Ordering::Relaxed) + 1
+}
 
 /// One publication or subscription as the client tracks it.
 pub(crate) struct Endpoint {
@@ -184,7 +197,7 @@ impl ClientShared {
         let (tx, rx) = bounded(1);
         let endpoint = {
             let mut state = lock(&self.state);
-            registration.endpoint = LAST_ENDPOINT.fetch_add(1, Ordering::Relaxed) + 1;
+            registration.endpoint = new_endpoint_id();
             let endpoint = Arc::new(Endpoint::new(
                 registration,
                 Arc::clone(self),

@@ -176,9 +176,6 @@ impl MemberState {
             // Bound since (accepted at a later registration): taken back.
             self.broken = false;
         }
-        // An error stands for the pull that reported it (`error`): one left untaken from an
-        // earlier pull would be taken for the cause of a later, good change.
-        self.error = None;
         let new_value = match self.subscription.update() {
             Ok(new_value) => new_value,
             Err(e) => {
@@ -195,6 +192,12 @@ impl MemberState {
         let now = self.subscription.writer_state();
         let changed = new_value || now != self.writer;
         self.writer = now;
+        if changed {
+            // An error left untaken stands until the member changes again: then it would be
+            // taken for the cause of this good change. (Not before: a caller may pull again,
+            // `update_all` after `wait_any`, before it takes the error.)
+            self.error = None;
+        }
         changed
     }
 }
@@ -350,9 +353,8 @@ impl SubscriptionGroup {
         }
     }
 
-    /// The error that made the last `wait_any` or `update_all` that pulled member `index`
-    /// report it as changed, if any, left for `take_error` until the member is pulled again
-    /// (a member left out for good after a refusal keeps its error).
+    /// The error that made `wait_any` or `update_all` report member `index` as changed, if
+    /// any, left for `take_error` until the member next changes without one.
     pub fn error(&self, index: usize) -> Option<&BusError> {
         self.members.get(index).and_then(|m| m.error.as_ref())
     }

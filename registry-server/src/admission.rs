@@ -14,6 +14,13 @@ use nix::unistd::Gid;
 /// otherwise fill the journal).
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
+/// A connection `Admission::check` refused: who, and whether its groups could be read.
+pub(crate) struct Denied {
+    uid: u32,
+    pid: u32,
+    groups_unread: Option<std::io::Error>,
+}
+
 /// The bus's access rule and the log of its refusals.
 pub(crate) struct Admission {
     /// The group the segments belong to; its members may use the bus.
@@ -34,21 +41,48 @@ impl Admission {
         }
     }
 
-    /// Whether process `pid` of user `uid` and group `gid` may use the bus; if not, what it is
-    /// to be told (the refusal is logged).
-    pub(crate) fn check(&self, uid: u32, gid: u32, pid: u32) -> Result<(), String> {
-        let message = match may_connect(uid, gid, pid, self.group) {
-            Ok(true) => return Ok(()),
-            Ok(false) => refusal(uid, self.group, self.group_given),
-            Err(e) => format!(
-                "{}; its groups could not be read, so membership was not checked (/proc/{pid}/\
-                 status: {e}; with /proc mounted hidepid, run the registry as root or in the \
-                 hidepid gid)",
-                refusal(uid, self.group, self.group_given)
+    /// Whether process `pid` of user `uid` and group `gid` may use the bus. Cheap (no name
+    /// lookups): called as connections are accepted.
+    pub(crate) fn check(&self, uid: u32, gid: u32, pid: u32) -> Result<(), Denied> {
+        match may_connect(uid, gid, pid, self.group) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Denied {
+                uid,
+                pid,
+                groups_unread: None,
+            }),
+            Err(e) => Err(Denied {
+                uid,
+                pid,
+                groups_unread: Some(e),
+            }),
+        }
+    }
+
+    /// What a process `check` refused is to be told; the refusal is logged. Looks names up
+    /// (users, groups: a directory service, maybe): not on the accepting thread.
+    pub(crate) fn refusal(&self, denied: &Denied) -> String {
+        let Denied {
+            uid,
+            pid,
+            groups_unread,
+        } = denied;
+        let rule = refusal(*uid, self.group, self.group_given);
+        let message = match groups_unread {
+            None => rule,
+            Some(_) if *pid == 0 => format!(
+                "{rule}; the registry cannot see this process (it runs in another pid \
+                 namespace), so its supplementary groups were not checked: give it the bus's \
+                 group as its primary group, or run it in the registry's pid namespace"
+            ),
+            Some(e) => format!(
+                "{rule}; its groups could not be read, so membership was not checked \
+                 (/proc/{pid}/status: {e}; with /proc mounted hidepid, run the registry as root \
+                 or in the hidepid gid)"
             ),
         };
-        self.log_refusal(uid, pid, &message);
-        Err(message)
+        self.log_refusal(*uid, *pid, &message);
+        message
     }
 
     /// Logs a refused connection: once per user and `REFUSAL_LOG_EVERY`, with how many were not

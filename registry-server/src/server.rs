@@ -354,16 +354,15 @@ pub fn serve(
         let pid = match getsockopt(&stream, PeerCredentials) {
             Ok(c) => match shared.admission.check(c.uid(), c.gid(), c.pid() as u32) {
                 Ok(()) => c.pid() as u32,
-                Err(message) => {
-                    refuse(stream, message);
+                Err(denied) => {
+                    let shared = Arc::clone(&shared);
+                    refuse(stream, move || shared.admission.refusal(&denied));
                     continue;
                 }
             },
             Err(e) => {
-                refuse(
-                    stream,
-                    format!("the registry cannot tell who connects: {e}"),
-                );
+                let message = format!("the registry cannot tell who connects: {e}");
+                refuse(stream, move || message);
                 continue;
             }
         };
@@ -381,10 +380,11 @@ pub fn serve(
     Ok(())
 }
 
-/// Tells a connection it is refused (`message`) on a thread of its own, or, while
-/// `MAX_REFUSING` others are being told, closes it unanswered: a process outside the bus must
-/// not tie up the registry's threads and descriptors by connecting again and again.
-fn refuse(stream: UnixStream, message: String) {
+/// Tells a connection it is refused (the `message` made, and logged, on a thread of its own:
+/// it may look names up), or, while `MAX_REFUSING` others are being told, closes it unanswered:
+/// a process outside the bus must not tie up the registry's threads and descriptors, nor its
+/// accepting thread, by connecting again and again.
+fn refuse(stream: UnixStream, message: impl FnOnce() -> String + Send + 'static) {
     static REFUSING: AtomicUsize = AtomicUsize::new(0);
     if REFUSING.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
         REFUSING.fetch_sub(1, Ordering::Relaxed);
@@ -393,7 +393,7 @@ fn refuse(stream: UnixStream, message: String) {
     let spawned = std::thread::Builder::new()
         .name("refusing".into())
         .spawn(move || {
-            tell_refused(stream, &message);
+            tell_refused(stream, &message());
             REFUSING.fetch_sub(1, Ordering::Relaxed);
         });
     if spawned.is_err() {

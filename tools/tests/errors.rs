@@ -203,6 +203,20 @@ fn a_second_publisher_in_the_same_process_is_refused() {
     let mut sub = two.subscribe::<u64>("/twice").unwrap();
     assert!(sub.wait_update(WATCHDOG).unwrap());
     assert_eq!(sub.value(), Some(&1));
+    // A registry started again adopts the slot with the first as its writer: a publication of
+    // a third handle that registers before the first is back is refused (same process, another
+    // publication), not given the name.
+    t.kill_registry();
+    t.start_registry();
+    let three = t.bus();
+    let err = three
+        .publish::<u64>("/twice")
+        .err()
+        .expect("the third publisher is refused");
+    assert!(matches!(err, BusError::AlreadyPublished { .. }), "{err}");
+    first.write(&2).unwrap();
+    assert!(sub.wait_update(WATCHDOG).unwrap());
+    assert_eq!(sub.value(), Some(&2));
 }
 
 /// A registry in a pid namespace of its own (a container) sees every client's pid and start
@@ -569,6 +583,9 @@ fn an_undecodable_value_is_reported_once_and_passed_over() {
         "waits for a newer value"
     );
     assert_eq!(group.wait_any(WATCHDOG).unwrap(), vec![member.index()]);
+    // The error stands while the member is pulled again without a change (the arbiter pulls
+    // every member at a block's expiry before it takes the errors).
+    assert!(group.update_all().unwrap().is_empty());
     let e = group.take_error(member.index());
     assert!(matches!(e, Some(BusError::Decode { .. })), "{e:?}");
     assert!(group

@@ -129,10 +129,14 @@ impl Endpoint {
         let mut pending = lock(&self.pending);
         match self.slot.get() {
             Some(slot) => slot.write(bytes).map(|_| ()),
-            None => {
-                *pending = Some((bytes.to_vec(), crate::slot::now_ns()));
-                Ok(())
-            }
+            // Refused since the look above (`fail` takes `pending` first): not kept.
+            None => match self.error() {
+                Some(e) => Err(e),
+                None => {
+                    *pending = Some((bytes.to_vec(), crate::slot::now_ns()));
+                    Ok(())
+                }
+            },
         }
     }
 

@@ -243,9 +243,10 @@ impl Slot {
         let was_alive = self.writer_state() == WriterState::Alive;
         self.word32(OFF_WRITER_STATE).store(1, Ordering::Release);
         version.store(changing.wrapping_add(1), Ordering::Release);
-        if !was_alive {
-            // A writer that comes is a change to a subscription group's waiters
-            // (`SubscriptionGroup::wait_any`), as one that goes is (`mark_writer_gone`).
+        if !was_alive || !same_writer {
+            // A writer that comes, or another one, is a change to a subscription group's
+            // waiters (`SubscriptionGroup::wait_any`), as one that goes is
+            // (`mark_writer_gone`): the value held may now be an earlier writer's.
             self.wake_all_waiters();
         }
     }

@@ -576,8 +576,8 @@ impl Net {
         match shared.with_state(|reg| reg.create_own_slot(&name, &schema, STATS_CAPACITY)) {
             Ok(bound) => shared.send_outbox(bound),
             Err(e) => tracing::error!(
-                "network statistics: {e}; reflecting without {name}, and trying again at every \
-                 check"
+                "network statistics: {e}; reflecting without {name} (made at a later check if it \
+                 can be)"
             ),
         }
 

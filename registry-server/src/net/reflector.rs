@@ -413,9 +413,17 @@ impl Net {
             .collect();
         if st.stats_slot.as_ref().is_none_or(|slot| !slot.is_current()) {
             if let Some((file, segment)) = registry_slot {
+                let ours = bus::schema::Schema::of_serde::<NetStats>()
+                    .ok()
+                    .map(|s| s.hash());
                 match Slot::open(&segment, true) {
-                    Ok(new) if new.file() == file => st.stats_slot = Some(new),
-                    // Made anew again since the look above: mapped at the next turn.
+                    // Not one of another type held under the name (an older build's, in use):
+                    // its readers would read these bytes as their type.
+                    Ok(new) if new.file() == file && ours == Some(new.schema().hash) => {
+                        st.stats_slot = Some(new)
+                    }
+                    // Made anew again since the look above (mapped at the next turn), or
+                    // another type's.
                     Ok(_) => {}
                     Err(e) => {
                         if self.warnings.due(Cause::StatsSlot, &segment) {

@@ -235,10 +235,10 @@ impl Registry {
                 {
                     let other = &entry.endpoints[i];
                     let theirs = self.peers.get(&other.conn).map(|p| (p.pid, p.start_time));
-                    // A pid or start time of 0 is a process this registry cannot see (another
-                    // pid namespace): two of those are not known to be one.
-                    let known = me.is_some_and(|(pid, start)| pid != 0 && start != 0);
-                    if known && theirs == me && other.endpoint == reg.endpoint {
+                    // Endpoint ids start at random in each process: the same id of a process
+                    // this registry cannot see (another pid namespace: pid 0) is the same
+                    // process's as well.
+                    if theirs == me && other.endpoint == reg.endpoint {
                         // The same publication of the same process, re-registered on a new
                         // connection before its old one was closed: the new one takes over.
                         entry.endpoints.remove(i);
@@ -252,7 +252,11 @@ impl Registry {
                 // lives and has not registered again, the name is still its.
                 if let Some(slot) = &entry.slot {
                     let writer = slot.writer();
-                    if me != Some((writer.pid, writer.start_time)) && writer.is_running() {
+                    // Its process, and the same publication of it (another `Bus` handle of the
+                    // process is another publisher: endpoint ids are unique in a process).
+                    let same = me == Some((writer.pid, writer.start_time))
+                        && (writer.endpoint == 0 || writer.endpoint == reg.endpoint);
+                    if !same && writer.is_running() {
                         return Err(Refusal::AlreadyPublished { pid: writer.pid });
                     }
                 }
@@ -366,9 +370,11 @@ impl Registry {
     /// So is a local slot that never held a value once its last endpoint is gone (a publisher
     /// that ended before writing, or whose registration was taken after it had died): there is
     /// no value to keep, and listed it would only show an empty slot of a gone writer. An
-    /// adopted slot whose processes may still be reconnecting is left alone.
+    /// adopted slot whose processes may still be reconnecting is left alone, and so is one of
+    /// the registry's own (its directory, its statistics), also while it cannot be made: it is
+    /// made at a later check (`make_anew_again`).
     fn forget_if_unused(&mut self, name: &SlotName) {
-        let Some(entry) = self.slots.get(name) else {
+        let Some(entry) = self.slots.get(name).filter(|e| e.own.is_none()) else {
             return;
         };
         let pending_alone = entry.slot.is_none() && entry.endpoints.is_empty();
