@@ -14,16 +14,18 @@ impl Slot {
         group: Option<Gid>,
     ) -> Result<Slot, SegmentError> {
         let schema_bytes = schema.to_bytes();
-        let capacity = round_up(capacity.max(8), 64);
         let too_big = |what, found: u64, max| SegmentError::TooLarge {
             segment: segment.to_owned(),
             what,
             found,
             max,
         };
+        // Before rounding up: a capacity within 63 of the largest number would wrap to 0.
+        // (`MAX_CAPACITY` is a multiple of 64: what passes stays within it.)
         if capacity as u64 > MAX_CAPACITY {
             return Err(too_big("capacity", capacity as u64, MAX_CAPACITY));
         }
+        let capacity = round_up(capacity.max(8), 64);
         if schema_bytes.len() as u64 > MAX_SCHEMA_LEN {
             return Err(too_big("schema", schema_bytes.len() as u64, MAX_SCHEMA_LEN));
         }

@@ -32,6 +32,23 @@ fn new_slot(tag: &str) -> (Scratch, Slot) {
     (Scratch(seg), slot)
 }
 
+/// A capacity beyond the largest is refused, also one so close to the largest number that
+/// rounding it up to 64 bytes wraps to 0 (a remote host's announcement may carry any).
+#[test]
+fn a_capacity_too_large_is_refused_even_where_rounding_would_wrap() {
+    let seg = format!("/baton.unit-{}-huge~x", std::process::id());
+    let schema = Schema::of_serde::<Vec<u8>>().unwrap();
+    let name = SlotName::public("/x").unwrap();
+    for capacity in [MAX_CAPACITY as usize + 1, usize::MAX - 10] {
+        let e = Slot::create(&seg, &name, &schema, capacity, None).unwrap_err();
+        assert!(
+            matches!(e, SegmentError::TooLarge { .. }),
+            "{capacity}: {e}"
+        );
+    }
+    assert!(crate::shm::unlink(&seg).is_err(), "nothing made");
+}
+
 #[test]
 fn a_write_interrupted_midway_is_invisible() {
     let (_s, slot) = new_slot("mid");

@@ -191,10 +191,24 @@ impl Registry {
         {
             return None;
         }
+        let in_the_way = || {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("{}{segment}", bus::names::SHM_DIR))
+                .ok()
+                .map(|m| (m.dev(), m.ino()))
+        };
+        if entry.in_the_way.is_some() && entry.in_the_way == in_the_way() {
+            return None;
+        }
         let schema = entry.schema.parse().ok()?;
-        entry
+        if entry
             .ensure_slot(&segment, name, &schema, capacity, group, false)
-            .ok()?;
+            .is_err()
+        {
+            entry.in_the_way = in_the_way();
+            return None;
+        }
+        entry.in_the_way = None;
         let slot = entry.slot.as_ref()?;
         if entry.own.is_some() {
             super::write_as_registry(slot);

@@ -54,6 +54,10 @@ struct SlotEntry {
     /// check while a publication is registered (`damage.rs`), or at the next publication's
     /// registration.
     remake: Option<u64>,
+    /// The file (device, inode) found in the slot's way when making it again failed last
+    /// (another user's, which the registry may not remove): not tried again, nor said again,
+    /// at every check while it stays (`make_anew_again`).
+    in_the_way: Option<(u64, u64)>,
 }
 
 /// How long after a restart an adopted slot is not re-created: processes that map it may not
@@ -81,6 +85,7 @@ impl SlotEntry {
             own: None,
             adopted_until: None,
             remake: None,
+            in_the_way: None,
         }
     }
 
@@ -98,6 +103,16 @@ impl SlotEntry {
         group: Option<Gid>,
         replace_in_use: bool,
     ) -> Result<bool, NoSlot> {
+        if capacity > bus::slot::MAX_CAPACITY {
+            // Never made: refused before the slot in use is given up for it (a remote host's
+            // announcement may say anything).
+            return Err(NoSlot::Create(bus::error::SegmentError::TooLarge {
+                segment: segment.to_owned(),
+                what: "capacity",
+                found: capacity,
+                max: bus::slot::MAX_CAPACITY,
+            }));
+        }
         if let Some(slot) = &self.slot {
             if (slot.capacity() as u64) < capacity {
                 let reconnecting = self.adopted_until.is_some_and(|t| Instant::now() < t);
@@ -135,7 +150,14 @@ impl SlotEntry {
                         }
                         Err(NoSlot::Create(e))
                     }
-                    (Err(e), None) => Err(NoSlot::Create(e)),
+                    (Err(e), None) => {
+                        // Its endpoints are on memory no longer named: unbound, they are all
+                        // told (`bind_waiting`) when a later try makes the slot, and follow it.
+                        for endpoint in &mut self.endpoints {
+                            endpoint.bound = false;
+                        }
+                        Err(NoSlot::Create(e))
+                    }
                 };
             }
         }
@@ -383,8 +405,9 @@ impl Registry {
                             continue;
                         }
                     }
-                    let writer = slot.writer();
-                    if writer.state == WriterState::Alive && !writer.is_running() {
+                    // By the state word (what readers go by); a record left half changed
+                    // (`Slot::writer` says `None`) names no process that runs.
+                    if slot.writer_state() == WriterState::Alive && !slot.writer().is_running() {
                         slot.mark_writer_gone();
                     }
                     let origin = slot.origin();
@@ -398,6 +421,7 @@ impl Registry {
                             own: None,
                             adopted_until: Some(Instant::now() + ADOPTION_GRACE),
                             remake: None,
+                            in_the_way: None,
                         },
                     );
                     adopted += 1;
@@ -452,12 +476,15 @@ impl Registry {
     pub fn sweep_adopted_writers(&self) {
         for entry in self.slots.values().filter(|e| e.own.is_none()) {
             let Some(slot) = &entry.slot else { continue };
-            let writer = slot.writer();
             let registered = entry
                 .endpoints
                 .iter()
                 .any(|e| e.kind == EndpointKind::Publication);
-            if !registered && writer.state == WriterState::Alive && !writer.is_running() {
+            // As at adoption: by the state word, a half-changed record naming nobody running.
+            if !registered
+                && slot.writer_state() == WriterState::Alive
+                && !slot.writer().is_running()
+            {
                 slot.mark_writer_gone();
             }
         }
