@@ -513,6 +513,36 @@ fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
     assert_eq!(meta.writer_pid, std::process::id());
 }
 
+/// A gone publisher's value kept for its subscribers is kept in the slot made anew when the
+/// registry still reads it (here the segment was removed, not cut short), as a gone writer's:
+/// the slot was made anew empty, and the value lost for every later subscriber.
+#[test]
+fn a_gone_writers_kept_value_is_kept_in_the_slot_made_anew() {
+    let mut t = TestBus::new();
+    t.start_registry();
+    let earlier = t.spawn_stress(&["write", "--name", NAME, "--count", "1", "--max-size", "64"]);
+    assert!(t.finish(earlier).status.success());
+    let bus = t.bus();
+    let mut held = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe");
+    assert!(held.wait_update(common::WATCHDOG).unwrap());
+    let value = held.value().cloned();
+    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
+    eventually("the subscription is told of the new slot", || {
+        matches!(held.bind_error(), Some(bus::BusError::Replaced { .. }))
+    });
+    let mut again = bus
+        .subscribe::<tools::stress::Checked>(NAME)
+        .expect("subscribe again");
+    assert!(
+        again.wait_update(common::WATCHDOG).unwrap(),
+        "no value kept"
+    );
+    assert_eq!(again.value().cloned(), value);
+    assert_eq!(again.writer(), Some(bus::WriterState::Gone));
+}
+
 /// A member of a subscription group whose slot is made anew is reported once with
 /// `BusError::Replaced`, then follows the new slot: the group's waits wake for the writer's
 /// values there (its waiter count moved from the old slot to the new one).

@@ -99,7 +99,17 @@ impl Registry {
             "{name}: {damage}; making it anew (its {} endpoint(s) here are told)",
             told.len()
         );
+        // A gone publisher's value kept here (no publication carries it over, and no origin
+        // host sends it again), still readable in the registry's mapping (a segment cut short
+        // has lost it): kept in the new slot, as a gone writer's.
+        let mut kept = None;
         if let Some(old) = entry.slot.take() {
+            if publisher.is_none() && entry.origin.is_none() && entry.own.is_none() {
+                let mut bytes = Vec::new();
+                if let Ok(Some(info)) = old.read(0, &mut bytes) {
+                    kept = Some((bytes, info.write_time_ns));
+                }
+            }
             // Whoever still shares the old memory sees its writer gone, and is woken.
             old.mark_writer_gone();
         }
@@ -125,6 +135,12 @@ impl Registry {
             (&made, publisher, &entry.slot)
         {
             slot.set_writer(pid, start_time, endpoint);
+        }
+        if let (Some((bytes, written_ns)), Some(slot)) = (kept, &entry.slot) {
+            match slot.write_at(&bytes, written_ns) {
+                Ok(_) => slot.mark_writer_gone(),
+                Err(e) => tracing::warn!("{name}: the value it kept is lost: {e}"),
+            }
         }
         if let Err(e) = made {
             let e = match e {
