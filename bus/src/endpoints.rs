@@ -284,7 +284,10 @@ pub struct ValueMeta {
     /// origin publisher's alone: this computer's registry restarted is no other writer.
     /// `origin` tells which host the value comes from.
     pub writer_id: WriterId,
-    /// Host the value came from; `None` for values written on this computer.
+    /// Host the value came from; `None` for values written on this computer. Read from the
+    /// slot when `meta` is called (not with the value, to keep updates cheap): in the moment a
+    /// name moves between computers (a publisher here takes a name another host published,
+    /// or the other way round) it may already name the slot's next source.
     pub origin: Option<String>,
 }
 
