@@ -103,12 +103,25 @@ impl Registry {
         // host sends it again), still readable in the registry's mapping (a segment cut short
         // has lost it): kept in the new slot, as a gone writer's.
         let mut kept = None;
+        // A mirror's place in its origin's values: the new one holds no value (the origin's
+        // next refresh brings it), but must take none older than its subscribers have seen.
+        // One below the sequence found: a value being written as it is read (the sequence is
+        // stored first) may not be the one the subscribers saw; the one before it was.
+        let mut mirror_order = None;
         if let Some(old) = entry.slot.take() {
             if publisher.is_none() && entry.origin.is_none() && entry.own.is_none() {
                 let mut bytes = Vec::new();
                 if let Ok(Some(info)) = old.read(0, &mut bytes) {
                     kept = Some((bytes, info.write_time_ns));
                 }
+            }
+            if entry.origin.is_some() && old.origin_sequence() > 0 {
+                mirror_order = Some((
+                    old.origin(),
+                    old.origin_session(),
+                    old.origin_series(),
+                    old.origin_sequence() - 1,
+                ));
             }
             // Whoever still shares the old memory sees its writer gone, and is woken.
             old.mark_writer_gone();
@@ -142,6 +155,15 @@ impl Registry {
                 Err(e) => tracing::warn!("{name}: the value it kept is lost: {e}"),
             }
         }
+        if let (Some((host, session, series, sequence)), Some(slot)) = (mirror_order, &entry.slot)
+        {
+            // What the network layer resumes ordering from when it maps the new slot, as after
+            // a restart (`reconcile`).
+            slot.set_origin(&host);
+            slot.set_origin_session(session);
+            slot.set_origin_series(series);
+            slot.set_origin_sequence(sequence);
+        }
         if let Err(e) = made {
             let e = match e {
                 super::NoSlot::Create(e) => e.to_string(),
@@ -167,8 +189,9 @@ impl Registry {
         if let (Some(_), Some(slot)) = (entry.own, &entry.slot) {
             super::write_as_registry(slot);
         }
-        // A mirror made anew holds nothing of its origin's yet; the network layer sets it up
-        // again (`ensure_mirror`) at its next reconciliation and maps it afresh.
+        // A mirror made anew holds nothing of its origin's yet (only where its values stand);
+        // the network layer sets it up again (`ensure_mirror`) at its next reconciliation and
+        // maps it afresh.
         self.follow_if_directory(name);
         Some(told)
     }
