@@ -12,3 +12,4 @@ pub mod inspect;
 pub mod interrupted;
 pub mod sim;
 pub mod stress;
+pub mod udp_baseline;

@@ -155,8 +155,7 @@ impl Registry {
                 Err(e) => tracing::warn!("{name}: the value it kept is lost: {e}"),
             }
         }
-        if let (Some((host, session, series, sequence)), Some(slot)) = (mirror_order, &entry.slot)
-        {
+        if let (Some((host, session, series, sequence)), Some(slot)) = (mirror_order, &entry.slot) {
             // What the network layer resumes ordering from when it maps the new slot, as after
             // a restart (`reconcile`).
             slot.set_origin(&host);

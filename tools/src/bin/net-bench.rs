@@ -41,7 +41,9 @@ use tools::hosts::Lab;
     long_about = "Measure Baton's network reflection against raw UDP (needs root and `ip`).\n\n\
 `net-bench run` makes two hosts of network namespaces (hA and hB, each joined by a veth pair to \
 a bridge, the lab's switch; a /dev/shm of their own each), starts a registry-server in each, and measures slot ping-pong \
-against raw UDP ping-pong (64 B, 1 KiB, 64 KiB) and the rate of reflected 64 B updates against \
+against raw UDP ping-pong (64 B, 1 KiB, 64 KiB; the raw message sent as datagrams of at most \
+1,472 bytes with UDP_SEGMENT and UDP_GRO, as the registries send and receive, echoed as \
+received; round trips lost counted, not timed) and the rate of reflected 64 B updates against \
 a raw UDP flood. It removes its hosts when done or stopped (Ctrl-C), and those of a net-bench or \
 test killed before it could.\n\n\
 Run from a release build: cargo build --release -p tools -p registry-server && \
@@ -182,6 +184,7 @@ fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
                 .subscribe::<Bytes>(&format!("/bench/pong-{size}"))
                 .map_err(e)?;
             let mut samples = Vec::with_capacity(iterations);
+            let mut lost = 0u64;
             let mut value = Bytes(vec![0u8; size]);
             let warmup = 50;
             let mut i = 0u64;
@@ -206,45 +209,29 @@ fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
                 }
                 if ok && i > warmup {
                     samples.push(t.elapsed().as_nanos() as u64);
+                } else if i > warmup {
+                    lost += 1;
                 }
             }
+            // The samples, then how many round trips were lost.
             println!(
-                "{}",
+                "{}\n{lost}",
                 serde_json::to_string(&samples).map_err(|e| e.to_string())?
             );
             Ok(())
         }
-        Cmd::UdpPong { port } => {
-            let s = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| e.to_string())?;
-            let mut buf = vec![0u8; 65536];
-            loop {
-                let (n, from) = s.recv_from(&mut buf).map_err(|e| e.to_string())?;
-                let _ = s.send_to(&buf[..n], from);
-            }
-        }
+        Cmd::UdpPong { port } => tools::udp_baseline::pong(port),
         Cmd::UdpPing {
             to,
             size,
             iterations,
         } => {
-            let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(1)))
-                .map_err(|e| e.to_string())?;
-            let mut buf = vec![0u8; 65536];
-            let value = vec![7u8; size];
-            let mut samples = Vec::with_capacity(iterations);
-            let mut i = 0;
-            while samples.len() < iterations {
-                i += 1;
-                let t = Instant::now();
-                s.send_to(&value, &to).map_err(|e| e.to_string())?;
-                if s.recv_from(&mut buf).is_ok() && i > 50 {
-                    samples.push(t.elapsed().as_nanos() as u64);
-                }
-            }
+            let s = tools::udp_baseline::ping(&to, size, iterations)?;
+            // The samples, then how many round trips were lost.
             println!(
-                "{}",
-                serde_json::to_string(&samples).map_err(|e| e.to_string())?
+                "{}\n{}",
+                serde_json::to_string(&s.nanos).map_err(|e| e.to_string())?,
+                s.lost
             );
             Ok(())
         }
@@ -403,13 +390,18 @@ fn allowed_cpus() -> Result<Vec<usize>, String> {
         .collect())
 }
 
-/// The nanosecond samples a ping printed as one JSON array.
-fn samples(output: &str) -> Result<Vec<u64>, String> {
-    serde_json::from_str(output.trim()).map_err(|e| e.to_string())
+/// The nanosecond samples a ping printed as one JSON array, and on the next line how many
+/// round trips it lost (not in the samples: they would pull the tail in).
+fn trips(output: &str) -> Result<(Vec<u64>, u64), String> {
+    let mut lines = output.lines();
+    let samples =
+        serde_json::from_str(lines.next().unwrap_or_default().trim()).map_err(|e| e.to_string())?;
+    let lost = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or("a ping printed no count of lost round trips")?;
+    Ok((samples, lost))
 }
-
-/// Largest UDP payload over IPv4 is 65,507 bytes: the 64 KiB baseline sends 65,000.
-const MAX_UDP: usize = 65_000;
 
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
@@ -466,7 +458,7 @@ fn orchestrate(
         None => println!("placement: hA and hB share every CPU\n"),
     }
     println!(
-        "| case | size | p50 µs | p99 µs | p99.9 µs | max µs | p50 ratio vs raw UDP |\n|---|---|---|---|---|---|---|"
+        "| case | size | n | lost | p50 µs | p99 µs | p99.9 µs | max µs | p50 ratio vs raw UDP |\n|---|---|---|---|---|---|---|---|---|"
     );
     for size in [64usize, 1024, 65536] {
         let n = if size >= 65536 {
@@ -482,27 +474,34 @@ fn orchestrate(
         // two different moments.
         let per_round = n.div_ceil(ROUNDS);
         let (mut raw, mut bus) = (Vec::new(), Vec::new());
+        let (mut raw_lost, mut bus_lost) = (0, 0);
         for _ in 0..ROUNDS {
             let mut c = lab.cmd(0, &me);
             c.args(["--domain", domain, "udp-ping", &pong_addr])
-                .args([size.min(MAX_UDP).to_string(), per_round.to_string()]);
-            raw.extend(samples(&lab.output(c)?)?);
+                .args([size.to_string(), per_round.to_string()]);
+            let (samples, lost) = trips(&lab.output(c)?)?;
+            raw.extend(samples);
+            raw_lost += lost;
             let mut c = lab.cmd(0, &me);
             c.args(["--domain", domain, "ping"])
                 .args([size.to_string(), per_round.to_string()]);
-            bus.extend(samples(&lab.output(c)?)?);
+            let (samples, lost) = trips(&lab.output(c)?)?;
+            bus.extend(samples);
+            bus_lost += lost;
         }
         let r = Stats::of(&mut raw).ok_or("no raw UDP samples")?;
         let b = Stats::of(&mut bus).ok_or("no reflection samples")?;
         println!(
-            "| raw UDP ping-pong | {size} | {} | {} | {} | {} | 1.00 |",
+            "| raw UDP ping-pong | {size} | {} | {raw_lost} | {} | {} | {} | {} | 1.00 |",
+            raw.len(),
             us(r.p50),
             us(r.p99),
             us(r.p999),
             us(r.max)
         );
         println!(
-            "| reflection round trip | {size} | {} | {} | {} | {} | {:.2} |",
+            "| reflection round trip | {size} | {} | {bus_lost} | {} | {} | {} | {} | {:.2} |",
+            bus.len(),
             us(b.p50),
             us(b.p99),
             us(b.p999),
