@@ -469,12 +469,9 @@ fn hz_says_what_was_written_before_the_slot_was_made_anew() {
     assert!(t.is_running(writer), "{}", t.stderr_of(writer));
 }
 
-/// Only a publication's own value is carried into the slot made anew: a value its process did
-/// not write (here an earlier writer's, which has ended) would read there as the live
-/// publication's, and a restarted robot controller must never have its dead predecessor's
-/// command obeyed.
-#[test]
-fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
+/// A registry, the value of a writer that has ended (`bus-stress`, one value of at most 64
+/// bytes) in `NAME`, and a subscription of the test's own that read it.
+fn a_gone_writers_value_held() -> (TestBus, bus::Bus, bus::Subscription<tools::stress::Checked>) {
     let mut t = TestBus::new();
     t.start_registry();
     let earlier = t.spawn_stress(&["write", "--name", NAME, "--count", "1", "--max-size", "64"]);
@@ -484,6 +481,24 @@ fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
         .subscribe::<tools::stress::Checked>(NAME)
         .expect("subscribe");
     assert!(held.wait_update(common::WATCHDOG).unwrap());
+    (t, bus, held)
+}
+
+/// Removes `NAME`'s segment and waits until `held` is told of the slot made anew.
+fn remove_and_wait_for_the_new_slot(t: &TestBus, held: &bus::Subscription<tools::stress::Checked>) {
+    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
+    eventually("the subscription is told of the new slot", || {
+        matches!(held.bind_error(), Some(bus::BusError::Replaced { .. }))
+    });
+}
+
+/// Only a publication's own value is carried into the slot made anew: a value its process did
+/// not write (here an earlier writer's, which has ended) would read there as the live
+/// publication's, and a restarted robot controller must never have its dead predecessor's
+/// command obeyed.
+#[test]
+fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
+    let (t, bus, held) = a_gone_writers_value_held();
     assert_eq!(held.writer(), Some(bus::WriterState::Gone));
     // The size bus-stress asked for (`--max-size 64`): a larger one is refused while the
     // subscription holds the slot.
@@ -492,10 +507,7 @@ fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
         .and_then(|p| p.capacity(128).create())
         .expect("publish");
     publication.wait_bound(common::WATCHDOG).unwrap();
-    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
-    eventually("the subscription is told of the new slot", || {
-        matches!(held.bind_error(), Some(bus::BusError::Replaced { .. }))
-    });
+    remove_and_wait_for_the_new_slot(&t, &held);
     let mut again = bus
         .subscribe::<tools::stress::Checked>(NAME)
         .expect("subscribe again");
@@ -518,20 +530,9 @@ fn an_earlier_writers_value_is_not_carried_into_the_new_slot() {
 /// the slot was made anew empty, and the value lost for every later subscriber.
 #[test]
 fn a_gone_writers_kept_value_is_kept_in_the_slot_made_anew() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let earlier = t.spawn_stress(&["write", "--name", NAME, "--count", "1", "--max-size", "64"]);
-    assert!(t.finish(earlier).status.success());
-    let bus = t.bus();
-    let mut held = bus
-        .subscribe::<tools::stress::Checked>(NAME)
-        .expect("subscribe");
-    assert!(held.wait_update(common::WATCHDOG).unwrap());
+    let (t, bus, held) = a_gone_writers_value_held();
     let value = held.value().cloned();
-    std::fs::remove_file(t.segment_path(NAME)).expect("remove the segment");
-    eventually("the subscription is told of the new slot", || {
-        matches!(held.bind_error(), Some(bus::BusError::Replaced { .. }))
-    });
+    remove_and_wait_for_the_new_slot(&t, &held);
     let mut again = bus
         .subscribe::<tools::stress::Checked>(NAME)
         .expect("subscribe again");

@@ -25,21 +25,26 @@ fn registry_with_small_shm(t: &mut TestBus, size: &str) -> usize {
 /// `registry-server` in a new mount namespace whose /dev/shm holds `size`, started after the
 /// shell command `before` has run there.
 fn registry_with_small_shm_after(t: &mut TestBus, size: &str, before: &str) -> usize {
-    let script =
-        format!("mount -t tmpfs -o size={size} tmpfs /dev/shm && {before} && exec \"$0\" \"$@\"");
+    registry_in_namespaces(t, &["--mount"], size, before, "")
+}
+
+/// `registry-server ARGS` in new namespaces (`unshare` options, a mount namespace among them)
+/// whose /dev/shm holds `size`, started after the shell command `before` has run there.
+fn registry_in_namespaces(
+    t: &mut TestBus,
+    namespaces: &[&str],
+    size: &str,
+    before: &str,
+    args: &str,
+) -> usize {
+    let script = format!(
+        "mount -t tmpfs -o size={size} tmpfs /dev/shm && {before} && exec \"$0\" {args} \"$@\""
+    );
     let registry = bin("registry-server");
-    t.spawn(
-        PathBuf::from("unshare"),
-        &[
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-            registry.to_str().unwrap(),
-        ],
-    )
+    let mut all = namespaces.to_vec();
+    all.extend(["--propagation", "private", "sh", "-c", &script]);
+    all.push(registry.to_str().unwrap());
+    t.spawn(PathBuf::from("unshare"), &all)
 }
 
 /// `program args` in the registry's mount namespace (its /dev/shm), under the watchdog.
@@ -437,24 +442,16 @@ fn a_slot_that_could_not_be_made_anew_is_made_once_there_is_room_and_followed() 
 /// interface that is not loopback). Started after the shell command `before`. Its socket is
 /// in that network namespace: reach it with `run_in_namespaces(.., &["--mount", "--net"], ..)`.
 fn networked_registry_with_small_shm_after(t: &mut TestBus, size: &str, before: &str) -> usize {
-    let script = format!(
-        "mount -t tmpfs -o size={size} tmpfs /dev/shm && ip link add v0 type veth peer name v1 \
-         && ip addr add 10.77.0.1/24 dev v0 && ip link set v1 up && ip link set v0 up && \
-         {before} && exec \"$0\" --net --interface v0 --host fullnet \"$@\""
+    let network = format!(
+        "ip link add v0 type veth peer name v1 && ip addr add 10.77.0.1/24 dev v0 && ip link set \
+         v1 up && ip link set v0 up && {before}"
     );
-    let registry = bin("registry-server");
-    t.spawn(
-        PathBuf::from("unshare"),
-        &[
-            "--mount",
-            "--net",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-            registry.to_str().unwrap(),
-        ],
+    registry_in_namespaces(
+        t,
+        &["--mount", "--net"],
+        size,
+        &network,
+        "--net --interface v0 --host fullnet",
     )
 }
 

@@ -18,19 +18,32 @@ fn drive_command(left: f64, right: f64) -> ResourceCommand {
     }
 }
 
-#[test]
-fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
+/// A registry, a drive arbiter's command written by hand (`command`), and a
+/// subscription to the drive's state; no simulator yet.
+fn a_drive_commanded_by_hand(
+    command: ResourceCommand,
+) -> (
+    TestBus,
+    bus::Publication<ResourceCommand>,
+    bus::Subscription<ResourceState>,
+) {
     let mut t = TestBus::new();
     t.start_registry();
     let bus = t.bus();
-    let mut command = bus
+    let mut publication = bus
         .publish::<ResourceCommand>("/robot/arbiter/drive/command")
         .unwrap();
-    command.wait_bound(WATCHDOG).unwrap();
-    command.write(&drive_command(0.5, 0.5)).unwrap();
-    let mut state = bus
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&command).unwrap();
+    let state = bus
         .subscribe::<ResourceState>("/robot/resource/drive/state")
         .unwrap();
+    (t, publication, state)
+}
+
+#[test]
+fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
+    let (mut t, mut command, mut state) = a_drive_commanded_by_hand(drive_command(0.5, 0.5));
     // Commands written by hand here are not re-stamped as an arbiter's are: they never grow
     // old for this simulator.
     let sim = t.spawn_bin("robot-sim", &["--command-timeout-ms", "0"]);
@@ -70,20 +83,10 @@ fn the_wheels_stop_when_the_drive_arbiter_is_gone() {
 /// re-stamped in force: it wrapped to under a millisecond, and every command went stale at once.
 #[test]
 fn a_command_timeout_of_centuries_never_ends_a_command() {
-    let mut t = TestBus::new();
-    t.start_registry();
-    let bus = t.bus();
-    let mut command = bus
-        .publish::<ResourceCommand>("/robot/arbiter/drive/command")
-        .unwrap();
-    command.wait_bound(WATCHDOG).unwrap();
     // With a heartbeat, so that the timeout applies to it.
     let mut once = drive_command(0.5, 0.5);
     once.heartbeat_ms = 100;
-    command.write(&once).unwrap();
-    let mut state = bus
-        .subscribe::<ResourceState>("/robot/resource/drive/state")
-        .unwrap();
+    let (mut t, _command, mut state) = a_drive_commanded_by_hand(once);
     let sim = t.spawn_bin("robot-sim", &["--command-timeout-ms", "18446744073710"]);
     eventually("the wheels turn at the command", || {
         wheel(&mut state, "left").is_some_and(|v| (v - 0.5).abs() < 0.01)
