@@ -395,10 +395,10 @@ impl RobotController {
 
     /// Sleeps until what this controller sees changes (`true`: as for `refresh`) or `timeout`
     /// passes (`false`); an arbiter that stops responding (`Feedback::arbiter_responding`) is
-    /// a change, seen when its command turns stale. An arbiter rewrites its block whenever any controller publishes (it
-    /// acknowledges the refresh), and those rewrites are pulled without waking the caller: a
-    /// loop that publishes and then waits sleeps until its answer changes, rather than being
-    /// woken by its own publish. Blocks that changed at the moment of a wake-up that counts are
+    /// a change, seen when its command turns stale. An arbiter rewrites its block whenever any
+    /// controller publishes (it acknowledges the refresh), and those rewrites are pulled
+    /// without waking the caller: a loop that publishes and then waits sleeps until its answer
+    /// changes, rather than being woken by its own publish. Blocks that changed at the moment of a wake-up that counts are
     /// pulled by the next call (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         let before = self.seen();

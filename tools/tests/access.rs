@@ -1,8 +1,9 @@
 //! Who may use a bus, and what a registry refuses at start: segments belong to their owner and
 //! the bus's group, a user outside the group is refused (and binds once admitted; connecting
-//! again and again ties the registry up no more), key files and groups that cannot work stop the registry before it makes anything, a planted segment is
-//! never adopted, and a segment the registry or `bus-inspect clean` may not remove is named
-//! with its owner.
+//! again and again ties the registry up no more), key files and groups that cannot work stop
+//! the registry before it makes anything, a planted segment is never adopted (nor one the
+//! registry may not close to others), and a segment the registry or `bus-inspect clean` may not
+//! remove is named with its owner.
 
 mod common;
 
