@@ -191,10 +191,11 @@ impl<T, C: Codec<T>> Publication<T, C> {
     /// at binding; a refusal (the name taken, another type) drops it, and writes fail with the
     /// refusal until a registry accepts the publication. A value larger than the capacity is
     /// refused, never truncated. Once the registry has made the slot anew under this
-    /// publication (its segment was damaged or removed), writes go into the new slot, its last value carried over (while the registry
-    /// cannot make the new slot yet, on a full /dev/shm, the latest value is kept for it, as
-    /// before binding); only if this process cannot map the new slot does every write fail
-    /// with `BusError::Replaced` (nobody would read it).
+    /// publication (its segment was damaged or removed), writes go into the new slot, its last
+    /// value carried over (while the registry cannot make the new slot yet, on a full
+    /// /dev/shm, the latest value is kept for it, as before binding); only if this process
+    /// cannot map the new slot does every write fail with `BusError::Replaced` (nobody would
+    /// read it).
     pub fn write(&mut self, value: &T) -> Result<(), BusError> {
         loop {
             if self.endpoint.replaced.get().is_some() {

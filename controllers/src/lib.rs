@@ -398,8 +398,8 @@ impl RobotController {
     /// a change, seen when its command turns stale. An arbiter rewrites its block whenever any
     /// controller publishes (it acknowledges the refresh), and those rewrites are pulled
     /// without waking the caller: a loop that publishes and then waits sleeps until its answer
-    /// changes, rather than being woken by its own publish. Blocks that changed at the moment of a wake-up that counts are
-    /// pulled by the next call (`refresh` pulls them all).
+    /// changes, rather than being woken by its own publish. Blocks that changed at the moment
+    /// of a wake-up that counts are pulled by the next call (`refresh` pulls them all).
     pub fn wait_feedback(&mut self, timeout: Duration) -> Result<bool, ControllerError> {
         let before = self.seen();
         let deadline = Instant::now().checked_add(timeout);

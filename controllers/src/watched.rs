@@ -86,10 +86,7 @@ impl CommandWatch {
     /// Whether the command was re-stamped as its heartbeat promises (with room for a late
     /// one): `true` when the arbiter sends no heartbeat, or no command was seen yet.
     pub fn responding(&self) -> bool {
-        self.heartbeat_ms == 0
-            || self
-                .changed_at
-                .is_none_or(|(pulled, age)| pulled.elapsed().saturating_add(age) < self.limit())
+        self.heartbeat_ms == 0 || self.changed_at.is_none() || self.stale_in().is_some()
     }
 
     /// How long until `responding` turns false unless a newer command is pulled; `None` when
@@ -100,13 +97,10 @@ impl CommandWatch {
             return None;
         }
         let (pulled, age) = self.changed_at?;
-        self.limit()
+        let limit = Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST);
+        limit
             .checked_sub(pulled.elapsed().saturating_add(age))
             .filter(|left| !left.is_zero())
-    }
-
-    fn limit(&self) -> Duration {
-        Duration::from_millis(self.heartbeat_ms.saturating_mul(5)).max(STALE_AT_LEAST)
     }
 }
 

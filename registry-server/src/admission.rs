@@ -44,19 +44,16 @@ impl Admission {
     /// Whether process `pid` of user `uid` and group `gid` may use the bus. Cheap (no name
     /// lookups): called as connections are accepted.
     pub(crate) fn check(&self, uid: u32, gid: u32, pid: u32) -> Result<(), Denied> {
-        match may_connect(uid, gid, pid, self.group) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Denied {
-                uid,
-                pid,
-                groups_unread: None,
-            }),
-            Err(e) => Err(Denied {
-                uid,
-                pid,
-                groups_unread: Some(e),
-            }),
-        }
+        let groups_unread = match may_connect(uid, gid, pid, self.group) {
+            Ok(true) => return Ok(()),
+            Ok(false) => None,
+            Err(e) => Some(e),
+        };
+        Err(Denied {
+            uid,
+            pid,
+            groups_unread,
+        })
     }
 
     /// What a process `check` refused is to be told; the refusal is logged. Looks names up

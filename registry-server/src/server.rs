@@ -393,7 +393,7 @@ fn refuse(stream: UnixStream, message: impl FnOnce() -> String + Send + 'static)
     let spawned = std::thread::Builder::new()
         .name("refusing".into())
         .spawn(move || {
-            tell_refused(stream, &message());
+            tell_refused(stream, message());
             REFUSING.fetch_sub(1, Ordering::Relaxed);
         });
     if spawned.is_err() {
@@ -404,9 +404,8 @@ fn refuse(stream: UnixStream, message: impl FnOnce() -> String + Send + 'static)
 /// Writes the refusal, then reads what the client sent for at most `REFUSAL_LINGER` in all
 /// (closing with its requests unread would reset the connection under it before it read the
 /// answer) and closes.
-fn tell_refused(mut stream: UnixStream, message: &str) {
+fn tell_refused(mut stream: UnixStream, message: String) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let message = message.to_owned();
     if write_frame(&mut stream, 0, &Reply::Error { message }).is_err() {
         return;
     }

@@ -123,21 +123,17 @@ fn first_log_lines(tag: &str, envs: &[(&str, &str)], terminal: bool) -> String {
 /// The registry processes started with `--domain domain` (exactly: not the `script` or shell
 /// that started one, nor the registry of a concurrent run whose pid extends this one's).
 fn registries_serving(domain: &str) -> Vec<nix::unistd::Pid> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+    bus::process::pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let args: Vec<&str> = raw
                 .split(|b| *b == 0)
                 .filter_map(|a| std::str::from_utf8(a).ok())
                 .collect();
             let registry = args.first()?.ends_with("registry-server");
             let serving = args.windows(2).any(|w| w == ["--domain", domain]);
-            (registry && serving).then(|| nix::unistd::Pid::from_raw(pid))
+            (registry && serving).then(|| nix::unistd::Pid::from_raw(pid as i32))
         })
         .collect()
 }

@@ -215,10 +215,8 @@ fn doctor_as_root_names_the_processes_it_cannot_read() {
     }
     let mut t = TestBus::new();
     t.start_registry();
-    let mut unreadable: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    let mut unreadable: Vec<u32> = bus::process::pids()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/maps"))
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)

@@ -9,6 +9,22 @@ use common::{summary, TestBus, WATCHDOG};
 use nix::sys::signal::Signal;
 use tools::stress::Checked;
 
+/// A registry started on `t`, a publication of `name` that wrote 1, and a subscription that
+/// read it.
+fn one_written_and_read(
+    t: &mut TestBus,
+    name: &str,
+) -> (bus::Bus, bus::Publication<u64>, bus::Subscription<u64>) {
+    t.start_registry();
+    let bus = t.bus();
+    let mut publication = bus.publish::<u64>(name).unwrap();
+    publication.wait_bound(WATCHDOG).unwrap();
+    publication.write(&1).unwrap();
+    let mut subscription = bus.subscribe::<u64>(name).unwrap();
+    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    (bus, publication, subscription)
+}
+
 /// What the registry lists now (nothing while it does not answer).
 fn registry_listing(t: &TestBus) -> Vec<bus::protocol::SlotListing> {
     tools::inspect::registry::listing(&t.domain).unwrap_or_default()
@@ -324,13 +340,7 @@ fn a_process_says_it_waits_for_a_registry_and_when_one_answers() {
 #[test]
 fn endpoints_whose_slot_the_registry_made_anew_say_so_or_follow() {
     let mut t = TestBus::new();
-    t.start_registry();
-    let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/anew/x").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    publication.write(&1).unwrap();
-    let mut subscription = bus.subscribe::<u64>("/anew/x").unwrap();
-    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    let (bus, mut publication, mut subscription) = one_written_and_read(&mut t, "/anew/x");
     t.kill_registry();
     t.overwrite_segment("/anew/x", 0, b"garbage!");
     t.start_registry();
@@ -372,13 +382,7 @@ fn endpoints_whose_slot_the_registry_made_anew_say_so_or_follow() {
 #[test]
 fn a_slot_made_anew_twice_before_an_update_is_reported_once() {
     let mut t = TestBus::new();
-    t.start_registry();
-    let bus = t.bus();
-    let mut publication = bus.publish::<u64>("/anew/twice").unwrap();
-    publication.wait_bound(WATCHDOG).unwrap();
-    publication.write(&1).unwrap();
-    let mut subscription = bus.subscribe::<u64>("/anew/twice").unwrap();
-    assert!(subscription.wait_update(WATCHDOG).unwrap());
+    let (bus, mut publication, mut subscription) = one_written_and_read(&mut t, "/anew/twice");
     let mut made_anew = |expected: &str| {
         // A subscription made now watches the slot as it is, to tell when it was made anew.
         let witness = bus.subscribe::<u64>("/anew/twice").unwrap();

@@ -169,13 +169,10 @@ impl Registry {
                 super::NoSlot::TooSmallInUse { .. } => "in use".to_string(),
             };
             // Its users are told all the same (their slot is no longer the name's: they see
-            // `Replaced`, and wait for the new one unbound). They are bound to nothing now:
-            // whoever makes the slot (the next check, `make_anew_again`, while a publication
-            // or the registry itself publishes it; else the next publication to register)
-            // binds them to it, and they follow it then.
-            for endpoint in &mut entry.endpoints {
-                endpoint.bound = false;
-            }
+            // `Replaced`, and wait for the new one unbound). Whoever makes the slot (the next
+            // check, `make_anew_again`, while a publication or the registry itself publishes
+            // it; else the next publication to register) binds them to it.
+            entry.unbind_all();
             let again = if entry.own.is_some() {
                 "trying again at every check"
             } else {

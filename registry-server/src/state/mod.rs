@@ -151,11 +151,7 @@ impl SlotEntry {
                         Err(NoSlot::Create(e))
                     }
                     (Err(e), None) => {
-                        // Its endpoints are on memory no longer named: unbound, they are all
-                        // told (`bind_waiting`) when a later try makes the slot, and follow it.
-                        for endpoint in &mut self.endpoints {
-                            endpoint.bound = false;
-                        }
+                        self.unbind_all();
                         Err(NoSlot::Create(e))
                     }
                 };
@@ -171,6 +167,15 @@ impl SlotEntry {
     }
 
     /// Binds the subscriptions that waited for the slot to exist: the `Bound` pushes to send.
+    /// Marks every endpoint unbound: their slot is no longer the name's (made anew, or given up
+    /// for a larger one that could not be made). Whoever makes the slot next binds them all to
+    /// it (`bind_waiting`), and they follow it.
+    fn unbind_all(&mut self) {
+        for endpoint in &mut self.endpoints {
+            endpoint.bound = false;
+        }
+    }
+
     fn bind_waiting(&mut self, segment: &str) -> Outbox {
         let mut out = Outbox::new();
         for sub in self.endpoints.iter_mut().filter(|e| !e.bound) {
@@ -405,11 +410,7 @@ impl Registry {
                             continue;
                         }
                     }
-                    // By the state word (what readers go by); a record left half changed
-                    // (`Slot::writer` says `None`) names no process that runs.
-                    if slot.writer_state() == WriterState::Alive && !slot.writer().is_running() {
-                        slot.mark_writer_gone();
-                    }
+                    mark_gone_if_dead(&slot);
                     let origin = slot.origin();
                     self.slots.insert(
                         name,
@@ -480,12 +481,8 @@ impl Registry {
                 .endpoints
                 .iter()
                 .any(|e| e.kind == EndpointKind::Publication);
-            // As at adoption: by the state word, a half-changed record naming nobody running.
-            if !registered
-                && slot.writer_state() == WriterState::Alive
-                && !slot.writer().is_running()
-            {
-                slot.mark_writer_gone();
+            if !registered {
+                mark_gone_if_dead(slot);
             }
         }
     }
@@ -574,6 +571,15 @@ impl Registry {
 fn write_as_registry(slot: &Slot) {
     slot.set_origin("");
     slot.set_writer(std::process::id(), bus::process::own_start_time(), 0);
+}
+
+/// Marks `slot`'s writer gone if it is marked alive and its process died while no registry ran
+/// to notice. Judged by the state word (what readers go by); a record left half changed
+/// (`Slot::writer` says `None`) names no process that runs.
+fn mark_gone_if_dead(slot: &Slot) {
+    if slot.writer_state() == WriterState::Alive && !slot.writer().is_running() {
+        slot.mark_writer_gone();
+    }
 }
 
 fn create_slot(

@@ -40,10 +40,10 @@ use tools::hosts::Lab;
     about = "Measure Baton's network reflection against raw UDP (needs root)",
     long_about = "Measure Baton's network reflection against raw UDP (needs root and `ip`).\n\n\
 `net-bench run` makes two hosts of network namespaces (hA and hB, each joined by a veth pair to \
-a bridge, the lab's switch; a /dev/shm of their own each), starts a registry-server in each, and measures slot ping-pong \
-against raw UDP ping-pong (64 B, 1 KiB, 64 KiB; the raw message sent as datagrams of at most \
-1,472 bytes with UDP_SEGMENT and UDP_GRO, as the registries send and receive, echoed as \
-received; round trips lost counted, not timed) and the rate of reflected 64 B updates against \
+a bridge, the lab's switch; a /dev/shm of their own each), starts a registry-server in each, \
+and measures slot ping-pong against raw UDP ping-pong (64 B, 1 KiB, 64 KiB; the raw message \
+sent as datagrams of at most 1,472 bytes with UDP_SEGMENT and UDP_GRO, as the registries send \
+and receive, echoed as received; round trips lost counted, not timed) and the rate of reflected 64 B updates against \
 a raw UDP flood. It removes its hosts when done or stopped (Ctrl-C), and those of a net-bench or \
 test killed before it could.\n\n\
 Run from a release build: cargo build --release -p tools -p registry-server && \
