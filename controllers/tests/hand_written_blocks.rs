@@ -86,7 +86,8 @@ fn block_json(name: &str, resource: &str, value: f64, ttl_ms: u64) -> String {
 }
 
 /// A controller whose newest write cannot be read (its slot's memory corrupt: here the
-/// latest-sequence word set far past what was written) counts as absent until it writes a
+/// latest-sequence word set far past what was written, naming a buffer whose length is beyond
+/// any capacity: `TestBus::make_unreadable`) counts as absent until it writes a
 /// block that can be: what it wrote last, a stop say, is not known. The arbiter used to go on
 /// executing the block before it for that block's whole time to live (here a minute).
 #[test]
@@ -100,7 +101,7 @@ fn a_controller_whose_newest_block_cannot_be_read_counts_as_absent() {
     );
     // Stopped, so that it does not write again (its next write would make the slot whole).
     r.t.signal(x, nix::sys::signal::Signal::SIGSTOP);
-    r.t.overwrite_segment("/robot/controller/x", 512, &1_000_001u64.to_le_bytes());
+    r.t.make_unreadable("/robot/controller/x", 1_000_001);
     common::eventually("the arbiter gives the shoulder up", || {
         r.arm_block()
             .is_some_and(|b| b["owners"]["shoulder"].is_null() && b["outcomes"]["x"] != "full")

@@ -161,13 +161,13 @@ fn turret(owner: &str) -> serde_json::Value {
 }
 
 /// Controllers a and b, non-compromising, both after the turret; once a holds it, the
-/// manager's latest-sequence word (offset 512) is overwritten to name a buffer that holds
-/// another value.
+/// manager's slot is made unreadable (`TestBus::make_unreadable`: its latest-sequence word
+/// overwritten to name a buffer whose length is beyond any capacity).
 fn a_holds_the_turret_then_the_order_is_overwritten(r: &mut Robot) {
     r.controller("a", "non_compromising", &["arm/turret=0.5"], 300);
     r.controller("b", "non_compromising", &["arm/turret=-0.5"], 300);
     r.expect("a first", turret("a"), json!({"a": "full", "b": "denied"}));
-    r.t.overwrite_segment("/robot/manager", 512, &1_000_001u64.to_le_bytes());
+    r.t.make_unreadable("/robot/manager", 1_000_001);
 }
 
 /// A corrupted slot stops nothing for good: with the manager's slot made inconsistent under the

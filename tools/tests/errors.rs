@@ -492,9 +492,6 @@ fn corrupt_segment_headers_give_errors_not_crashes() {
     assert_eq!(sub.value(), Some(&7));
 }
 
-/// Offset of a slot's latest-sequence word (`bus::slot`'s layout).
-const LATEST_AT: usize = 512;
-
 /// Slot memory made inconsistent under running processes (its latest-sequence word overwritten
 /// with a value whose buffer holds another) is reported once and passed over: the subscription
 /// and the group keep their last good value and sleep, and both read the writer's next value,
@@ -515,7 +512,7 @@ fn an_inconsistent_slot_is_reported_once_and_read_again_after_the_next_write() {
     group.get(member).wait_bound(WATCHDOG).unwrap();
     group.update_all().unwrap();
 
-    t.overwrite_segment("/counter", LATEST_AT, &1_000_001u64.to_le_bytes());
+    t.make_unreadable("/counter", 1_000_001);
     let e = sub.update().unwrap_err();
     assert!(matches!(e, BusError::Inconsistent { .. }), "{e}");
     assert!(e.to_string().contains("the segment is corrupt"), "{e}");

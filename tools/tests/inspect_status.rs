@@ -276,28 +276,12 @@ fn stats_tells_slots_from_names_awaited_and_bound_from_waiting_subscriptions() {
 fn doctor_fails_on_a_value_nobody_can_read() {
     let mut t = TestBus::new();
     t.start_registry();
-    let marker = 0x1122_3344_5566_7788u64;
-    t.leave_value("/doctor/value", marker);
-    // The value's bytes sit 64 bytes into their buffer, its stored length 8 bytes in.
-    let path = t.segment_path("/doctor/value");
-    let bytes = std::fs::read(&path).unwrap();
-    let at = bytes
-        .windows(8)
-        .position(|w| w == marker.to_le_bytes())
-        .expect("the value in the segment");
-    let len_at = at - 56;
-    assert_eq!(
-        bytes[len_at..len_at + 8],
-        8u64.to_le_bytes(),
-        "the length word"
-    );
+    t.leave_value("/doctor/value", 0x1122_3344_5566_7788u64);
+    // Value 1's stored length: the u32 at 520 + 4 x (1 % 4) (`bus::slot`'s layout).
+    let bytes = std::fs::read(t.segment_path("/doctor/value")).unwrap();
+    assert_eq!(bytes[524..528], 8u32.to_le_bytes(), "the length word");
     // In place: a rewrite would cut the file first, under the registry's mapping.
-    std::os::unix::fs::FileExt::write_all_at(
-        &std::fs::OpenOptions::new().write(true).open(&path).unwrap(),
-        &999_999u64.to_le_bytes(),
-        len_at as u64,
-    )
-    .unwrap();
+    t.overwrite_segment("/doctor/value", 524, &999_999u32.to_le_bytes());
     doctor_fails_on_segment(&t, "/doctor/value", "exceeds capacity");
 }
 

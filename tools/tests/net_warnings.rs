@@ -229,7 +229,8 @@ fn cpu_time(pid: u32) -> std::time::Duration {
 }
 
 /// A reflected slot whose value cannot be read (its memory corrupt: here its latest-sequence
-/// word set far past what was written) is said once and passed over. The reflector used to
+/// word set far past what was written, naming a buffer whose length is beyond any capacity) is
+/// said once and passed over. The reflector used to
 /// find it unsent at every turn and read it again at once, for ever: a whole CPU, and no word
 /// of why.
 #[test]
@@ -246,14 +247,17 @@ fn an_unreadable_reflected_value_is_said_and_passed_over_not_spun_on() {
         lab.directory_entry(A, "/spin/x").is_some()
     });
     let segment = format!("/dev/shm/baton.{}~spin~x", netns::DOMAIN);
-    // The latest-sequence word (offset 512) set to 1,000,001.
+    // As `TestBus::make_unreadable`: the length of buffer 1 (offset 524) beyond any capacity,
+    // then the latest-sequence word (offset 512) set to 1,000,001, which names that buffer.
     lab.run(
         A,
         "sh",
         &[
             "-c",
             &format!(
-                "printf '\\101\\102\\017\\000\\000\\000\\000\\000' | dd of={segment} \
+                "printf '\\377\\377\\377\\377' | dd of={segment} bs=1 seek=524 \
+                 conv=notrunc status=none && \
+                 printf '\\101\\102\\017\\000\\000\\000\\000\\000' | dd of={segment} \
                  bs=1 seek=512 conv=notrunc status=none"
             ),
         ],

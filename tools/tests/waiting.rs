@@ -629,7 +629,7 @@ fn a_group_whose_waiter_count_was_zeroed_still_wakes() {
     common::eventually("the group sleeps, counted", || slot.waiter_count() == 1);
     std::thread::sleep(Duration::from_millis(100));
     // The count's four bytes (the epoch above them stays).
-    t.overwrite_segment("/zeroed", 528, &[0; 4]);
+    t.overwrite_segment("/zeroed", 776, &[0; 4]);
     assert_eq!(slot.waiter_count(), 0);
     publication.write(&2).unwrap();
     let (changed, value, slept) = waiter.join().unwrap();

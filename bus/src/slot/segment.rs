@@ -30,12 +30,11 @@ impl Slot {
             return Err(too_big("schema", schema_bytes.len() as u64, MAX_SCHEMA_LEN));
         }
         let buffers = round_up(HEADER_SIZE + schema_bytes.len(), 4096);
-        let stride = BUF_HEADER + capacity;
+        let stride = capacity;
         let total = buffers + stride * BUFFER_COUNT as usize;
         let map = Mapping::create(segment, total, group)?;
         let layout = Layout {
             capacity,
-            buffer_count: u64::from(BUFFER_COUNT),
             buffers,
             stride,
         };
@@ -115,12 +114,13 @@ impl Slot {
         if capacity == 0 || capacity % 64 != 0 || capacity > MAX_CAPACITY {
             return Err(bad_size("capacity", capacity));
         }
+        // The value line keeps the lengths and times of exactly this many.
         let count = u64::from(raw.load32(OFF_BUFFER_COUNT));
-        if !(2..=16).contains(&count) {
+        if count != u64::from(BUFFER_COUNT) {
             return Err(bad_size("buffer count", count));
         }
         let stride = raw.load64(OFF_STRIDE);
-        if stride != BUF_HEADER as u64 + capacity {
+        if stride != capacity {
             return Err(bad_size("buffer stride", stride));
         }
         let schema_off = u64::from(raw.load32(OFF_SCHEMA_OFFSET));
@@ -186,7 +186,6 @@ impl Slot {
         }
         let layout = Layout {
             capacity: capacity as usize,
-            buffer_count: count,
             buffers: buffers as usize,
             stride: stride as usize,
         };

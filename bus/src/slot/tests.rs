@@ -53,12 +53,12 @@ fn a_capacity_too_large_is_refused_even_where_rounding_would_wrap() {
 fn a_write_interrupted_midway_is_invisible() {
     let (_s, slot) = new_slot("mid");
     slot.write(b"complete value").unwrap();
-    // What a writer killed after its odd marker and half a payload leaves behind.
-    let n = slot.latest_sequence() + 1;
-    let buf = slot.buffer_offset(n);
-    slot.word64(buf + BUF_SEQ)
-        .store(2 * n + 1, Ordering::Relaxed);
-    slot.copy_in(buf + BUF_HEADER, b"garbage garbage garbage");
+    // What a writer killed after half a payload and its length leaves behind: `latest` not
+    // moved on.
+    let index = slot.buffer_index(slot.latest_sequence() + 1);
+    slot.copy_in(slot.buffer_offset(index), b"garbage garbage garbage");
+    slot.word32(OFF_LENGTHS + 4 * index)
+        .store(23, Ordering::Relaxed);
     let reader = Slot::open(slot.segment(), false).unwrap();
     let mut out = Vec::new();
     let info = reader.read(0, &mut out).unwrap().unwrap();
@@ -74,21 +74,24 @@ fn a_write_interrupted_midway_is_invisible() {
 fn corrupt_lengths_and_sequences_are_errors_not_hangs() {
     let (_s, slot) = new_slot("corrupt");
     slot.write(b"abc").unwrap();
-    let buf = slot.buffer_offset(1);
-    slot.word64(buf + BUF_LEN)
-        .store(u64::MAX, Ordering::Relaxed);
+    let index = slot.buffer_index(1);
+    slot.word32(OFF_LENGTHS + 4 * index)
+        .store(u32::MAX, Ordering::Relaxed);
     let mut out = Vec::new();
     let err = slot.read(0, &mut out).unwrap_err();
     assert!(err.to_string().contains("exceeds capacity"), "{err}");
-    // `latest` names a value no buffer holds: bounded retries, then an error.
-    slot.word64(OFF_LATEST).store(99, Ordering::Release);
-    let err = slot.read(0, &mut out).unwrap_err();
     assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
-    // A sequence beyond any real one: an error too, never an arithmetic overflow.
-    slot.word64(OFF_LATEST).store(u64::MAX, Ordering::Release);
-    let err = slot.read(0, &mut out).unwrap_err();
-    assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
-    assert_eq!(slot.last_write(), None);
+    // `latest` overwritten with a number no value had: it reads as the buffer it names holds
+    // (here one never written, empty), and a sequence beyond any real one is no arithmetic
+    // overflow. A type of fixed size finds the length wrong: an error.
+    for latest in [99, u64::MAX] {
+        slot.word64(OFF_LATEST).store(latest, Ordering::Release);
+        let info = slot.read(0, &mut out).unwrap().unwrap();
+        assert_eq!((info.sequence, out.len()), (latest, 0));
+        let err = slot.read_exact(0, &mut [0u8; 3]).unwrap_err();
+        assert!(matches!(err, BusError::Inconsistent { .. }), "{err}");
+        assert_eq!(slot.last_write().map(|i| i.sequence), Some(latest));
+    }
 }
 
 #[test]
@@ -101,7 +104,8 @@ fn buffer_stamps_name_the_last_values() {
     let reader = Slot::open(slot.segment(), false).unwrap();
     let stamps = reader.buffer_stamps();
     let seqs: Vec<u64> = stamps.iter().map(|s| s.sequence).collect();
-    assert_eq!(seqs, vec![3, 4, 5, 6]);
+    // The fourth buffer holds value 3, but is the one value 7 goes into: left out.
+    assert_eq!(seqs, vec![4, 5, 6]);
     assert!(stamps
         .iter()
         .all(|s| s.len == s.sequence && s.write_time_ns == 1000 * s.sequence));

@@ -29,8 +29,8 @@ pub(super) fn free_in_shm() -> Option<u64> {
     Some(fs.blocks_available().saturating_mul(fs.fragment_size()))
 }
 
-/// About the bytes a slot of `capacity` takes: four buffers of the capacity (each with its
-/// header) and a header's page.
+/// About the bytes a slot of `capacity` takes: four buffers of the capacity (and a line
+/// more each: the figure was made when each buffer had a header line) and a header's page.
 pub(super) fn room_needed(capacity: u64) -> u64 {
     capacity
         .saturating_add(64)

@@ -143,10 +143,10 @@ enum Command {
     },
     /// Write rate of slots over a window: rate, and period min / p50 / p99 / max.
     ///
-    /// Measured from the sequence numbers and write times kept in each slot's four buffers,
-    /// sampled every --sample-ms, without subscribing. A writer faster than about three writes
-    /// per sample outruns the sampling: the rate then comes from sequence numbers and the
-    /// output says how many writes were seen. A name that only another computer publishes is
+    /// Measured from the sequence numbers and write times each slot keeps of its last three
+    /// values, sampled every --sample-ms, without subscribing. A writer faster than about three
+    /// writes per sample outruns the sampling: the rate then comes from sequence numbers and
+    /// the output says how many writes were seen. A name that only another computer publishes is
     /// mirrored here for the window, this tool its subscriber (the mirror's write times are
     /// its origin's).
     Hz(Rates),

@@ -1,15 +1,16 @@
 //! `hz` and `bw`: write rate and bandwidth of slots over a window, measured without
 //! subscribing.
 //!
-//! A slot's buffers hold its last four values, each with its sequence number, length and write
-//! time (`Slot::buffer_stamps`). Sampling them often (every `sample_every`, 1 ms by default)
-//! therefore sees every write as long as the writer makes fewer than about three writes per
-//! sample, and the write times are the writer's own, so intervals are exact and independent of
-//! when we sampled. Faster writers outrun the sampling: then some values are never seen, the
-//! rate comes from sequence numbers (writes = difference of sequences, time = difference of the
-//! known write times) and the report says so. Nothing is written: the segments are mapped
-//! read-only and no waiter count is touched. (A name only another computer publishes is
-//! mirrored here for the window: `remote`; the mirror's write times are its origin's.)
+//! A slot keeps the sequence number, length and write time of its last three values that are
+//! sure to be whole (`Slot::buffer_stamps`). Sampling them often (every `sample_every`, 1 ms by
+//! default) therefore sees every write as long as the writer makes fewer than about three
+//! writes per sample, and the write times are the writer's own, so intervals are exact and
+//! independent of when we sampled. Faster writers outrun the sampling: then some values are
+//! never seen, the rate comes from sequence numbers (writes = difference of sequences, time =
+//! difference of the known write times) and the report says so. Nothing is written: the
+//! segments are mapped read-only and no waiter count is touched. (A name only another computer
+//! publishes is mirrored here for the window: `remote`; the mirror's write times are its
+//! origin's.)
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -112,7 +112,7 @@ pub fn current_rate(rate: Option<f64>, age_s: Option<f64>) -> Option<f64> {
     (age_s <= (QUIET_PERIODS / rate).max(QUIET_MIN_S)).then_some(rate)
 }
 
-/// Writes per second over the values the buffers still hold (up to four): no sampling needed.
+/// Writes per second over the values the buffers still hold (up to three): no sampling needed.
 fn recent_rate(slot: &Slot) -> Option<f64> {
     let stamps = slot.buffer_stamps();
     let (first, last) = (stamps.first()?, stamps.last()?);

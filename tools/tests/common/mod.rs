@@ -293,6 +293,19 @@ impl TestBus {
         file.write_all_at(bytes, at as u64).unwrap();
     }
 
+    /// Makes public slot `name`'s memory inconsistent, as stray corruption would: its
+    /// latest-sequence word (offset 512 of `bus::slot`'s layout) set to `latest`, and the length
+    /// of the buffer that names (the u32 at 520 + 4 x (`latest` % 4)) beyond any capacity. The
+    /// writer's next value, in the next buffer, makes it readable again.
+    pub fn make_unreadable(&self, name: &str, latest: u64) {
+        self.overwrite_segment(
+            name,
+            520 + 4 * (latest % 4) as usize,
+            &u32::MAX.to_le_bytes(),
+        );
+        self.overwrite_segment(name, 512, &latest.to_le_bytes());
+    }
+
     /// Runs `bus-inspect` to completion.
     pub fn inspect(&self, args: &[&str]) -> Output {
         Command::new(bin("bus-inspect"))
