@@ -407,7 +407,7 @@ fn a_segment_the_registry_could_not_adopt_is_stale_and_cleaned() {
     t.start_registry();
     one_value_left(&t);
     t.kill_registry();
-    // Layout version 1 (this build reads 2): the word after the magic.
+    // Layout version 1 (this build reads 3): the word after the magic.
     t.overwrite_segment(NAME, 8, &1u32.to_le_bytes());
     t.start_registry();
     let out = t.inspect(&["doctor"]);
