@@ -78,9 +78,9 @@ const OFF_NAME_LEN: usize = 64;
 const OFF_NAME: usize = 72;
 const NAME_AREA: usize = 256;
 const OFF_LATEST: usize = 512;
-/// Buffer `i`'s length: a u32 at `OFF_LENGTHS + 4 * i`.
+/// The buffers' lengths: a u32 each (`length_offset`).
 const OFF_LENGTHS: usize = 520;
-/// Buffer `i`'s write time: a u64 at `OFF_TIMES + 8 * i`.
+/// The buffers' write times: a u64 each (`time_offset`).
 const OFF_TIMES: usize = 536;
 const OFF_NOTIFY: usize = 768;
 const OFF_WAITERS: usize = 776;
@@ -116,6 +116,30 @@ pub(crate) const HEADER_SIZE: usize = 1024;
 /// `n + BUFFER_COUNT - 1`.
 const LAP: u64 = BUFFER_COUNT as u64 - 1;
 
+/// Which buffer value `n` goes into. By the constant, which `Slot::open` checked the header
+/// against: a remainder by a number read at run time is a division, 15 % of a busy-poll read's
+/// time.
+fn buffer_index(n: u64) -> usize {
+    (n % u64::from(BUFFER_COUNT)) as usize
+}
+
+/// Where buffer `index`'s length is kept, in the value line.
+fn length_offset(index: usize) -> usize {
+    OFF_LENGTHS + 4 * index
+}
+
+/// Where buffer `index`'s write time is kept, in the value line.
+fn time_offset(index: usize) -> usize {
+    OFF_TIMES + 8 * index
+}
+
+/// Whether value `n`, read before `latest` was loaded again as `latest_now`
+/// (`Slot::latest_after_reading`), was read whole: its buffer is written next by value
+/// `n + LAP + 1`, which the writer starts only after it published `n + LAP`.
+fn read_whole(n: u64, latest_now: u64) -> bool {
+    latest_now.wrapping_sub(n) < LAP
+}
+
 /// A value found by a read: its sequence number and write time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadInfo {
@@ -138,12 +162,12 @@ pub struct BufferStamp {
     pub write_time_ns: u64,
 }
 
-/// Validated geometry of a slot; never re-read from shared memory.
+/// Validated geometry of a slot; never re-read from shared memory. The buffers follow one
+/// another, `capacity` bytes each (the header's stride, checked equal).
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     capacity: usize,
     buffers: usize,
-    stride: usize,
 }
 
 /// One mapped slot.
@@ -255,7 +279,7 @@ impl Slot {
             && self.load32(OFF_CAPACITY) as usize == self.layout.capacity
             && self.load32(OFF_BUFFER_COUNT) == BUFFER_COUNT
             && self.load64(OFF_BUFFERS) == self.layout.buffers as u64
-            && self.load64(OFF_STRIDE) == self.layout.stride as u64
+            && self.load64(OFF_STRIDE) == self.layout.capacity as u64
             && self.load32(OFF_HEADER_SIZE) as usize == HEADER_SIZE
             && self.load32(OFF_SCHEMA_OFFSET) as usize == HEADER_SIZE
             && self.load32(OFF_SCHEMA_LEN) as usize == self.schema.bytes.len()
@@ -351,7 +375,7 @@ impl Slot {
         // Single writer: nobody else stores `latest`, so Relaxed reads our own last store (or,
         // after a writer restart, the dead writer's, published before it died).
         let n = latest.load(Ordering::Relaxed).wrapping_add(1);
-        let index = self.buffer_index(n);
+        let index = buffer_index(n);
         // Orders the previous value's `latest` store (`n - 1`) before this value's stores into
         // the buffer: a reader that sees any of them and then loads `latest` (after its Acquire
         // fence) sees `n - 1` or later, and so knows that it was lapped (module comment).
@@ -362,14 +386,14 @@ impl Slot {
             self.layout.capacity,
         ))?;
         debug_assert!(len <= self.layout.capacity);
-        self.word32(OFF_LENGTHS + 4 * index)
+        self.word32(length_offset(index))
             .store(len as u32, Ordering::Relaxed);
         // The clock is read only now, after the copy: reading CLOCK_REALTIME waits (lfence in
         // the vDSO) for every earlier load to finish, and taken before the copy it held back
         // the stores above until the caller's last read (typically the value being answered)
         // had completed, which cost a quarter of a busy-poll round trip. The stamp still
         // precedes the moment the value becomes visible (the Release store below).
-        self.word64(OFF_TIMES + 8 * index)
+        self.word64(time_offset(index))
             .store(stamp(), Ordering::Relaxed);
         // Release: payload, length and time happen-before a reader's Acquire load that sees n.
         latest.store(n, Ordering::Release);
@@ -468,9 +492,9 @@ impl Slot {
             if n == last_seen || n == 0 {
                 return Ok(None);
             }
-            let index = self.buffer_index(n);
-            let len = self.relaxed32(OFF_LENGTHS + 4 * index);
-            let time_ns = self.relaxed64(OFF_TIMES + 8 * index);
+            let index = buffer_index(n);
+            let len = self.relaxed32(length_offset(index));
+            let time_ns = self.relaxed64(time_offset(index));
             // Any length the writer stores fits (it checks before it writes): a larger one is
             // corrupt memory, whatever value it belongs to.
             if len as usize > self.layout.capacity {
@@ -487,10 +511,7 @@ impl Slot {
                 self.buffer_offset(index),
                 len as usize,
             ));
-            // Pairs with the writer's Release fence: if any byte, length or time read above came
-            // from a later value in this buffer, the load below sees `n + LAP` or later.
-            fence(Ordering::Acquire);
-            if self.relaxed64(OFF_LATEST).wrapping_sub(n) < LAP {
+            if read_whole(n, self.latest_after_reading()) {
                 return Ok(Some((
                     result,
                     ReadInfo {
@@ -516,10 +537,8 @@ impl Slot {
             if n == 0 {
                 return None;
             }
-            let time_ns = self.relaxed64(OFF_TIMES + 8 * self.buffer_index(n));
-            // As in `read_in_place`.
-            fence(Ordering::Acquire);
-            if self.relaxed64(OFF_LATEST).wrapping_sub(n) < LAP {
+            let time_ns = self.relaxed64(time_offset(buffer_index(n)));
+            if read_whole(n, self.latest_after_reading()) {
                 return Some(ReadInfo {
                     sequence: n,
                     write_time_ns: time_ns,
@@ -535,32 +554,29 @@ impl Slot {
     /// sampling at least once every few writes sees every write without subscribing.
     pub fn buffer_stamps(&self) -> Vec<BufferStamp> {
         let n = self.latest_sequence();
-        let oldest = n.saturating_sub(LAP - 1).max(1);
-        let found: Vec<(u64, u32, u64)> = (oldest..=n)
-            .map(|seq| {
-                let index = self.buffer_index(seq);
-                (
-                    seq,
-                    self.relaxed32(OFF_LENGTHS + 4 * index),
-                    self.relaxed64(OFF_TIMES + 8 * index),
-                )
+        let mut stamps: Vec<BufferStamp> = (n.saturating_sub(LAP - 1).max(1)..=n)
+            .map(|sequence| {
+                let index = buffer_index(sequence);
+                BufferStamp {
+                    sequence,
+                    len: u64::from(self.relaxed32(length_offset(index))),
+                    write_time_ns: self.relaxed64(time_offset(index)),
+                }
             })
             .collect();
-        // As in `read_in_place`: a value still whole when `latest` is loaded again was read
-        // whole.
+        let latest_now = self.latest_after_reading();
+        stamps
+            .retain(|s| read_whole(s.sequence, latest_now) && s.len <= self.layout.capacity as u64);
+        stamps
+    }
+
+    /// `latest` loaded again after reading a value, to tell with `read_whole` whether the
+    /// reads saw only that value. The Acquire fence pairs with the writer's Release fence at
+    /// the start of each write: if any byte, length or time read before it came from a later
+    /// value in the same buffer, the load sees `n + LAP` or later.
+    fn latest_after_reading(&self) -> u64 {
         fence(Ordering::Acquire);
-        let now = self.relaxed64(OFF_LATEST);
-        found
-            .into_iter()
-            .filter(|&(seq, len, _)| {
-                now.wrapping_sub(seq) < LAP && len as usize <= self.layout.capacity
-            })
-            .map(|(sequence, len, write_time_ns)| BufferStamp {
-                sequence,
-                len: u64::from(len),
-                write_time_ns,
-            })
-            .collect()
+        self.relaxed64(OFF_LATEST)
     }
 
     /// The word writers bump and waiters sleep on.
@@ -587,20 +603,12 @@ impl Slot {
     /// does not show beyond its drift. Order plays no part: the value is read again as the
     /// protocol says.
     fn touch_buffer(&self, n: u64) {
-        let buf = self.buffer_offset(self.buffer_index(n));
-        std::hint::black_box(self.relaxed64(buf));
-    }
-
-    /// Which buffer value `n` goes into. By the constant, which `Slot::open` checked the header
-    /// against: a remainder by a number read at run time is a division, 15 % of a busy-poll
-    /// read's time.
-    fn buffer_index(&self, n: u64) -> usize {
-        (n % u64::from(BUFFER_COUNT)) as usize
+        std::hint::black_box(self.relaxed64(self.buffer_offset(buffer_index(n))));
     }
 
     /// Where buffer `index` starts.
     fn buffer_offset(&self, index: usize) -> usize {
-        self.layout.buffers + index * self.layout.stride
+        self.layout.buffers + index * self.layout.capacity
     }
 
     /// A word to store, or read-modify-write: panics on a read-only slot (`Mapping::word64`).

@@ -30,14 +30,9 @@ impl Slot {
             return Err(too_big("schema", schema_bytes.len() as u64, MAX_SCHEMA_LEN));
         }
         let buffers = round_up(HEADER_SIZE + schema_bytes.len(), 4096);
-        let stride = capacity;
-        let total = buffers + stride * BUFFER_COUNT as usize;
+        let total = buffers + capacity * BUFFER_COUNT as usize;
         let map = Mapping::create(segment, total, group)?;
-        let layout = Layout {
-            capacity,
-            buffers,
-            stride,
-        };
+        let layout = Layout { capacity, buffers };
         let slot = Slot {
             map,
             segment: segment.to_owned(),
@@ -55,7 +50,7 @@ impl Slot {
         slot.store32(OFF_CAPACITY, capacity as u32);
         slot.store32(OFF_BUFFER_COUNT, BUFFER_COUNT);
         slot.store64(OFF_BUFFERS, buffers as u64);
-        slot.store64(OFF_STRIDE, stride as u64);
+        slot.store64(OFF_STRIDE, capacity as u64);
         slot.store32(OFF_SCHEMA_OFFSET, HEADER_SIZE as u32);
         slot.store32(OFF_SCHEMA_LEN, schema_bytes.len() as u32);
         slot.store64(OFF_SCHEMA_HASH, schema.hash().0);
@@ -187,7 +182,6 @@ impl Slot {
         let layout = Layout {
             capacity: capacity as usize,
             buffers: buffers as usize,
-            stride: stride as usize,
         };
         Ok(Slot {
             map,

@@ -55,9 +55,9 @@ fn a_write_interrupted_midway_is_invisible() {
     slot.write(b"complete value").unwrap();
     // What a writer killed after half a payload and its length leaves behind: `latest` not
     // moved on.
-    let index = slot.buffer_index(slot.latest_sequence() + 1);
+    let index = buffer_index(slot.latest_sequence() + 1);
     slot.copy_in(slot.buffer_offset(index), b"garbage garbage garbage");
-    slot.word32(OFF_LENGTHS + 4 * index)
+    slot.word32(length_offset(index))
         .store(23, Ordering::Relaxed);
     let reader = Slot::open(slot.segment(), false).unwrap();
     let mut out = Vec::new();
@@ -74,8 +74,7 @@ fn a_write_interrupted_midway_is_invisible() {
 fn corrupt_lengths_and_sequences_are_errors_not_hangs() {
     let (_s, slot) = new_slot("corrupt");
     slot.write(b"abc").unwrap();
-    let index = slot.buffer_index(1);
-    slot.word32(OFF_LENGTHS + 4 * index)
+    slot.word32(length_offset(buffer_index(1)))
         .store(u32::MAX, Ordering::Relaxed);
     let mut out = Vec::new();
     let err = slot.read(0, &mut out).unwrap_err();
