@@ -42,6 +42,12 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
     let text = String::from_utf8(lab.inspect(B, &["get", "/lab/x"]).stdout).unwrap();
     assert!(text.contains("writer alive on hA"), "{text}");
     assert_eq!(text.matches("hA").count(), 1, "the host named once: {text}");
+    let r = json(&lab.inspect(B, &["watch", "/lab/x", "--json", "--count", "1"]));
+    assert_eq!(
+        (&r["writer"], &r["writer_alive"]),
+        (&"Alive".into(), &true.into()),
+        "{r}"
+    );
     // While hB's registry is down the mirror is not fed, which says nothing of its publisher on
     // hA: `get` said the writer was gone on hA, where `list` said this.
     lab.kill_registry(B);
@@ -54,6 +60,14 @@ fn mirrors_network_counters_and_multicast_checks_show_across_hosts() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // In JSON: the publisher's state as last reflected, and the feeding registry not running.
+    let r = json(&lab.inspect(B, &["watch", "/lab/x", "--json", "--count", "1"]));
+    assert_eq!(
+        (&r["writer"], &r["writer_alive"]),
+        (&"Alive".into(), &false.into()),
+        "{r}"
+    );
+    assert_eq!(lab.list_row(B, "/lab/x")["writer_alive"], false);
     lab.start_registry(B, &[], &[]);
     let before = lab.list_row(B, "/lab/x")["sequence"].as_u64();
     eventually("the mirror is fed again", || {

@@ -137,7 +137,8 @@ enum Command {
         /// How often to look for a new value, milliseconds (1 to 3600000).
         #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
         poll_ms: u64,
-        /// One JSON object per value: name, type, sequence, time_ns, writer, origin, value.
+        /// One JSON object per value: name, type, sequence, time_ns, writer, writer_alive,
+        /// origin, value.
         #[arg(long)]
         json: bool,
     },

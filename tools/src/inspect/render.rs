@@ -244,7 +244,7 @@ pub fn reading(r: &Reading, skipped: u64) -> String {
         // died; a mirror's is as recorded, told apart by whether its registry runs.
         writer_cell(
             r.writer,
-            r.writer_running,
+            r.writer_alive,
             r.writer_pid,
             r.writer_program.as_deref(),
             r.origin.as_deref()

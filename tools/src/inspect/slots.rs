@@ -137,6 +137,10 @@ pub struct Reading {
     /// Write time, nanoseconds since the Unix epoch (the origin host's clock for a mirror).
     pub time_ns: u64,
     pub writer: WriterState,
+    /// `true` when the recorded writer's process runs (checked by pid and start time), as in
+    /// `list`: for a mirror, this computer's registry, which feeds it (`writer` is then the
+    /// state of its publisher on the origin host, as last reflected).
+    pub writer_alive: bool,
     /// Origin host of a mirrored value; `None` for a value written on this computer.
     pub origin: Option<String>,
     pub value: serde_json::Value,
@@ -146,10 +150,6 @@ pub struct Reading {
     pub writer_pid: u32,
     #[serde(skip)]
     pub writer_program: Option<String>,
-    /// Whether the recorded writer's process runs here (for a mirror, this computer's
-    /// registry, which feeds it).
-    #[serde(skip)]
-    pub writer_running: bool,
 }
 
 /// Reads and decodes the newest value if its sequence is not `last_seen`.
@@ -175,7 +175,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
     })?;
     let origin = slot.origin();
     let recorded = slot.writer_of(Some(info.sequence));
-    let writer_running = recorded.is_running();
+    let writer_alive = recorded.is_running();
     // A mirror's recorded writer is this computer's registry: it not running says nothing of
     // the publisher on the origin host (the text form says the mirror is not fed, as `list`).
     let writer = if origin.is_empty() {
@@ -198,7 +198,7 @@ pub fn read_newer(slot: &Slot, last_seen: u64) -> Result<Option<Reading>> {
         } else {
             None
         },
-        writer_running,
+        writer_alive,
     }))
 }
 
