@@ -385,7 +385,8 @@ impl Mapping {
     }
 
     /// Copies `src` in at `off`; the last word is zero-padded. Racing readers detect the race
-    /// through the slot's sequence words, never through these bytes (`copy`).
+    /// through the slot's `latest` word, loaded again after the copy, never through these bytes
+    /// (`copy`).
     pub fn copy_in(&self, off: usize, src: &[u8]) {
         let words = self.words(off, src.len().div_ceil(8));
         let whole = src.len() / 8;

@@ -6,8 +6,9 @@
 //! 0      static header: magic, version, sizes, offsets, schema hash, name   (written once)
 //! 512    the value line: latest sequence (u64), each buffer's length (4 x u32) and write time
 //!        (4 x u64)                                                          (one cache line)
-//! 576    writer pid, state, start time, origin host, origin sequence, writer record version,
-//!        writer's first sequence, series, origin series, writer endpoint     (registry-maintained)
+//! 576    writer pid, state, start time, origin host, origin sequence, origin session, writer
+//!        record version, writer's first sequence, series, origin series, writer endpoint
+//!                                                                        (registry-maintained)
 //! 768    notify word (u32), waiters (u64: epoch, count)                     (a line of their own)
 //! 1024   schema bytes (Schema::to_bytes)
 //! B      4 buffers of `capacity` payload bytes each (a multiple of 64: whole cache lines)

@@ -1,4 +1,4 @@
-//! The registry-maintained record in a slot's header (offsets 576 to 711): who writes the slot
+//! The registry-maintained record in a slot's header (offsets 576 to 719): who writes the slot
 //! (pid, process start time, alive or gone, the first sequence that is its own) and, in a
 //! mirror of a remote slot, where its values come from (origin host, sequence, session and
 //! series). The writer's record is versioned like a seqlock so that a pid is never read with

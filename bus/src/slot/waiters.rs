@@ -1,7 +1,8 @@
 //! Who may be asleep on a slot, so that a writer makes the futex wake system call only when
 //! someone may be.
 //!
-//! The waiters word (64 bits in the slot's hot cache line) holds a count (low 32 bits) and an
+//! The waiters word (64 bits at offset 776, beside the notify word on a cache line of their
+//! own, away from the value line that readers poll) holds a count (low 32 bits) and an
 //! epoch (high 32 bits). A waiter adds one to the count before it reads the notify word and
 //! sleeps, and takes its one back afterwards; a writer bumps the notify word and then wakes it
 //! if the count is not zero. Both sides use SeqCst, so either the writer sees the count or the

@@ -77,7 +77,7 @@ struct Rates {
 enum Command {
     /// Every slot: type, size, sequence, rate, age, writer and whether it runs, origin host.
     ///
-    /// RATE is over the last writes the slot still holds (up to four), and `-` once the newest
+    /// RATE is over the last writes the slot still holds (up to three), and `-` once the newest
     /// is older than three periods of that rate (and a second): it shows what the slot does
     /// now. For a measured rate use `hz`. ORIGIN is this host for local slots, or the host a
     /// mirror reflects. Without a registry-server the slots are still listed, and stderr says
