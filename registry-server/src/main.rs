@@ -66,8 +66,9 @@ struct NetArgs {
     /// default: the host name.
     #[arg(long, env = "BATON_HOST", value_parser = host_arg)]
     host: Option<String>,
-    /// Multicast group registries announce themselves on.
-    #[arg(long, default_value = "239.255.66.66")]
+    /// Multicast group registries announce themselves on (an IPv4 multicast address,
+    /// 224.0.0.0 to 239.255.255.255).
+    #[arg(long, default_value = "239.255.66.66", value_parser = mcast_group_arg)]
     mcast_group: std::net::Ipv4Addr,
     /// UDP port of the multicast group (discovery), 1 to 65535.
     #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..), allow_negative_numbers = true)]
@@ -90,15 +91,15 @@ struct NetArgs {
     #[arg(long, default_value_t = 1500,
           value_parser = daemon::whole_number(LEAST_MTU, MAX_UDP, "bytes"), allow_negative_numbers = true)]
     mtu: u64,
-    /// Announcement interval, milliseconds (at least 10).
+    /// Announcement interval, milliseconds (10 to 86400000, a day).
     #[arg(long, default_value_t = 500, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     announce_ms: u64,
-    /// A host not heard from for this long is forgotten, milliseconds (at least 50; or for
+    /// A host not heard from for this long is forgotten, milliseconds (50 to 86400000; or for
     /// three of its own announcement intervals, when that is longer).
     #[arg(long, default_value_t = 3000, value_parser = daemon::whole_number(50, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     forget_ms: u64,
     /// Current values are re-sent to subscribing hosts this often (loss recovery), milliseconds
-    /// (at least 10).
+    /// (10 to 86400000).
     #[arg(long, default_value_t = 1000, value_parser = daemon::whole_number(10, DAY_MS, "milliseconds"), allow_negative_numbers = true)]
     refresh_ms: u64,
     /// Shared key file (any bytes, at least 16; not readable or writable by others): datagrams
@@ -120,7 +121,7 @@ struct NetArgs {
     /// since (a computer without a real-time clock). systemd's StateDirectory= sets it. Without
     /// it, a registry restarted with its clock set back is refused by the peers that heard its
     /// previous run, until they restart. Needs --net (from STATE_DIRECTORY it is taken either
-    /// way).
+    /// way). Made if missing; its parent must exist.
     #[arg(long, env = "STATE_DIRECTORY", value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
 }
@@ -296,6 +297,18 @@ fn parse_peer(text: &str) -> Result<PeerArg, String> {
 }
 
 /// `--host`, checked as the command line is parsed.
+/// A group that is not multicast is a command-line mistake (exit 64), as a malformed one is.
+fn mcast_group_arg(text: &str) -> Result<std::net::Ipv4Addr, String> {
+    let group: std::net::Ipv4Addr = text.parse().map_err(|e| format!("{e}"))?;
+    if group.is_multicast() {
+        Ok(group)
+    } else {
+        Err(format!(
+            "{group} is not a multicast group (224.0.0.0 to 239.255.255.255)"
+        ))
+    }
+}
+
 fn host_arg(host: &str) -> Result<String, String> {
     registry::net::check_host_name(host).map(|()| host.to_owned())
 }

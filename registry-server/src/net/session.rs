@@ -31,9 +31,13 @@ pub fn next(wall_ns: u64, file: &Path) -> Result<u64, String> {
 /// Writes `session` to `file` so that a crash never leaves it empty or half written: a
 /// temporary file, flushed to disk, renamed over it.
 fn record(session: u64, file: &Path) -> std::io::Result<()> {
-    // The state directory is made if missing (systemd makes it for the unit).
+    // The state directory is made if missing (systemd makes it for the unit), its parent
+    // not: a mistyped path is refused, not made from the root down.
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        match std::fs::create_dir(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
     }
     let tmp = file.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
@@ -64,5 +68,9 @@ mod tests {
         let err = next(10, &file).unwrap_err();
         assert!(err.contains("does not hold a session number"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+        // Its parent is not.
+        let err = next(10, &dir.join("no-such").join("net-session")).unwrap_err();
+        assert!(err.contains("No such file or directory"), "{err}");
+        assert!(!dir.exists());
     }
 }

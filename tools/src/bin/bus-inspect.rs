@@ -194,7 +194,7 @@ enum Command {
         /// Give up after this many seconds (at most a year).
         #[arg(long, value_parser = timeout_seconds, allow_negative_numbers = true)]
         timeout: Option<Duration>,
-        /// How often to look, milliseconds.
+        /// How often to look, milliseconds (1 to 3600000).
         #[arg(long, default_value_t = 2, value_parser = daemon::whole_number(1, 3_600_000, "milliseconds"), allow_negative_numbers = true)]
         poll_ms: u64,
         #[command(flatten)]
