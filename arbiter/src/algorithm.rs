@@ -123,6 +123,8 @@ pub struct Request {
     /// When the block expires, on the clock of `ReadAt::clock_ns` (the `now_ns` the request is
     /// allocated at).
     pub expires_at_ns: u64,
+    /// The block's `session`: which process wrote it.
+    pub session: u64,
 }
 
 impl Request {
@@ -139,6 +141,7 @@ impl Request {
             wanted: Vec::new(),
             unknown: 0,
             expires_at_ns: 0,
+            session: block.session,
         };
         request.reparse(arbiter, resources, block, read);
         request
@@ -154,6 +157,7 @@ impl Request {
         read: ReadAt,
     ) {
         self.status = block.status;
+        self.session = block.session;
         self.expires_at_ns = read.on_clock(block.expires_at_ns(read.wall_ns));
         self.wanted.clear();
         self.unknown = 0;

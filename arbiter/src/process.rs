@@ -42,8 +42,11 @@ fn feedback_capacity(config: &ArbiterConfig) -> usize {
         // resources: name, state, limits, owner, command; owners: name, owner.
         (name + 9 + 16 + owner + 9) + (name + owner)
     };
-    let outcomes = MAX_CONTROLLERS * (8 + bus::names::MAX_NAME_LEN + 4);
-    let fixed = 8 + config.name.len() + 8 + 8 + 3 * 8;
+    // outcomes: name, variant; sessions: name, session.
+    let outcomes =
+        MAX_CONTROLLERS * ((8 + bus::names::MAX_NAME_LEN + 4) + (8 + bus::names::MAX_NAME_LEN + 8));
+    // name, cycle, stamp, and the lengths of the four maps.
+    let fixed = 8 + config.name.len() + 8 + 8 + 4 * 8;
     let bound = fixed + config.resources.iter().map(per_resource).sum::<usize>() + outcomes;
     bound.max(BLOCK_CAPACITY)
 }
@@ -287,7 +290,14 @@ pub fn run(
                 } else {
                     "not in the manager's order"
                 };
-                log_changes(name, previous_decision.as_ref(), &decision, unfollowed);
+                let gone = |c: &str| !watched.is_alive(c);
+                log_changes(
+                    name,
+                    previous_decision.as_ref(),
+                    &decision,
+                    unfollowed,
+                    gone,
+                );
                 warn_held_outside_limits(
                     name,
                     config,
@@ -296,7 +306,8 @@ pub fn run(
                     &state,
                 );
             }
-            let block = memory_block(config, cycle, stamp_ns, &decision, &state);
+            let sessions = watched.sessions(&decision.outcomes);
+            let block = memory_block(config, cycle, stamp_ns, &decision, sessions, &state);
             block_pub.write(&block)?;
             on_cycle(&block);
             previous_decision = Some(decision);
@@ -468,6 +479,7 @@ fn memory_block(
     cycle: u64,
     stamp_ns: u64,
     decision: &Decision,
+    sessions: BTreeMap<String, u64>,
     state: &BTreeMap<String, f64>,
 ) -> ArbiterBlock {
     let resources = config
@@ -492,6 +504,7 @@ fn memory_block(
         resources,
         owners: decision.owners.clone(),
         outcomes: decision.outcomes.clone(),
+        sessions,
     }
 }
 
@@ -526,8 +539,15 @@ fn warn_held_outside_limits(
 }
 
 /// One log line per ownership change. `unfollowed`: why a controller without an outcome is
-/// followed no more.
-fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision, unfollowed: &str) {
+/// followed no more; `gone`: whether a controller's writer is gone (else an `expired` block
+/// ran out of time to live).
+fn log_changes(
+    arbiter: &str,
+    previous: Option<&Decision>,
+    decision: &Decision,
+    unfollowed: &str,
+    gone: impl Fn(&str) -> bool,
+) {
     for (resource, owner) in &decision.owners {
         let before = previous
             .and_then(|p| p.owners.get(resource))
@@ -538,10 +558,12 @@ fn log_changes(arbiter: &str, previous: Option<&Decision>, decision: &Decision, 
             let why = before
                 .as_deref()
                 .map_or(String::new(), |b| match decision.outcomes.get(b) {
-                    Some(Outcome::Expired) => format!(
-                        " ({b}'s block expired, or its process is gone: not refreshed within its \
-                         time to live)"
-                    ),
+                    Some(Outcome::Expired) if gone(b) => {
+                        format!(" ({b}'s process is gone: its block counts no more)")
+                    }
+                    Some(Outcome::Expired) => {
+                        format!(" ({b}'s block expired: not refreshed within its time to live)")
+                    }
                     None => format!(" ({b} is no longer followed: {unfollowed})"),
                     Some(outcome) => format!(" ({b}'s outcome now: {})", outcome.as_str()),
                 });
@@ -594,6 +616,9 @@ mod tests {
                 .collect(),
             outcomes: (0..MAX_CONTROLLERS)
                 .map(|i| (longest(i), Outcome::Partial))
+                .collect(),
+            sessions: (0..MAX_CONTROLLERS)
+                .map(|i| (longest(i), u64::MAX))
                 .collect(),
         };
         let mut bytes = Vec::new();

@@ -88,6 +88,11 @@ pub struct ControllerBlock {
     pub stamp_ns: u64,
     /// The block counts as absent once `stamp_ns + ttl_ms` has passed.
     pub ttl_ms: u64,
+    /// Which process writes the block: a number each controller draws at random when it is
+    /// made (0 in a block written by hand). Arbiters give it back with each outcome
+    /// (`ArbiterBlock::sessions`): a controller restarted under the same name tells the outcome
+    /// of its own block from that of the process before it.
+    pub session: u64,
 }
 
 /// Longest time to live an arbiter honours (the controller library allows no more); a block
@@ -178,6 +183,9 @@ pub struct ArbiterBlock {
     /// Controller name to its outcome this cycle, for every controller the manager lists whose
     /// block exists.
     pub outcomes: BTreeMap<String, Outcome>,
+    /// Controller name to the `session` of the block its outcome is for: the block the arbiter
+    /// had read when it decided, which may be older than the one in the slot by then.
+    pub sessions: BTreeMap<String, u64>,
 }
 
 /// `/robot/arbiter/<name>/command`: the coherent command for the arbiter's resources.

@@ -169,8 +169,16 @@ pub struct RobotController {
     shared: Arc<Mutex<Shared>>,
     refresher: Refresher,
     watched: Watched,
-    /// When this controller first published (`None` before): see `Watched::date_new`.
-    first_publish_ns: Option<u64>,
+}
+
+/// A controller's `session` (`ControllerBlock::session`): random, never 0 (a block written by
+/// hand).
+fn new_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // `RandomState`'s keys come from the system's randomness.
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u32(std::process::id());
+    random.finish().max(1)
 }
 
 /// Longest time to live a block may have.
@@ -205,6 +213,7 @@ impl RobotController {
             commands: BTreeMap::new(),
             stamp_ns: now_ns(),
             ttl_ms: ttl.as_millis() as u64,
+            session: new_session(),
         };
         let shared = Arc::new(Mutex::new(Shared {
             publication,
@@ -222,7 +231,6 @@ impl RobotController {
             shared,
             refresher,
             watched,
-            first_publish_ns: None,
         };
         Ok(controller)
     }
@@ -279,8 +287,6 @@ impl RobotController {
             // What the arbiters say of this name before now is about an earlier process of it.
             self.refresh()?;
             self.check_commands()?;
-            self.watched.mark_first_publish();
-            self.first_publish_ns = Some(now_ns());
         }
         let mut s = lock(&self.shared);
         let Shared {
@@ -511,7 +517,6 @@ impl RobotController {
             self.watched.follow(&self.bus, &listed)?;
             let changed = self.watched.group.update_all()?;
             self.pulled(&changed);
-            self.watched.date_new(self.first_publish_ns);
         }
     }
 
@@ -607,13 +612,13 @@ impl RobotController {
                 let arbiter_running =
                     self.watched.group.get(a.block).writer() == Some(bus::WriterState::Alive);
                 // A block left by an arbiter that is gone (or by the one before a starting
-                // arbiter) says nothing about now.
-                // Nor does one from before this controller's first publish (the outcome for
-                // this name in it is an earlier process's).
-                let block = self
-                    .watched
-                    .current_block(a)
-                    .filter(|_| ours && (listed || !order_known) && a.before_us.is_none());
+                // arbiter) says nothing about now. Nor does one decided on a block of this
+                // name that another process wrote (one before this, or the blocks this process
+                // published are not read yet: the arbiter decided on what it had read).
+                let session = self.staged.session;
+                let block = self.watched.current_block(a).filter(|b| {
+                    ours && (listed || !order_known) && b.sessions.get(&self.name) == Some(&session)
+                });
                 let outcome = block.and_then(|b| b.outcomes.get(&self.name).copied());
                 let responding = arbiter_running && a.command.responding();
                 let owned: Vec<String> = block

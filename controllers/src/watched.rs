@@ -1,7 +1,7 @@
 //! What a robot controller follows on the bus: the robot manager's order and, per arbiter the
 //! manager lists, its feedback block and its coherent command; and which of those blocks speak
-//! of now (a block left by an ended arbiter, by the process before a starting one, or from
-//! before this controller first published says nothing of this controller now).
+//! of now (a block left by an ended arbiter, or by the process before a starting one, says
+//! nothing of now; which outcome is this controller's own, `ArbiterBlock::sessions` says).
 
 use std::time::{Duration, Instant};
 
@@ -33,12 +33,7 @@ pub(crate) struct FollowedArbiter {
     /// which an arbiter before it left (its resources and outcomes may be those of another
     /// config).
     starting: Option<u64>,
-    /// The sequence of the block held when this controller first published, until a newer one
-    /// comes: the outcome it gives this controller's name is an earlier process's.
-    pub before_us: Option<u64>,
     pub command: CommandWatch,
-    /// Followed since the last rebuild (`Watched::follow`), not dated yet (`date_new`).
-    fresh: bool,
 }
 
 /// An arbiter's coherent command, pulled with every pull of the group (not waited on: it
@@ -105,15 +100,10 @@ impl CommandWatch {
 }
 
 impl FollowedArbiter {
-    /// Follows arbiter `a`'s block in `group` and its command; `fresh`: to be dated
-    /// (`Watched::date_new`). A slot of another type under an arbiter's name (a stray process,
-    /// an older build) gives no feedback rather than stopping the application.
-    fn subscribe(
-        bus: &Bus,
-        a: &str,
-        group: &mut SubscriptionGroup,
-        fresh: bool,
-    ) -> Option<FollowedArbiter> {
+    /// Follows arbiter `a`'s block in `group` and its command. A slot of another type under an
+    /// arbiter's name (a stray process, an older build) gives no feedback rather than stopping
+    /// the application.
+    fn subscribe(bus: &Bus, a: &str, group: &mut SubscriptionGroup) -> Option<FollowedArbiter> {
         match bus.subscribe::<ArbiterBlock>(&arbiter_slot(a)) {
             Ok(sub) => Some(FollowedArbiter {
                 name: a.to_owned(),
@@ -121,7 +111,6 @@ impl FollowedArbiter {
                 was_alive: None,
                 held: 0,
                 starting: None,
-                before_us: None,
                 command: CommandWatch {
                     subscription: match bus.subscribe::<ResourceCommand>(&command_slot(a)) {
                         Ok(command) => Some(command),
@@ -137,7 +126,6 @@ impl FollowedArbiter {
                     heartbeat_ms: 0,
                     replaced: false,
                 },
-                fresh,
             }),
             Err(e) => {
                 tracing::warn!("no feedback from arbiter {a}: {e}");
@@ -163,7 +151,7 @@ impl Watched {
         let followed = arbiters
             .iter()
             .take(arbiter::process::MAX_ARBITERS)
-            .filter_map(|a| FollowedArbiter::subscribe(bus, a, &mut group, false))
+            .filter_map(|a| FollowedArbiter::subscribe(bus, a, &mut group))
             .collect();
         Ok(Watched {
             group,
@@ -176,7 +164,7 @@ impl Watched {
     /// Follows `arbiters` from now on. The arbiters followed already keep their subscriptions
     /// and what is known of them, so a new list applies at once, also while no registry runs
     /// to bind new subscriptions (made anew, they would give no feedback until one did); the
-    /// others are subscribed to, and dated by `date_new` once pulled.
+    /// others are subscribed to.
     pub fn follow(&mut self, bus: &Bus, arbiters: &[String]) -> Result<(), BusError> {
         let mut released = std::mem::take(&mut self.group).release();
         let mut before = std::mem::take(&mut self.arbiters);
@@ -195,7 +183,7 @@ impl Watched {
                     kept.block = group.add(released.take(kept.block)?);
                     Some(kept)
                 });
-            let followed = kept.or_else(|| FollowedArbiter::subscribe(bus, a, &mut group, true));
+            let followed = kept.or_else(|| FollowedArbiter::subscribe(bus, a, &mut group));
             if let Some(f) = followed {
                 self.arbiters.push(f);
             }
@@ -227,32 +215,6 @@ impl Watched {
             a.was_alive = Some(alive);
             a.held = sequence;
             a.command.pull();
-            a.before_us = a.before_us.filter(|s| sequence <= *s);
-        }
-    }
-
-    /// Dates the blocks of the arbiters followed since the last `follow`, once pulled: after
-    /// this controller first published at `first_publish_ns`, a block held stamped before that
-    /// instant is from before this controller (the arbiter's clock is taken for this one's,
-    /// as for expiry).
-    pub fn date_new(&mut self, first_publish_ns: Option<u64>) {
-        for a in self.arbiters.iter_mut().filter(|a| a.fresh) {
-            a.fresh = false;
-            let sub = self.group.get(a.block);
-            let stamped_before = sub
-                .value()
-                .zip(first_publish_ns)
-                .is_some_and(|(b, t)| b.stamp_ns < t);
-            if stamped_before {
-                a.before_us = sub.sequence();
-            }
-        }
-    }
-
-    /// Marks the blocks held now as older than this controller's first publish.
-    pub fn mark_first_publish(&mut self) {
-        for a in &mut self.arbiters {
-            a.before_us = self.group.get(a.block).sequence();
         }
     }
 

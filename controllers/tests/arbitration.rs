@@ -56,7 +56,7 @@ fn the_patents_arm_example_across_processes() {
 
 #[test]
 fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
-    let mut r = Robot::running(&["a", "b", "n"]);
+    let (mut r, _, arbiter) = Robot::running_with_children(&["a", "b", "n"]);
     let [a, _b, _n] = r.abn(300);
     r.expect_patent_example("initial");
     let killed = Instant::now();
@@ -70,6 +70,11 @@ fn a_killed_controller_loses_its_resources_within_its_time_to_live() {
         "resources moved {:?} after SIGKILL (time to live 300 ms)",
         killed.elapsed()
     );
+    // Its log says why: the process, not the time to live (which a SIGKILL does not wait for).
+    eventually("the arbiter says a's process is gone", || {
+        r.t.stderr_of(arbiter)
+            .contains("arm/shoulder: a -> b (a's process is gone: its block counts no more)")
+    });
 }
 
 #[test]
@@ -348,7 +353,7 @@ fn a_publish_deadline_lets_a_hung_application_lose_its_resources() {
     use arbiter::protocol::Status::Compromising;
     use controllers::RobotController;
     use std::time::Duration;
-    let r = Robot::running(&["looping", "steady"]);
+    let (r, _, arbiter) = Robot::running_with_children(&["looping", "steady"]);
     let bus = r.t.bus();
     let ttl = Duration::from_millis(100);
     let mut looping = RobotController::with_ttl(&bus, "looping", Compromising, ttl).unwrap();
@@ -367,6 +372,9 @@ fn a_publish_deadline_lets_a_hung_application_lose_its_resources() {
         owners(Value::Null),
         json!({"looping": "expired", "steady": "full"}),
     );
+    let log = r.t.stderr_of(arbiter);
+    let why = "looping -> (safe) (looping's block expired: not refreshed within its time to live)";
+    assert!(log.contains(why), "{log}");
     std::thread::sleep(Duration::from_millis(300));
     r.expect(
         "steady still holds",

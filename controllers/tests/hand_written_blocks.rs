@@ -81,7 +81,7 @@ fn block_json(name: &str, resource: &str, value: f64, ttl_ms: u64) -> String {
         .unwrap()
         .as_nanos();
     json!({"name": name, "status": "compromising", "commands": {resource: value},
-        "stamp_ns": stamp as u64, "ttl_ms": ttl_ms})
+        "stamp_ns": stamp as u64, "ttl_ms": ttl_ms, "session": 0})
     .to_string()
 }
 

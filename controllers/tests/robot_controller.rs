@@ -174,6 +174,37 @@ fn robot_controller_reprints_its_outcome_when_a_wait_ends() {
     );
 }
 
+/// A controller started again under a name whose last process just ended is not told the
+/// outcome of that process's block (`expired`, once its writer is gone) as its own. An arbiter
+/// woken by the resource state (robot-sim steps 1,000 times a second here) decides on the
+/// blocks it has read, and a block written at that moment is read at its next wake-up: the
+/// block it publishes in between was taken for an answer to the new process (1 to 2 runs in 15
+/// said `expired` first, before `ArbiterBlock::sessions`).
+#[test]
+fn a_controller_started_again_never_takes_its_predecessors_outcome_for_its_own() {
+    let mut r = Robot::running(&["x"]);
+    r.t.spawn_bin("robot-sim", &["--rate-hz", "1000"]);
+    let args = [
+        "--name",
+        "x",
+        "--status",
+        "compromising",
+        "--set",
+        "arm/turret=0.1",
+        "--duration-s",
+        "0.3",
+        "--json",
+    ];
+    for run in 0..15 {
+        let c = r.t.spawn_bin("robot-controller", &args);
+        let out = r.t.finish(c);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "run {run}: {out:?}");
+        assert!(said.contains(r#""outcome":"full""#), "run {run}: {said}");
+        assert!(!said.contains("expired"), "run {run}: {said}");
+    }
+}
+
 /// The command line is checked before anything runs: a resource given twice, a bad name and
 /// a time to live out of range are usage errors (exit 64); a run whose commands never reached a
 /// running arbiter ends with an error, so that `robot-controller ... && next` does not go on.

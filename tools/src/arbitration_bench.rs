@@ -297,6 +297,7 @@ fn measure_arbitration(
             commands,
             stamp_ns: now_ns(),
             ttl_ms: 3_600_000,
+            session: c as u64 + 1,
         };
         let mut publication = bus
             .publication(&controller_slot(name))

@@ -31,6 +31,7 @@ fn block(name: &str, status: Status, commands: &[(&str, f64)]) -> ControllerBloc
         commands: commands.iter().map(|(k, v)| ((*k).into(), *v)).collect(),
         stamp_ns: NOW,
         ttl_ms: 100,
+        session: 1,
     }
 }
 

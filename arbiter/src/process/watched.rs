@@ -9,8 +9,8 @@ use super::{StopRequest, MAX_CONTROLLERS};
 use crate::algorithm::{ReadAt, Request};
 use crate::config::ArbiterConfig;
 use crate::protocol::{
-    controller_slot, state_slot, ControllerBlock, ManagerConfig, ResourceState, MANAGER_SLOT,
-    MAX_TTL_MS,
+    controller_slot, state_slot, ControllerBlock, ManagerConfig, Outcome, ResourceState,
+    MANAGER_SLOT, MAX_TTL_MS,
 };
 
 /// The slots one arbiter watches, rebuilt when the manager's controller list changes, with each
@@ -179,6 +179,25 @@ impl Watched {
 
     pub(super) fn controller_names(&self) -> Vec<&str> {
         self.controllers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Whether controller `name`'s block is a live writer's (as last read).
+    pub(super) fn is_alive(&self, name: &str) -> bool {
+        self.controllers
+            .iter()
+            .zip(&self.alive)
+            .any(|((n, _), alive)| n == name && *alive)
+    }
+
+    /// For each controller given an outcome in `outcomes`, the `session` of the block it was
+    /// decided on (`ArbiterBlock::sessions`).
+    pub(super) fn sessions(&self, outcomes: &BTreeMap<String, Outcome>) -> BTreeMap<String, u64> {
+        self.controllers
+            .iter()
+            .zip(&self.requests)
+            .filter(|((name, _), _)| outcomes.contains_key(name))
+            .filter_map(|((name, _), request)| Some((name.clone(), request.as_ref()?.session)))
+            .collect()
     }
 
     /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
