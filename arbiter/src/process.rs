@@ -264,9 +264,9 @@ pub fn run(
         // A refresh of a controller's block moves only the next expiry, or nothing (a block
         // that arrives expired). The memory block is published all the same: it tells a
         // controller that the arbiter read its block (one (re)started with the commands of the
-        // process before it learns its outcome only from a block written after its own first
-        // write: a second run whose blocks arrive expired, like the first's, said "not seen
-        // yet" for ever). The command is not: a driver has nothing new to execute, and the
+        // process before it learns its outcome only from a block that gives its own session:
+        // a second run whose blocks arrive expired, like the first's, said "not seen yet" for
+        // ever). The command is not: a driver has nothing new to execute, and the
         // heartbeat re-stamps it meanwhile.
         let result_changed = renamed
             || !previous
@@ -290,7 +290,7 @@ pub fn run(
                 } else {
                     "not in the manager's order"
                 };
-                let gone = |c: &str| !watched.is_alive(c);
+                let gone = |c: &str| watched.gone_writer(c);
                 log_changes(
                     name,
                     previous_decision.as_ref(),
@@ -539,14 +539,14 @@ fn warn_held_outside_limits(
 }
 
 /// One log line per ownership change. `unfollowed`: why a controller without an outcome is
-/// followed no more; `gone`: whether a controller's writer is gone (else an `expired` block
-/// ran out of time to live).
+/// followed no more; `gone`: where a controller's writer is gone, if it is (`Some(None)`: on
+/// this computer; else an `expired` block ran out of time to live).
 fn log_changes(
     arbiter: &str,
     previous: Option<&Decision>,
     decision: &Decision,
     unfollowed: &str,
-    gone: impl Fn(&str) -> bool,
+    gone: impl Fn(&str) -> Option<Option<String>>,
 ) {
     for (resource, owner) in &decision.owners {
         let before = previous
@@ -555,18 +555,22 @@ fn log_changes(
             .flatten();
         if before.as_ref() != owner.as_ref() {
             // Why the owner before lost it, from its outcome now.
-            let why = before
-                .as_deref()
-                .map_or(String::new(), |b| match decision.outcomes.get(b) {
-                    Some(Outcome::Expired) if gone(b) => {
+            let why = before.as_deref().map_or(String::new(), |b| {
+                match (decision.outcomes.get(b), gone(b)) {
+                    (Some(Outcome::Expired), Some(None)) => {
                         format!(" ({b}'s process is gone: its block counts no more)")
                     }
-                    Some(Outcome::Expired) => {
+                    (Some(Outcome::Expired), Some(Some(host))) => format!(
+                        " ({b}'s writer on host '{host}' is gone: its process ended, or that \
+                         computer is cut off)"
+                    ),
+                    (Some(Outcome::Expired), None) => {
                         format!(" ({b}'s block expired: not refreshed within its time to live)")
                     }
-                    None => format!(" ({b} is no longer followed: {unfollowed})"),
-                    Some(outcome) => format!(" ({b}'s outcome now: {})", outcome.as_str()),
-                });
+                    (None, _) => format!(" ({b} is no longer followed: {unfollowed})"),
+                    (Some(outcome), _) => format!(" ({b}'s outcome now: {})", outcome.as_str()),
+                }
+            });
             tracing::info!(
                 "{arbiter}/{resource}: {} -> {}{why}",
                 before.as_deref().unwrap_or("(safe)"),

@@ -284,7 +284,7 @@ impl RobotController {
     /// the application runs must not stop it from commanding the rest.
     pub fn publish(&mut self) -> Result<(), ControllerError> {
         if !lock(&self.shared).published {
-            // What the arbiters say of this name before now is about an earlier process of it.
+            // The arbiters known now, to check the commands against.
             self.refresh()?;
             self.check_commands()?;
         }

@@ -144,6 +144,42 @@ fn a_controller_on_a_payload_host_joins_last_and_loses_its_resources_when_killed
     );
 }
 
+/// A listed controller on host B killed: the arbiter's log says its writer on hB is gone (its
+/// process ended, or that computer is cut off), not that its block ran out of time to live.
+#[test]
+fn the_arbiter_says_a_controller_on_another_host_is_gone() {
+    let mut lab = robot_on_a_and_payload_b("controllers = [\"payload\"]\narbiters = [\"arm\"]\n");
+    // `robot_on_a_and_payload_b` started the manager (child 0), then the arbiter (child 1).
+    let arbiter = 1;
+    let payload = controller(
+        &mut lab,
+        B,
+        "payload",
+        "compromising",
+        &["arm/turret=0.2"],
+        &["--ttl-ms", "600000"],
+    );
+    expect(
+        &lab,
+        "payload on host B holds the turret",
+        json!({"turret": "payload", "shoulder": null}),
+        json!({"payload": "full"}),
+    );
+    lab.kill(payload);
+    expect(
+        &lab,
+        "the turret goes back to its safe command",
+        json!({"turret": null, "shoulder": null}),
+        json!({"payload": "expired"}),
+    );
+    let pid = nix::unistd::Pid::from_raw(lab.pid(arbiter) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the arbiter");
+    let log = String::from_utf8_lossy(&lab.finish(arbiter).stderr).into_owned();
+    let why =
+        "payload's writer on host 'hB' is gone: its process ended, or that computer is cut off";
+    assert!(log.contains(why), "{log}");
+}
+
 /// A payload computer cut off from the robot: its robot-controller said "arbiter not running"
 /// and "the robot manager is not running" (network audit), both of which run; the network is
 /// what is cut. Where the arbiter's and the manager's blocks come from another computer, it now

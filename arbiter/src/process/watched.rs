@@ -181,12 +181,20 @@ impl Watched {
         self.controllers.iter().map(|(n, _)| n.as_str()).collect()
     }
 
-    /// Whether controller `name`'s block is a live writer's (as last read).
-    pub(super) fn is_alive(&self, name: &str) -> bool {
-        self.controllers
+    /// Whether controller `name`'s writer is gone (as last read) and, if so, the host it wrote
+    /// from when that is another computer (its mirror's writer is gone: the process ended, or
+    /// that computer is cut off).
+    pub(super) fn gone_writer(&self, name: &str) -> Option<Option<String>> {
+        let (i, (_, member)) = self
+            .controllers
             .iter()
-            .zip(&self.alive)
-            .any(|((n, _), alive)| n == name && *alive)
+            .enumerate()
+            .find(|(_, (n, _))| n == name)?;
+        if self.alive[i] {
+            return None;
+        }
+        let origin = member.and_then(|m| self.group.get(m).meta()?.origin);
+        Some(origin)
     }
 
     /// For each controller given an outcome in `outcomes`, the `session` of the block it was
