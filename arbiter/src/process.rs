@@ -99,6 +99,8 @@ pub fn run(
     let mut allocation = Allocation::default();
     let mut previous_decision: Option<Decision> = None;
     let mut state: BTreeMap<String, f64> = BTreeMap::new();
+    // The memory block's `sessions`, kept between cycles (`Watched::sessions_into`).
+    let mut sessions: BTreeMap<String, u64> = BTreeMap::new();
     // The driver whose state was read last (its writer): another one is a driver restarted,
     // whose resources are held where it measures them (`forget_holds`). A mirror's writer is
     // told apart by its origin's publisher, its pid being its registry's.
@@ -306,10 +308,12 @@ pub fn run(
                     &state,
                 );
             }
-            let sessions = watched.sessions(&decision.outcomes);
+            watched.sessions_into(&decision.outcomes, &mut sessions);
             let block = memory_block(config, cycle, stamp_ns, &decision, sessions, &state);
             block_pub.write(&block)?;
             on_cycle(&block);
+            // Taken back for the next cycle rather than built anew.
+            sessions = block.sessions;
             previous_decision = Some(decision);
         }
         // A cycle that wrote no command may find the heartbeat due (a refresh wakes the

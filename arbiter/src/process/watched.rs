@@ -197,15 +197,28 @@ impl Watched {
         Some(origin)
     }
 
-    /// For each controller given an outcome in `outcomes`, the `session` of the block it was
-    /// decided on (`ArbiterBlock::sessions`).
-    pub(super) fn sessions(&self, outcomes: &BTreeMap<String, Outcome>) -> BTreeMap<String, u64> {
-        self.controllers
-            .iter()
-            .zip(&self.requests)
-            .filter(|((name, _), _)| outcomes.contains_key(name))
-            .filter_map(|((name, _), request)| Some((name.clone(), request.as_ref()?.session)))
-            .collect()
+    /// Makes `sessions` hold, for each controller given an outcome in `outcomes`, the `session`
+    /// of the block it was decided on (`ArbiterBlock::sessions`): in place, so that a cycle
+    /// allocates only for a controller that was not there before.
+    pub(super) fn sessions_into(
+        &self,
+        outcomes: &BTreeMap<String, Outcome>,
+        sessions: &mut BTreeMap<String, u64>,
+    ) {
+        sessions.retain(|name, _| outcomes.contains_key(name));
+        for ((name, _), request) in self.controllers.iter().zip(&self.requests) {
+            match request.as_ref().filter(|_| outcomes.contains_key(name)) {
+                Some(r) => match sessions.get_mut(name) {
+                    Some(session) => *session = r.session,
+                    None => {
+                        sessions.insert(name.clone(), r.session);
+                    }
+                },
+                None => {
+                    sessions.remove(name);
+                }
+            }
+        }
     }
 
     /// Re-reads the members in `changed` (all of them with `all`). The group reports a member
