@@ -82,14 +82,8 @@ struct ClientState {
 /// ids either; they grow from there (the order of creation: `ClientState::endpoints`).
 fn new_endpoint_id() -> u64 {
     static LAST: OnceLock<AtomicU64> = OnceLock::new();
-    let last = LAST.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        // `RandomState`'s keys come from the system's randomness.
-        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
-        random.write_u32(std::process::id());
-        // Room for 2^62 endpoints above it before the sum could wrap.
-        AtomicU64::new(random.finish() >> 2)
-    });
+    // Room for 2^62 endpoints above the start before the sum could wrap.
+    let last = LAST.get_or_init(|| AtomicU64::new(crate::process::random_u64() >> 2));
     last.fetch_add(1, Ordering::Relaxed) + 1
 }
 

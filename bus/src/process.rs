@@ -1,6 +1,16 @@
 //! Process identity: a pid alone is reused by the kernel, so a process is its pid plus its start
 //! time (clock ticks since boot, field 22 of `/proc/<pid>/stat`).
 
+/// A number from the system's randomness (through `RandomState`'s keys), mixed with the pid:
+/// for ids that processes the registry cannot tell apart (another pid namespace) must not
+/// share, and for a restarted process to tell its own from its predecessor's.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u32(std::process::id());
+    random.finish()
+}
+
 /// Start time of `pid`, or `None` if no such process exists.
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

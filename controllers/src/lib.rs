@@ -174,11 +174,7 @@ pub struct RobotController {
 /// A controller's `session` (`ControllerBlock::session`): random, never 0 (a block written by
 /// hand).
 fn new_session() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // `RandomState`'s keys come from the system's randomness.
-    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
-    random.write_u32(std::process::id());
-    random.finish().max(1)
+    bus::process::random_u64().max(1)
 }
 
 /// Longest time to live a block may have.
@@ -595,14 +591,13 @@ impl RobotController {
         let order_known = self.manager_order_known();
         let listed = self.listed();
         let joining = !listed && self.unlisted_join() && self.manager_running();
-        // Until the registry has bound this controller's block, no arbiter has read it: an
-        // outcome for its name is another process's (two of one name started before the
-        // registry: the one refused used to report the other's resources as its own).
         // Held while the feedback is gathered (briefly: no bus call under it), for the commands
         // as published, which `clamped` compares with the limits the arbiters state.
         let shared = lock(&self.shared);
-        // Before the first publish, too, whatever the arbiters say of this name is an earlier
-        // process's (`publish`).
+        // Before the first publish, or while the registry has not bound the block, no arbiter
+        // has read it. The session check below tells the same for the blocks that name this
+        // controller; this one also leaves out, for that while, the last word of arbiters on
+        // a slot the registry has since made anew (bound again at once, as a rule).
         let ours = shared.publication.is_bound() && shared.published;
         let commanded = &shared.block.commands;
         self.watched

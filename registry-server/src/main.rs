@@ -300,13 +300,7 @@ fn parse_peer(text: &str) -> Result<PeerArg, String> {
 /// A group that is not multicast is a command-line mistake (exit 64), as a malformed one is.
 fn mcast_group_arg(text: &str) -> Result<std::net::Ipv4Addr, String> {
     let group: std::net::Ipv4Addr = text.parse().map_err(|e| format!("{e}"))?;
-    if group.is_multicast() {
-        Ok(group)
-    } else {
-        Err(format!(
-            "{group} is not a multicast group (224.0.0.0 to 239.255.255.255)"
-        ))
-    }
+    registry::net::check_group(group).map(|()| group)
 }
 
 fn host_arg(host: &str) -> Result<String, String> {

@@ -207,16 +207,15 @@ impl Watched {
     ) {
         sessions.retain(|name, _| outcomes.contains_key(name));
         for ((name, _), request) in self.controllers.iter().zip(&self.requests) {
-            match request.as_ref().filter(|_| outcomes.contains_key(name)) {
-                Some(r) => match sessions.get_mut(name) {
-                    Some(session) => *session = r.session,
-                    None => {
-                        sessions.insert(name.clone(), r.session);
-                    }
-                },
-                None => {
-                    sessions.remove(name);
-                }
+            let Some(r) = request.as_ref().filter(|_| outcomes.contains_key(name)) else {
+                sessions.remove(name);
+                continue;
+            };
+            // A name is copied only for a controller that was not there before.
+            if let Some(session) = sessions.get_mut(name) {
+                *session = r.session;
+            } else {
+                sessions.insert(name.clone(), r.session);
             }
         }
     }

@@ -119,6 +119,17 @@ pub fn check_host_name(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The rule for the announcement group (`--mcast-group`): an IPv4 multicast address.
+pub fn check_group(group: Ipv4Addr) -> Result<(), String> {
+    if group.is_multicast() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{group} is not a multicast group (224.0.0.0 to 239.255.255.255)"
+        ))
+    }
+}
+
 /// Name of a host's statistics slot: `/baton/registry/<host>/net`.
 pub fn stats_slot_name(host: &str) -> Result<SlotName, String> {
     // One path component: a '/' inside would pass as a longer slot path.
@@ -356,12 +367,7 @@ impl Net {
     /// switch, if any, moves into the `Net`.
     pub fn open(cfg: &mut NetConfig, domain: &bus::Domain) -> Result<Net, OpenError> {
         check_host_name(&cfg.host).map_err(OpenError::Config)?;
-        if !cfg.group.is_multicast() {
-            return Err(OpenError::Config(format!(
-                "{} is not a multicast group",
-                cfg.group
-            )));
-        }
+        check_group(cfg.group).map_err(OpenError::Config)?;
         let iface = match cfg.interface.as_deref() {
             Some(spec) => interface_address(spec).map_err(OpenError::Network)?,
             None => Ipv4Addr::UNSPECIFIED,
