@@ -62,6 +62,13 @@ fn robot_on_a_and_payload_b(manager_toml: &str) -> Lab {
     lab
 }
 
+/// Stops child `child` with SIGTERM and returns what it logged (its stderr).
+fn stop_for_its_log(lab: &mut Lab, child: usize) -> String {
+    let pid = nix::unistd::Pid::from_raw(lab.pid(child) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    String::from_utf8_lossy(&lab.finish(child).stderr).into_owned()
+}
+
 /// Starts `robot-controller` `name` on `host` with `status`, a `--set` for each of `sets`, and
 /// `extra` arguments.
 fn controller(
@@ -172,9 +179,7 @@ fn the_arbiter_says_a_controller_on_another_host_is_gone() {
         json!({"turret": null, "shoulder": null}),
         json!({"payload": "expired"}),
     );
-    let pid = nix::unistd::Pid::from_raw(lab.pid(arbiter) as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the arbiter");
-    let log = String::from_utf8_lossy(&lab.finish(arbiter).stderr).into_owned();
+    let log = stop_for_its_log(&mut lab, arbiter);
     let why =
         "payload's writer on host 'hB' is gone: its process ended, or that computer is cut off";
     assert!(log.contains(why), "{log}");
@@ -315,10 +320,7 @@ fn a_restart_of_the_arbiters_own_registry_is_not_another_driver() {
         json!({"turret": null, "shoulder": "x"}),
         json!({"x": "full"}),
     );
-    let pid = nix::unistd::Pid::from_raw(lab.pid(arbiter) as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the arbiter");
-    let out = lab.finish(arbiter);
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = stop_for_its_log(&mut lab, arbiter);
     assert!(
         log.contains("stopping on"),
         "the arbiter's log is not its own: {log}"
