@@ -34,6 +34,10 @@ enum Command {
         /// Public name of the slot to publish (e.g. /stress/a).
         #[arg(long)]
         name: String,
+        /// Slots: with N above 1, the N slots NAME/0 to NAME/{N-1}, each value written to
+        /// every one in turn (1 to 1,000).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        slots: u16,
         /// Smallest payload, bytes (0 allowed: each value also carries its sequence number and
         /// a checksum over both).
         #[arg(long, default_value_t = 8)]
@@ -60,22 +64,27 @@ enum Command {
     /// backwards; a value of a writer earlier than the slot's current one, read late, names no
     /// writer and is compared with nothing), or a read the bus reported as an error (said on stderr: a value that did
     /// not decode, or the slot made anew by the registry). Exits 1 when it read no value at
-    /// all: a check of nothing passes nothing.
+    /// all (of one of its slots): a check of nothing passes nothing.
     Read {
         /// Public name of the slot to subscribe to.
         #[arg(long)]
         name: String,
+        /// Slots: with N above 1, the N slots NAME/0 to NAME/{N-1}, each checked on its
+        /// own (`last` is the lowest of their last values) (1 to 1,000).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        slots: u16,
         /// Read for this many seconds.
         #[arg(long, value_parser = seconds, allow_negative_numbers = true)]
         seconds: f64,
         /// Wait for updates (futex) instead of busy polling.
         #[arg(long)]
         wait: bool,
-        /// Stop early once a value with this sequence field or higher was read.
+        /// Stop early once a value with this sequence field or higher was read (of every
+        /// slot).
         #[arg(long)]
         until: Option<u64>,
-        /// Stop early once the slot's writer is gone (its process exited or died, on this
-        /// computer or, for a mirrored slot, on its origin computer).
+        /// Stop early once the slot's writer is gone (every slot's): its process exited or died,
+        /// on this computer or, for a mirrored slot, on its origin computer.
         #[arg(long)]
         until_writer_gone: bool,
     },
@@ -102,6 +111,7 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
     match command {
         Command::Write {
             name,
+            slots,
             min_size,
             max_size,
             seconds,
@@ -114,25 +124,31 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                     "--min-size {min_size} is above --max-size {max_size}"
                 ));
             }
-            let mut publication = bus
-                .publication(&name)
-                .map_err(|e| e.to_string())?
-                .capacity(max_size.saturating_add(64))
-                .create::<Checked, bus::Serde>()
-                .map_err(|e| e.to_string())?;
+            let mut publications = Vec::new();
+            for slot in slot_names(&name, slots) {
+                let publication = bus
+                    .publication(&slot)
+                    .map_err(|e| e.to_string())?
+                    .capacity(max_size.saturating_add(64))
+                    .create::<Checked, bus::Serde>()
+                    .map_err(|e| e.to_string())?;
+                publications.push(publication);
+            }
             let end = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
             let mut i = 0u64;
             while count.is_none_or(|c| i < c) && end.is_none_or(|e| Instant::now() < e) {
                 i += 1;
                 let value = Checked::new(i, cycling_size(i, min_size, max_size));
-                publication.write(&value).map_err(|e| e.to_string())?;
+                for publication in &mut publications {
+                    publication.write(&value).map_err(|e| e.to_string())?;
+                }
                 if interval_ms > 0 {
                     std::thread::sleep(Duration::from_millis(interval_ms));
                 }
             }
             println!("{{\"written\":{i}}}");
             std::thread::sleep(Duration::from_secs_f64(linger));
-            if !publication.is_bound() {
+            if !publications.iter().all(|p| p.is_bound()) {
                 // Written into nothing: a run that checks nothing must not pass.
                 eprintln!(
                     "bus-stress: no registry-server took the publication of {name}: none of \
@@ -144,22 +160,20 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
         }
         Command::Read {
             name,
+            slots,
             seconds,
             wait,
             until,
             until_writer_gone,
         } => {
-            // A group of one: its wait also reports a change of the writer's state.
+            // A group, also of one: its wait also reports a change of the writer's state.
             let mut group = bus::SubscriptionGroup::new();
-            let member = group.add(bus.subscribe::<Checked>(&name).map_err(|e| e.to_string())?);
+            let mut tracks = Vec::new();
+            for slot in slot_names(&name, slots) {
+                let member = group.add(bus.subscribe::<Checked>(&slot).map_err(|e| e.to_string())?);
+                tracks.push((member, Track::default()));
+            }
             let end = Instant::now() + Duration::from_secs_f64(seconds);
-            let (mut reads, mut bad, mut last, mut backwards) = (0u64, 0u64, 0u64, 0u64);
-            let mut slot_sequence = 0u64;
-            // The writer of the values read, and how often it changed: a writer restarted
-            // numbers its values from 1 again, which is no value read backwards.
-            let (mut writer_id, mut restarts) = (None, 0u64);
-            // The writer of the value read last: only a value of the same writer is compared.
-            let mut last_writer = None;
             while Instant::now() < end {
                 let changed = if wait {
                     group.wait_any(end.saturating_duration_since(Instant::now()))
@@ -168,65 +182,120 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 };
                 // A group keeps a member's failure (a value that did not decode, say) for
                 // take_error rather than failing the call: both count as bad reads.
-                if let Some(e) = changed.err().or_else(|| group.take_error(member.index())) {
+                if let Err(e) = changed {
                     eprintln!("bus-stress: read error: {e}");
-                    bad += 1;
-                    if matches!(e, bus::BusError::Replaced { .. }) {
-                        // The subscription follows the new slot, whose sequence numbers start
-                        // again at 1: its first value is new whatever its number.
-                        slot_sequence = 0;
-                    }
+                    tracks[0].1.bad += 1;
                     continue;
                 }
-                let sub = group.get(member);
-                let gone = sub.writer() == Some(bus::WriterState::Gone);
-                // The writer is None for a value of a writer earlier than the slot's current
-                // one (pid 0: a reader that fell behind reads the last value of a writer that
-                // exited after the next took the name). Which earlier writer is not known: such
-                // a value is no change of writer, and is not compared with the one before.
-                let fresh = sub
-                    .meta()
-                    .map(|m| (m.sequence, (m.writer_pid != 0).then_some(m.writer_id)))
-                    .filter(|(s, _)| *s != slot_sequence);
-                if let (Some((seq, id)), Some(value)) = (fresh, sub.value()) {
-                    slot_sequence = seq;
-                    reads += 1;
-                    if let Some(id) = id {
-                        if writer_id.replace(id).is_some_and(|before| before != id) {
-                            restarts += 1;
-                        }
+                for (member, track) in &mut tracks {
+                    if let Some(e) = group.take_error(member.index()) {
+                        track.failed(&e);
+                    } else {
+                        track.read(group.get(*member));
                     }
-                    if !value.is_valid() {
-                        bad += 1;
-                    }
-                    if id.is_some() && id == last_writer && value.sequence < last {
-                        backwards += 1;
-                    }
-                    (last, last_writer) = (value.sequence, id);
                 }
+                let last = tracks.iter().map(|(_, t)| t.last).min().unwrap_or(0);
+                let gone = tracks
+                    .iter()
+                    .all(|(m, _)| group.get(*m).writer() == Some(bus::WriterState::Gone));
                 if until.is_some_and(|u| last >= u) || (until_writer_gone && gone) {
                     break;
                 }
             }
             let writer = group
-                .get(member)
+                .get(tracks[0].0)
                 .writer()
                 .map_or("unbound".to_owned(), |w| format!("{w:?}"));
+            let sum = |f: fn(&Track) -> u64| tracks.iter().map(|(_, t)| f(t)).sum::<u64>();
+            let (reads, bad, backwards) = (sum(|t| t.reads), sum(|t| t.bad), sum(|t| t.backwards));
+            let last = tracks.iter().map(|(_, t)| t.last).min().unwrap_or(0);
+            let restarts = sum(|t| t.restarts);
             println!(
                 "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\",\"writers_changed\":{restarts}}}"
             );
             if bad > 0 || backwards > 0 {
                 return Ok(2);
             }
-            if reads == 0 {
+            if tracks.iter().any(|(_, t)| t.reads == 0) {
                 eprintln!(
-                    "bus-stress: read no value of {name} in {seconds} s (its slot never \
-                     appeared, or nothing was written to it)"
+                    "bus-stress: read no value of {name}{} in {seconds} s (its slot never \
+                     appeared, or nothing was written to it)",
+                    if slots > 1 { " (one of its slots)" } else { "" }
                 );
                 return Ok(1);
             }
             Ok(0)
         }
+    }
+}
+
+/// The slots of `--name` and `--slots`: the name itself, or NAME/0 to NAME/{N-1}.
+fn slot_names(name: &str, slots: u16) -> Vec<String> {
+    if slots == 1 {
+        vec![name.to_owned()]
+    } else {
+        (0..slots).map(|i| format!("{name}/{i}")).collect()
+    }
+}
+
+/// What a reader saw of one slot.
+#[derive(Default)]
+struct Track {
+    reads: u64,
+    bad: u64,
+    backwards: u64,
+    /// The sequence field of the value read last.
+    last: u64,
+    slot_sequence: u64,
+    /// The writer of the values read, and how often it changed: a writer restarted numbers
+    /// its values from 1 again, which is no value read backwards.
+    writer_id: Option<bus::WriterId>,
+    restarts: u64,
+    /// The writer of the value read last: only a value of the same writer is compared.
+    last_writer: Option<bus::WriterId>,
+}
+
+impl Track {
+    fn failed(&mut self, e: &bus::BusError) {
+        eprintln!("bus-stress: read error: {e}");
+        self.bad += 1;
+        if matches!(e, bus::BusError::Replaced { .. }) {
+            // The subscription follows the new slot, whose sequence numbers start again at
+            // 1: its first value is new whatever its number.
+            self.slot_sequence = 0;
+        }
+    }
+
+    fn read(&mut self, sub: &bus::Subscription<Checked>) {
+        // The writer is None for a value of a writer earlier than the slot's current one (pid
+        // 0: a reader that fell behind reads the last value of a writer that exited after the
+        // next took the name). Which earlier writer is not known: such a value is no change
+        // of writer, and is not compared with the one before.
+        let fresh = sub
+            .meta()
+            .map(|m| (m.sequence, (m.writer_pid != 0).then_some(m.writer_id)))
+            .filter(|(s, _)| *s != self.slot_sequence);
+        let (Some((seq, id)), Some(value)) = (fresh, sub.value()) else {
+            return;
+        };
+        self.slot_sequence = seq;
+        self.reads += 1;
+        if let Some(id) = id {
+            if self
+                .writer_id
+                .replace(id)
+                .is_some_and(|before| before != id)
+            {
+                self.restarts += 1;
+            }
+        }
+        if !value.is_valid() {
+            self.bad += 1;
+        }
+        if id.is_some() && id == self.last_writer && value.sequence < self.last {
+            self.backwards += 1;
+        }
+        (self.last, self.last_writer) = (value.sequence, id);
     }
 }
 
