@@ -6,8 +6,15 @@ use libfuzzer_sys::fuzz_target;
 use registry::net::reassembly::{Outcome, Reassembler};
 use registry::net::wire;
 
+/// Decodes a message, and each value of a bundle.
+fn decode(message: &[u8]) {
+    if let Ok(wire::Message::Values(values)) = wire::decode_message(message) {
+        assert_eq!(values.iter().count(), values.len());
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    let _ = wire::decode_message(data);
+    decode(data);
     let mut r = Reassembler::new(1 << 16);
     // The input as a sequence of datagrams, each prefixed by a one-byte length.
     let mut rest = data;
@@ -17,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         rest = next;
         if let Ok(d) = wire::decode_datagram(d, 1 << 20) {
             if let (Outcome::Complete(m), _) = r.add(&d, std::time::Instant::now()) {
-                let _ = wire::decode_message(&m);
+                decode(&m);
             }
             assert!(r.held() <= 1 << 16);
         }

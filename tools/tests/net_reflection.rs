@@ -177,6 +177,150 @@ fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value(
     );
 }
 
+/// `bus-stress read` of the `slots` slots NAME/0.. in host `host` until each holds `until`.
+fn read_slots(lab: &mut Lab, host: usize, name: &str, slots: &str, until: &str) -> usize {
+    lab.spawn(
+        host,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            name,
+            "--slots",
+            slots,
+            "--seconds",
+            "40",
+            "--wait",
+            "--until",
+            until,
+        ],
+    )
+}
+
+/// Many slots written at once leave in bundles (several values in one datagram), refreshes
+/// always: under loss, duplication and reordering every subscriber still ends with each slot's
+/// newest value, never sees one older than one it saw, and values too large for a bundle (up
+/// to 3 fragments here) go alone among them.
+#[test]
+fn the_values_of_many_slots_arrive_newest_last_under_faults() {
+    let mut lab = Lab::new(3);
+    for (h, seed) in [(A, "4"), (B, "5"), (C, "6")] {
+        let faults = format!("loss=0.3,dup=0.2,reorder=0.2,seed={seed},for_ms=6000");
+        lab.start_registry(h, &[], &[("BATON_NET_FAULTS", &faults)]);
+    }
+    let rb = read_slots(&mut lab, B, "/many", "8", "300");
+    let rc = read_slots(&mut lab, C, "/many", "8", "300");
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/many",
+            "--slots",
+            "8",
+            "--count",
+            "300",
+            "--interval-ms",
+            "10",
+            "--min-size",
+            "16",
+            "--max-size",
+            "3000",
+            "--linger",
+            "60",
+        ],
+    );
+    lab.check_reader(rb, 300, "many slots on B");
+    lab.check_reader(rc, 300, "many slots on C");
+}
+
+/// The small values of many slots share datagrams: a registry refreshing sixteen of them
+/// every 50 ms sends a few datagrams per refresh, not sixteen, and the other host takes every
+/// value of them.
+#[test]
+fn the_small_values_of_many_slots_share_datagrams() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--refresh-ms", "50"], &[]);
+    lab.start_registry(B, &[], &[]);
+    let writer = lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/small",
+            "--slots",
+            "16",
+            "--count",
+            "1",
+            "--min-size",
+            "64",
+            "--max-size",
+            "64",
+            "--linger",
+            "60",
+        ],
+    );
+    let reader = lab.spawn(
+        B,
+        "bus-stress",
+        &[
+            "read",
+            "--name",
+            "/small",
+            "--slots",
+            "16",
+            "--seconds",
+            "40",
+            "--wait",
+            "--until-writer-gone",
+        ],
+    );
+    let count = |lab: &Lab, host: usize, counter: &str| {
+        lab.stats(host)
+            .and_then(|s| s[counter].as_u64())
+            .unwrap_or(0)
+    };
+    let dropped = |lab: &Lab, host: usize| {
+        lab.stats(host).map_or(0, |s| {
+            s["dropped"]
+                .as_object()
+                .map_or(0, |d| d.values().filter_map(|n| n.as_u64()).sum::<u64>())
+        })
+    };
+    netns::eventually("every slot's value mirrored on hB", || {
+        count(&lab, B, "values_mirrored") >= 16
+    });
+    // The statistics slots are written once a second: 2.5 s takes in two or three of them.
+    let before = (
+        count(&lab, A, "values_reflected"),
+        count(&lab, A, "datagrams_sent"),
+        count(&lab, B, "values_unchanged"),
+        dropped(&lab, B),
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let values = count(&lab, A, "values_reflected") - before.0;
+    let datagrams = count(&lab, A, "datagrams_sent") - before.1;
+    let taken = count(&lab, B, "values_unchanged") - before.2;
+    let dropped = dropped(&lab, B) - before.3;
+    // About 40 refreshes of 16 values in two seconds (at least 10 on a loaded machine), each
+    // in one or two datagrams, and 20 announcements: one datagram per value would make as many
+    // datagrams as values.
+    assert!(
+        values >= 160 && values >= 3 * datagrams,
+        "{values} values reflected in {datagrams} datagrams"
+    );
+    // Every refreshed value taken (as the one the mirror holds), none dropped.
+    assert!(
+        taken >= 160 && dropped == 0,
+        "{taken} values taken on hB, {dropped} dropped: {:?}",
+        lab.stats(B)
+    );
+    lab.kill(writer);
+    lab.check_reader(reader, 1, "small values on B");
+}
+
 #[test]
 fn a_host_with_many_publications_is_followed_part_by_part_under_heavy_loss() {
     let mut lab = Lab::new(2);

@@ -25,6 +25,7 @@
 
 mod announce;
 pub mod auth;
+pub mod bundle;
 pub mod faults;
 pub mod peers;
 pub mod reassembly;

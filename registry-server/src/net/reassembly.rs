@@ -12,7 +12,9 @@
 //! Announcements are the exception for one-fragment messages: a host's announcement parts go
 //! out as consecutive messages on one channel, an older one is not superseded by a newer one
 //! (it is another part), so they are delivered whatever their order (`announce.rs` sorts them
-//! out by their generation). Replays are the replay window's business.
+//! out by their generation). So are bundles of values (`bundle.rs`): each of their values
+//! is ordered by its own sequence, and a bundle is never cut into fragments (one that claims
+//! to be is malformed). Replays are the replay window's business.
 //!
 //! The sender and channel come off the wire: without a key anyone can make up new ones, so the
 //! record of delivered messages is bounded too (`MAX_DELIVERED`); forgetting it costs at most a
@@ -23,6 +25,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::bundle::BUNDLE_CHANNEL;
 use super::wire::{Datagram, Drop, ANNOUNCE_CHANNEL};
 
 /// Memory counted per incomplete message besides its buffer: the map entry, the fragment
@@ -108,7 +111,10 @@ impl Reassembler {
         let h = &d.header;
         let key = (h.sender, h.channel);
         let mut displaced = Displaced::default();
-        if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
+        if h.channel == BUNDLE_CHANNEL && d.fragments() != 1 {
+            return (Outcome::Dropped(Drop::Malformed), displaced);
+        }
+        if d.fragments() == 1 && (h.channel == ANNOUNCE_CHANNEL || h.channel == BUNDLE_CHANNEL) {
             return (
                 Outcome::Complete(std::borrow::Cow::Borrowed(d.body)),
                 displaced,
@@ -208,8 +214,9 @@ impl Reassembler {
     /// it valid: its late fragments, and older messages of its channel, are stale from now on.
     pub fn delivered(&mut self, d: &Datagram<'_>) {
         let h = &d.header;
-        // A host's one-datagram announcement parts are all delivered (see the module's text).
-        if d.fragments() == 1 && h.channel == ANNOUNCE_CHANNEL {
+        // A host's one-datagram announcement parts, and bundles, are all delivered (see the
+        // module's text).
+        if d.fragments() == 1 && (h.channel == ANNOUNCE_CHANNEL || h.channel == BUNDLE_CHANNEL) {
             return;
         }
         self.remember_delivered((h.sender, h.channel), h.session, h.message);
@@ -398,6 +405,24 @@ mod tests {
             add(&mut r, &frags(1, 1 << 32 | channel, &[1], 1)[0]);
         }
         assert!(r.delivered.len() <= MAX_DELIVERED);
+    }
+
+    /// Bundles carry values of many slots: one delivered never makes an earlier one stale
+    /// (each value's sequence orders it), and one cut into fragments is refused.
+    #[test]
+    fn bundles_are_delivered_in_any_order_and_never_in_fragments() {
+        let mut r = Reassembler::new(1 << 20);
+        let later = frags(9, BUNDLE_CHANNEL, &[4; 50], 100);
+        let earlier = frags(8, BUNDLE_CHANNEL, &[3; 50], 100);
+        assert_eq!(add(&mut r, &later[0]).as_deref(), Some(&[4; 50][..]));
+        assert_eq!(add(&mut r, &earlier[0]).as_deref(), Some(&[3; 50][..]));
+        let cut = frags(10, BUNDLE_CHANNEL, &[5; 150], 100);
+        let d = decode_datagram(&cut[0], 1 << 20).unwrap();
+        assert!(matches!(
+            r.add(&d, Instant::now()).0,
+            Outcome::Dropped(Drop::Malformed)
+        ));
+        assert_eq!(r.pending(), 0);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Receiving: the two receiver threads' loop, and what one datagram does: checks (domain, own,
 //! loopback, MAC, replay window), reassembly, then an announcement updates the peers and a value
-//! is written into its mirror slot if it is newer than what the mirror holds. A batch of
+//! is written into its mirror slot if it is newer than what the mirror holds (each value of a
+//! bundle on its own: `bundle.rs`). A batch of
 //! datagrams that the kernel coalesced (`UDP_GRO`, set at start-up) comes in one read and is cut
 //! apart here: a 64 KiB value sent in one `UDP_SEGMENT` call is then also received in one.
 
@@ -9,6 +10,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::auth::Stream;
+use super::bundle::BUNDLE_CHANNEL;
 use super::reassembly::{Outcome, Reassembler};
 use super::stats::Counters;
 use super::warn::Cause;
@@ -275,13 +277,26 @@ impl Net {
                 return Ok(Received::Taken);
             }
             Message::Announce(a) => self.on_announce(&mut st, &d, a, from, unicast)?,
-            // A value comes on a value channel only: its session was checked above.
-            Message::Value(v) if stream == Stream::Values => self.on_value(&mut st, &d, &v)?,
+            // A value comes on a value channel only (its session was checked above), never
+            // alone on the bundles' channel.
+            Message::Value(v) if stream == Stream::Values && h.channel != BUNDLE_CHANNEL => {
+                self.on_value(&mut st, &d, &v)?
+            }
             Message::Value(_) => return Err(Drop::Malformed),
             Message::Schema(offer) if stream == Stream::Values => {
                 self.on_schema(&mut st, &d, &offer)?
             }
             Message::Schema(_) => return Err(Drop::Malformed),
+            // Taken whole (it passed the checks above); each value on its own, a value
+            // dropped counted as one that came alone would be.
+            Message::Values(values) if stream == Stream::Values && h.channel == BUNDLE_CHANNEL => {
+                for v in values.iter() {
+                    if let Err(why) = self.on_value(&mut st, &d, &v) {
+                        self.counters.drop(why);
+                    }
+                }
+            }
+            Message::Values(_) => return Err(Drop::Malformed),
         }
         st.replay.commit(h.sender, stream, h.session, h.packet);
         st.reassembly.delivered(&d);
@@ -449,6 +464,9 @@ impl Net {
 fn describe_channel(st: &NetState, channel: u64) -> String {
     if channel == wire::ANNOUNCE_CHANNEL {
         return "an announcement".to_owned();
+    }
+    if channel == BUNDLE_CHANNEL {
+        return "a bundle of values".to_owned();
     }
     let announced = st
         .peers

@@ -11,6 +11,7 @@ use bus::futex;
 use bus::slot::{ReadInfo, Slot, WriterState};
 
 use super::announce;
+use super::bundle::{Bundler, Outgoing};
 use super::stats::{Counters, NetStats, PeerStats};
 use super::warn::Cause;
 use super::wire::{self, Drop, Value};
@@ -23,6 +24,7 @@ impl Net {
     pub(super) fn reflect(&self, shared: &Shared) {
         let mut value = Vec::new();
         let mut message = Vec::new();
+        let mut bundler = Bundler::new(self.chunk);
         let mut next_tick = Instant::now();
         let mut last_tick = Instant::now();
         loop {
@@ -38,7 +40,7 @@ impl Net {
                     next_tick = now + TICK;
                 }
             }
-            self.send_new_values(&mut value, &mut message);
+            self.send_new_values(&mut value, &mut message, &mut bundler);
             let watched: Vec<Arc<Slot>> = {
                 let st = lock(&self.state);
                 st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
@@ -101,8 +103,9 @@ impl Net {
 
     /// Sends every reflected slot's value that changed since last sent to all its targets, and
     /// the current value of the others to the hosts it is owed to: each value read and encoded
-    /// once, however many hosts it goes to. Schemas owed go first (under the same lock).
-    fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>) {
+    /// once, however many hosts it goes to, and the small values for one host bundled into as
+    /// few datagrams as they fit (`bundle.rs`). Schemas owed go first (under the same lock).
+    fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>, bundler: &mut Bundler) {
         let mut st = lock(&self.state);
         let schemas = std::mem::take(&mut st.schemas_owed);
         if !schemas.is_empty() {
@@ -153,8 +156,9 @@ impl Net {
                 announce_alive |= !r.announced_alive
                     && r.slot.writer_state_of(Some(read.sequence)) == WriterState::Alive;
             }
-            self.send_value(name, r, read, value, message, &to);
+            self.send_value(name, r, read, value, message, &to, bundler);
         }
+        bundler.flush(|to, out| self.send_outgoing(to, out));
         if announce_alive {
             st.dirty = true;
         }
@@ -176,6 +180,9 @@ impl Net {
         }
     }
 
+    /// Sends one value to `to`: a value that fits a bundle goes into each host's (sent when
+    /// full, or at the end of the pass), a larger one alone, in as many datagrams as it needs.
+    #[allow(clippy::too_many_arguments)]
     fn send_value(
         &self,
         name: &str,
@@ -184,6 +191,7 @@ impl Net {
         value: &[u8],
         message: &mut Vec<u8>,
         to: &[SocketAddr],
+        bundler: &mut Bundler,
     ) {
         if value.len() > self.max_value as usize {
             // Every write and refresh would say it again: once per slot, and counted.
@@ -226,8 +234,23 @@ impl Net {
             },
             message,
         );
-        let sent = self.send_message(wire::channel_of(name), message, to);
-        Counters::add(&self.counters.values_reflected, sent as u64);
+        let channel = wire::channel_of(name);
+        if bundler.takes(message) {
+            for dest in to {
+                bundler.add(*dest, channel, message, |to, out| {
+                    self.send_outgoing(to, out)
+                });
+            }
+        } else {
+            let sent = self.send_message(channel, message, to);
+            Counters::add(&self.counters.values_reflected, sent as u64);
+        }
+    }
+
+    /// Sends a value alone or a bundle of them to one host.
+    fn send_outgoing(&self, to: SocketAddr, out: Outgoing<'_>) {
+        let sent = self.send_message(out.channel, out.message, &[to]);
+        Counters::add(&self.counters.values_reflected, (sent * out.values) as u64);
     }
 
     /// Periodic work: expire hosts, reconcile with the registry, announce, refresh, statistics.

@@ -19,9 +19,12 @@
 //! of [`Announce`]), `2` value (fixed fields, then the name, then the raw value bytes, so that
 //! a large value is not encoded byte by byte), `3` schema (the name's length and the name, then
 //! `Schema::to_bytes` of the type a host publishes it with: sent to a host that asks for it,
-//! `Want::schema`).
+//! `Want::schema`), `4` values (several value messages for one host in one datagram, on the
+//! bundle channel: `bundle.rs`).
 
 use serde::{Deserialize, Serialize};
+
+use super::bundle::{Values, BUNDLE_CHANNEL};
 
 pub const MAGIC: [u8; 4] = *b"BTNW";
 /// Version 5: a publication is announced without its schema (a mirror stores the schema of the
@@ -29,14 +32,16 @@ pub const MAGIC: [u8; 4] = *b"BTNW";
 /// the series of the mirror that wants it (`Want`). Version 6: a publication whose publisher is
 /// gone is announced while its host keeps the value (`PubInfo::kept`). Version 7: a host asks
 /// for a publication's schema (`Want::schema`) and is sent it (`Message::Schema`). Version 8: a
-/// value says which publisher wrote it (`Value::writer_first`).
-pub const VERSION: u8 = 8;
+/// value says which publisher wrote it (`Value::writer_first`). Version 9: several values in one
+/// datagram (`Message::Values`, `bundle.rs`).
+pub const VERSION: u8 = 9;
 pub const HEADER_LEN: usize = 72;
 pub const MAC_LEN: usize = 16;
 pub const FLAG_MAC: u8 = 1;
 /// Bytes of IPv4 and UDP headers, subtracted from the MTU to size fragments.
 pub const IP_UDP_OVERHEAD: usize = 28;
-/// Channel of announcements; value channels are the slot name's hash, never 0.
+/// Channel of announcements; value channels are the slot name's hash, never 0 (nor
+/// `bundle::BUNDLE_CHANNEL`).
 pub const ANNOUNCE_CHANNEL: u64 = 0;
 
 /// Most parts one announcement may be cut into (about 5 MB of publications at the default
@@ -45,8 +50,9 @@ pub const ANNOUNCE_CHANNEL: u64 = 0;
 pub const MAX_ANNOUNCE_PARTS: u16 = 4096;
 
 const KIND_ANNOUNCE: u8 = 1;
-const KIND_VALUE: u8 = 2;
+pub const KIND_VALUE: u8 = 2;
 const KIND_SCHEMA: u8 = 3;
+pub const KIND_VALUES: u8 = 4;
 /// A value message: kind, sequence, write time, schema hash, series, writer's first sequence,
 /// name length.
 const VALUE_FIXED: usize = 1 + 8 + 8 + 8 + 8 + 8 + 2;
@@ -373,6 +379,8 @@ pub enum Message<'a> {
     Announce(Announce),
     Value(Value<'a>),
     Schema(SchemaOffer<'a>),
+    /// A bundle of values (`bundle.rs`), checked whole.
+    Values(Values<'a>),
 }
 
 pub fn encode_announce(a: &Announce, out: &mut Vec<u8>) -> Result<(), String> {
@@ -449,6 +457,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
                 schema: &rest[name_len..],
             }))
         }
+        Some(&KIND_VALUES) => Values::decode(bytes).map(Message::Values),
         Some(_) => Err(Drop::Malformed),
         None => Err(Drop::Truncated),
     }
@@ -458,16 +467,16 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message<'_>, Drop> {
 /// std's hasher), for domain, host and channel identifiers. Not a security measure; the MAC is.
 pub use bus::schema::fnv1a64 as fnv1a;
 
-/// The channel of a slot's values: never the announce channel.
+/// The channel of a slot's values: never the announce channel, nor the bundles'.
 pub fn channel_of(name: &str) -> u64 {
-    fnv1a(name.as_bytes()).max(1)
+    fnv1a(name.as_bytes()).clamp(1, BUNDLE_CHANNEL - 1)
 }
 
 /// The channel of a slot's schema: apart from its values' (a schema sent between two
 /// fragments of a value would otherwise replace the incomplete value), never the announce
-/// channel.
+/// channel, nor the bundles'.
 pub fn schema_channel_of(name: &str) -> u64 {
-    fnv1a(format!("schema {name}").as_bytes()).max(1)
+    fnv1a(format!("schema {name}").as_bytes()).clamp(1, BUNDLE_CHANNEL - 1)
 }
 
 #[cfg(test)]
