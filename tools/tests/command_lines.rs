@@ -119,6 +119,11 @@ fn a_value_refused_is_a_usage_error_too() {
         ),
         (
             "net-bench",
+            &["run", "--rate-slots", "1"][..],
+            "expected a count of slots from 2 to 1000",
+        ),
+        (
+            "net-bench",
             &["--domain", "a.b", "run"][..],
             "invalid domain name",
         ),

@@ -8,8 +8,9 @@
 //!   alternating in rounds;
 //! - a 64 B flood from hA, counting the values hB's registry writes into its mirror per second;
 //!   twice, the writer at normal priority and then at `nice -n 19` (taking only the CPU the
-//!   registries leave, where it shares one with them); and its baseline, raw 64 B datagrams sent
-//!   from hA as fast as it can, counting those hB receives.
+//!   registries leave, where it shares one with them); then over `--rate-slots` slots (16)
+//!   written in turn, whose values leave hA several to a datagram; and its baseline, raw 64 B
+//!   datagrams sent from hA as fast as it can, counting those hB receives.
 //!
 //! The two hosts share the machine's CPUs, unless `--cpu-per-host` gives each one of its own, as
 //! two computers have: every datagram then wakes the other host's CPU, the raw baseline's as
@@ -43,8 +44,8 @@ use tools::hosts::Lab;
 a bridge, the lab's switch; a /dev/shm of their own each), starts a registry-server in each, \
 and measures slot ping-pong against raw UDP ping-pong (64 B, 1 KiB, 64 KiB; the raw message \
 sent as datagrams of at most 1,472 bytes with UDP_SEGMENT and UDP_GRO, as the registries send \
-and receive, echoed as received; round trips lost counted, not timed) and the rate of reflected 64 B updates against \
-a raw UDP flood. It removes its hosts when done or stopped (Ctrl-C), and those of a net-bench or \
+and receive, echoed as received; round trips lost counted, not timed) and the rate of reflected 64 B updates (one slot; then \
+--rate-slots slots written in turn, whose values leave several to a datagram) against a raw UDP flood. It removes its hosts when done or stopped (Ctrl-C), and those of a net-bench or \
 test killed before it could.\n\n\
 Run from a release build: cargo build --release -p tools -p registry-server && \
 target/release/net-bench run"
@@ -80,6 +81,12 @@ enum Cmd {
         /// host's CPU, the raw baseline's too. Without it the hosts share every CPU.
         #[arg(long)]
         cpu_per_host: bool,
+        /// Slots of the last flood, 2 to 1,000: the writer writes them in turn, as an
+        /// application publishing many topics does, and hB subscribes to all of them.
+        #[arg(long, value_name = "N", default_value_t = 16,
+              value_parser = daemon::whole_number(2, 1_000, "a count of slots"),
+              allow_negative_numbers = true)]
+        rate_slots: u64,
     },
     /// (inside hB) Copy every /bench/ping value to /bench/pong.
     #[command(hide = true)]
@@ -97,12 +104,14 @@ enum Cmd {
         size: usize,
         iterations: usize,
     },
-    /// (inside hB) Subscribe to /bench/rate (so that hA reflects it) and pull every update.
+    /// (inside hB) Subscribe to `slots` rate slots (so that hA reflects them) and pull every
+    /// update.
     #[command(hide = true)]
-    Count,
-    /// (inside hA) Write 64 B values to /bench/rate as fast as possible for `seconds`.
+    Count { slots: usize },
+    /// (inside hA) Write 64 B values to `slots` rate slots in turn, as fast as possible for
+    /// `seconds`.
     #[command(hide = true)]
-    Flood { seconds: f64 },
+    Flood { seconds: f64, slots: usize },
     /// (inside hB) Say `ready` once bound, then count the UDP datagrams arriving on `port`
     /// until none came for a second (or `seconds` plus ten have passed); prints the count.
     #[command(hide = true)]
@@ -145,6 +154,17 @@ fn main() {
 
 /// Set by the signal that stops a run, before its hosts are removed.
 static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// The update rate's flood: how long each lasts, and how many slots the last one writes.
+struct Flood {
+    seconds: f64,
+    slots: usize,
+}
+
+/// The name of the update rate's slot `i`.
+fn rate_slot(i: usize) -> String {
+    format!("/bench/rate/{i}")
+}
 
 fn bus(domain: &bus::Domain) -> Result<bus::Bus, String> {
     bus::Bus::open(domain.clone()).map_err(|e| e.to_string())
@@ -235,22 +255,33 @@ fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
             );
             Ok(())
         }
-        Cmd::Count => {
+        Cmd::Count { slots } => {
             let b = bus(domain)?;
-            let mut sub = b.subscribe::<[u64; 8]>("/bench/rate").map_err(e)?;
+            let mut group = bus::SubscriptionGroup::new();
+            for i in 0..slots {
+                let sub = b.subscribe::<[u64; 8]>(&rate_slot(i)).map_err(e)?;
+                group.add(sub);
+            }
             loop {
-                sub.wait_update(Duration::from_secs(60)).map_err(e)?;
+                group.wait_any(Duration::from_secs(60)).map_err(e)?;
             }
         }
-        Cmd::Flood { seconds } => {
+        Cmd::Flood { seconds, slots } => {
             let b = bus(domain)?;
-            let mut publ = b.publish::<[u64; 8]>("/bench/rate").map_err(e)?;
-            publ.wait_bound(Duration::from_secs(5)).map_err(e)?;
+            let mut publs = Vec::with_capacity(slots);
+            for i in 0..slots {
+                publs.push(b.publish::<[u64; 8]>(&rate_slot(i)).map_err(e)?);
+            }
+            for p in &publs {
+                p.wait_bound(Duration::from_secs(5)).map_err(e)?;
+            }
             let end = Instant::now() + Duration::from_secs_f64(seconds);
             let mut n = 0u64;
             while Instant::now() < end {
-                n += 1;
-                publ.write(&[n; 8]).map_err(e)?;
+                for p in &mut publs {
+                    n += 1;
+                    p.write(&[n; 8]).map_err(e)?;
+                }
             }
             println!("{n}");
             Ok(())
@@ -309,12 +340,16 @@ fn run(domain: &bus::Domain, cmd: Cmd) -> Result<(), String> {
             iterations,
             flood_seconds,
             cpu_per_host,
+            rate_slots,
         } => {
-            // At most 1,000,000 (the parser's range): the cast cannot truncate.
+            // At most 1,000,000 and 1,000 (the parsers' ranges): the casts cannot truncate.
             orchestrate(
                 domain.as_str(),
                 iterations as usize,
-                flood_seconds,
+                Flood {
+                    seconds: flood_seconds,
+                    slots: rate_slots as usize,
+                },
                 cpu_per_host,
             )
         }
@@ -410,9 +445,10 @@ fn us(ns: u64) -> String {
 fn orchestrate(
     domain: &str,
     iterations: usize,
-    flood_seconds: f64,
+    flood: Flood,
     cpu_per_host: bool,
 ) -> Result<(), String> {
+    let flood_seconds = flood.seconds;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let registry = me.with_file_name("registry-server");
     let inspect = me.with_file_name("bus-inspect");
@@ -531,18 +567,36 @@ fn orchestrate(
     };
     println!();
     let raw_rate = raw_flood(&mut lab, domain, &me, flood_seconds)?;
-    let mut c = lab.cmd(1, &me);
-    c.args(["--domain", domain, "count"]);
-    lab.spawn(c)?;
-    std::thread::sleep(Duration::from_millis(500));
-    // Twice: the writer at the registry's priority, then at the lowest (`nice -n 19`). A writer
-    // that writes millions of values a second keeps a CPU busy; where it shares one with its
-    // registry (always with --cpu-per-host) it takes half of the CPU the reflection needs. At
-    // the lowest priority it takes only what the registries leave: the reflection's own rate.
-    for (niced, writer) in [
-        (false, "writer at normal priority"),
-        (true, "writer at nice 19"),
+    // One slot twice: the writer at the registry's priority, then at the lowest (`nice -n
+    // 19`). A writer that writes millions of values a second keeps a CPU busy; where it shares
+    // one with its registry (always with --cpu-per-host) it takes half of the CPU the
+    // reflection needs. At the lowest priority it takes only what the registries leave: the
+    // reflection's own rate. Then many slots written in turn, at normal priority: what comes
+    // of one slot per datagram and system call, or of several.
+    let mut counting = 0;
+    for (niced, slots, writer) in [
+        (false, 1, "1 slot, writer at normal priority".to_string()),
+        (true, 1, "1 slot, writer at nice 19".to_string()),
+        (
+            false,
+            flood.slots,
+            format!("{} slots in turn, writer at normal priority", flood.slots),
+        ),
     ] {
+        if slots != counting {
+            // A subscriber on hB of exactly these slots (so that hA reflects them).
+            if counting != 0 {
+                if let Some(mut p) = lab.children.pop() {
+                    let _ = p.kill();
+                    let _ = p.wait();
+                }
+            }
+            let mut c = lab.cmd(1, &me);
+            c.args(["--domain", domain, "count", &slots.to_string()]);
+            lab.spawn(c)?;
+            counting = slots;
+            std::thread::sleep(Duration::from_millis(500 + 10 * slots as u64));
+        }
         let before = mirrored(&lab)?;
         let mut c = if niced {
             let mut c = lab.cmd(0, Path::new("nice"));
@@ -551,7 +605,13 @@ fn orchestrate(
         } else {
             lab.cmd(0, &me)
         };
-        c.args(["--domain", domain, "flood", &flood_seconds.to_string()]);
+        c.args([
+            "--domain",
+            domain,
+            "flood",
+            &flood_seconds.to_string(),
+            &slots.to_string(),
+        ]);
         let written: u64 = lab
             .output(c)?
             .trim()
