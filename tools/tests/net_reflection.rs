@@ -8,7 +8,7 @@ mod netns;
 use std::time::Duration;
 
 use common::summary;
-use netns::Lab;
+use netns::{eventually, Lab};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -319,6 +319,83 @@ fn the_small_values_of_many_slots_share_datagrams() {
     );
     lab.kill(writer);
     lab.check_reader(reader, 1, "small values on B");
+}
+
+/// A small `--max-value` holds each value, not the bundle that carries it: a sender makes no
+/// bundle larger than it may send (300 bytes of value and the fields: 1,324 bytes), and a
+/// receiver with a smaller limit still (1,124 bytes) takes bundles of values each within it.
+/// The announcement of sixteen names, also larger than the receiver's limit, is taken too.
+#[test]
+fn bundles_pass_registries_with_a_small_max_value() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &["--max-value", "300"], &[]);
+    lab.start_registry(B, &["--max-value", "100"], &[]);
+    let r = read_slots(&mut lab, B, "/limited", "16", "5");
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/limited",
+            "--slots",
+            "16",
+            "--count",
+            "5",
+            "--interval-ms",
+            "20",
+            "--min-size",
+            "60",
+            "--max-size",
+            "60",
+            "--linger",
+            "60",
+        ],
+    );
+    lab.check_reader(r, 5, "16 slots through a small --max-value");
+    // The refreshes, which bundle every slot's value, taken too.
+    eventually("two refreshes of the 16 values taken on hB", || {
+        lab.stats(B)
+            .and_then(|s| s["values_unchanged"].as_u64())
+            .is_some_and(|n| n >= 32)
+    });
+    assert_eq!(lab.dropped(B, "oversized"), 0, "{:?}", lab.stats(B));
+    assert!(
+        !lab.log(A).contains("larger than --max-value"),
+        "{}",
+        lab.log(A)
+    );
+}
+
+/// Announcement parts are cut to the sender's datagrams, not to the receiver's `--max-value`:
+/// they used to be dropped as oversized by a registry whose limit (1 byte and the fields here,
+/// 1,025 bytes) was below a part (twelve names and the statistics slot make one part of about
+/// 1,240 bytes), and that host never learnt what the other published.
+#[test]
+fn announcements_pass_a_registry_with_the_smallest_max_value() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &["--max-value", "1"], &[]);
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/announced",
+            "--slots",
+            "12",
+            "--count",
+            "1",
+            "--linger",
+            "60",
+        ],
+    );
+    eventually("hB's directory names hA's last publication", || {
+        lab.directory_entry(B, "/announced/11")
+            .is_some_and(|e| e.to_string().contains("hA"))
+    });
+    assert_eq!(lab.dropped(B, "oversized"), 0, "{:?}", lab.stats(B));
 }
 
 #[test]

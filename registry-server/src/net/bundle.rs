@@ -13,11 +13,14 @@
 //!                                  (`wire::encode_value`, its kind byte included)
 //! ```
 //!
-//! A receiver takes or drops a bundle whole at the datagram's checks (domain, MAC, replay
-//! window, session), and then takes or drops each value on its own, counted by cause, as if it
-//! had come alone. The bundle channel keeps no order between messages (reassembly treats it as
-//! the announce channel): each value's sequence orders it against the other values of its slot,
-//! however the datagrams that carry them were reordered.
+//! A bundle is at most a datagram, and no larger than the sender's largest message
+//! (`--max-value` and the fields). A receiver takes or drops it whole at the datagram's checks
+//! (domain, MAC, replay window, session; not its own `--max-value`, which it holds each value to
+//! instead), and then takes or drops each value on its own, counted by cause, as if it had come
+//! alone; a value taken also supersedes an older one of its slot still being reassembled. The
+//! bundle channel keeps no order between messages (reassembly treats it as the announce
+//! channel): each value's sequence orders it against the other values of its slot, however the
+//! datagrams that carry them were reordered.
 
 use std::net::SocketAddr;
 

@@ -252,6 +252,17 @@ impl Reassembler {
     }
 
     /// Drops the incomplete message of `key`; whether there was one.
+    /// Drops the incomplete message of `sender`'s `channel` if it is older than `message` of
+    /// `session`: a newer value of its slot came whole in a bundle (as one that comes alone on
+    /// the channel does in `add`). Returns whether one was dropped.
+    pub fn supersede(&mut self, sender: u64, channel: u64, session: u64, message: u64) -> bool {
+        let key = (sender, channel);
+        match self.partial.get(&key) {
+            Some(p) if p.session == session && p.message < message => self.drop_partial(&key),
+            _ => false,
+        }
+    }
+
     fn drop_partial(&mut self, key: &(u64, u64)) -> bool {
         match self.partial.remove(key) {
             Some(p) => {
@@ -423,6 +434,21 @@ mod tests {
             Outcome::Dropped(Drop::Malformed)
         ));
         assert_eq!(r.pending(), 0);
+    }
+
+    /// A newer value of a slot come whole in a bundle drops the slot's older incomplete
+    /// value, never a newer one nor one of another session.
+    #[test]
+    fn a_bundled_value_supersedes_only_an_older_incomplete_one() {
+        let mut r = Reassembler::new(1 << 20);
+        let five = frags(5, 7, &[1; 200], 100);
+        assert!(add(&mut r, &five[0]).is_none());
+        assert!(!r.supersede(2, 7, 3, 4), "message 4 is older than 5");
+        assert!(!r.supersede(2, 7, 9, 6), "another session");
+        assert!(!r.supersede(2, 8, 3, 6), "another channel");
+        assert_eq!(r.pending(), 1);
+        assert!(r.supersede(2, 7, 3, 6));
+        assert_eq!((r.pending(), r.held()), (0, 0));
     }
 
     #[test]

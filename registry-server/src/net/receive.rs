@@ -149,7 +149,12 @@ impl Net {
             self.warn_name_clash(from);
             return Err(Drop::Own);
         }
-        if h.total > self.max_message {
+        // --max-value bounds values. Announcement parts are cut to the sender's datagrams (a
+        // part can come out larger, in fragments: the reassembly limit holds those), and a
+        // bundle is one datagram (reassembly refuses one in fragments) whose values are each
+        // held to --max-value below.
+        let of_values = ![wire::ANNOUNCE_CHANNEL, BUNDLE_CHANNEL].contains(&h.channel);
+        if h.total > self.max_message && of_values {
             // Said once a minute per source and channel; described only then.
             let subject = format!("{ip} {:#x}", h.channel);
             if self.warnings.due(Cause::OverMaxValue, &subject) {
@@ -291,8 +296,22 @@ impl Net {
             // dropped counted as one that came alone would be.
             Message::Values(values) if stream == Stream::Values && h.channel == BUNDLE_CHANNEL => {
                 for v in values.iter() {
-                    if let Err(why) = self.on_value(&mut st, &d, &v) {
-                        self.counters.drop(why);
+                    if v.bytes.len() > self.max_value as usize {
+                        self.counters.drop(Drop::Oversized);
+                        continue;
+                    }
+                    match self.on_value(&mut st, &d, &v) {
+                        Ok(()) => {
+                            // An older value of the slot still in pieces is of no use now.
+                            let channel = wire::channel_of(v.name);
+                            if st
+                                .reassembly
+                                .supersede(h.sender, channel, h.session, h.message)
+                            {
+                                self.counters.drop(Drop::Superseded);
+                            }
+                        }
+                        Err(why) => self.counters.drop(why),
                     }
                 }
             }

@@ -24,7 +24,8 @@ impl Net {
     pub(super) fn reflect(&self, shared: &Shared) {
         let mut value = Vec::new();
         let mut message = Vec::new();
-        let mut bundler = Bundler::new(self.chunk);
+        // At most a datagram, and no larger than a message may be (a small --max-value).
+        let mut bundler = Bundler::new(self.chunk.min(self.max_message as usize));
         let mut next_tick = Instant::now();
         let mut last_tick = Instant::now();
         loop {
@@ -242,6 +243,9 @@ impl Net {
                 });
             }
         } else {
+            // The small values read before it go first: control values do not wait behind a
+            // large one's datagrams.
+            bundler.flush(|to, out| self.send_outgoing(to, out));
             let sent = self.send_message(channel, message, to);
             Counters::add(&self.counters.values_reflected, sent as u64);
         }

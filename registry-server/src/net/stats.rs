@@ -70,8 +70,8 @@ pub struct NetStats {
     pub bytes_received: u64,
     /// This registry's own datagrams, looped back by multicast: expected, not drops.
     pub looped_back: u64,
-    /// Datagrams (or reassembled values) dropped, and local values not sent (`too_large_to_send`),
-    /// by cause.
+    /// Datagrams (or reassembled values, or values of a bundle) dropped, and local values not
+    /// sent (`too_large_to_send`), by cause.
     pub dropped: std::collections::BTreeMap<String, u64>,
     /// Values sent to remote subscribers (each value once per receiving host), counted when
     /// the kernel took all of its datagrams (a failed send counts in `send_errors` only; one
