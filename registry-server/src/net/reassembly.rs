@@ -251,7 +251,6 @@ impl Reassembler {
         self.delivered.retain(|(s, _), _| *s != sender);
     }
 
-    /// Drops the incomplete message of `key`; whether there was one.
     /// Drops the incomplete message of `sender`'s `channel` if it is older than `message` of
     /// `session`: a newer value of its slot came whole in a bundle (as one that comes alone on
     /// the channel does in `add`). Returns whether one was dropped.
@@ -263,6 +262,7 @@ impl Reassembler {
         }
     }
 
+    /// Drops the incomplete message of `key`; whether there was one.
     fn drop_partial(&mut self, key: &(u64, u64)) -> bool {
         match self.partial.remove(key) {
             Some(p) => {
