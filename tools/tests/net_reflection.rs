@@ -137,38 +137,57 @@ fn one_mebibyte_values_arrive_whole() {
     lab.check_reader(rc, 4, "1 MiB on C");
 }
 
-#[test]
-fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value() {
+/// A run under faults: three hosts whose registries lose 30 % of their datagrams and
+/// duplicate and reorder 20 % for 6 s (`seeds`, one per host); A writes `count` values to the
+/// `slots` slots of `name`, one every `interval_ms`, sizes cycling from 16 bytes to
+/// `max_size`. Every subscriber on B and C must end with the last value of every slot and never
+/// read one older than one it read before (`backwards`). Returns the lab, for its counters.
+fn under_faults(
+    seeds: [&str; 3],
+    name: &str,
+    slots: &str,
+    count: &str,
+    interval_ms: &str,
+    max_size: &str,
+) -> Lab {
     let mut lab = Lab::new(3);
-    for (h, seed) in [(A, "1"), (B, "2"), (C, "3")] {
+    for (h, seed) in [A, B, C].into_iter().zip(seeds) {
         let faults = format!("loss=0.3,dup=0.2,reorder=0.2,seed={seed},for_ms=6000");
         lab.start_registry(h, &[], &[("BATON_NET_FAULTS", &faults)]);
     }
-    let rb = lab.read_until(B, "/lossy", "150", "40");
-    let rc = lab.read_until(C, "/lossy", "150", "40");
-    // 150 values over about 4.5 s, mixing sizes up to 5 fragments, all under faults.
+    let rb = read_slots(&mut lab, B, name, slots, count);
+    let rc = read_slots(&mut lab, C, name, slots, count);
     lab.spawn(
         A,
         "bus-stress",
         &[
             "write",
             "--name",
-            "/lossy",
+            name,
+            "--slots",
+            slots,
             "--count",
-            "150",
+            count,
             "--interval-ms",
-            "30",
+            interval_ms,
             "--min-size",
             "16",
             "--max-size",
-            "6000",
+            max_size,
             "--linger",
             "60",
         ],
     );
-    // `backwards` counts values older than one seen before: it must stay 0.
-    lab.check_reader(rb, 150, "lossy B");
-    lab.check_reader(rc, 150, "lossy C");
+    let last: u64 = count.parse().expect("a count");
+    lab.check_reader(rb, last, &format!("{name} on B"));
+    lab.check_reader(rc, last, &format!("{name} on C"));
+    lab
+}
+
+/// One slot, 150 values over about 4.5 s, mixing sizes up to 5 fragments, all under faults.
+#[test]
+fn loss_duplication_and_reordering_leave_every_subscriber_with_the_newest_value() {
+    let lab = under_faults(["1", "2", "3"], "/lossy", "1", "150", "30", "6000");
     let older = lab.dropped(B, "older") + lab.dropped(B, "replayed") + lab.dropped(B, "stale");
     assert!(
         older > 0,
@@ -204,36 +223,7 @@ fn read_slots(lab: &mut Lab, host: usize, name: &str, slots: &str, until: &str) 
 /// bring the last values after the faults are bundled.)
 #[test]
 fn the_values_of_many_slots_arrive_newest_last_under_faults() {
-    let mut lab = Lab::new(3);
-    for (h, seed) in [(A, "4"), (B, "5"), (C, "6")] {
-        let faults = format!("loss=0.3,dup=0.2,reorder=0.2,seed={seed},for_ms=6000");
-        lab.start_registry(h, &[], &[("BATON_NET_FAULTS", &faults)]);
-    }
-    let rb = read_slots(&mut lab, B, "/many", "8", "300");
-    let rc = read_slots(&mut lab, C, "/many", "8", "300");
-    lab.spawn(
-        A,
-        "bus-stress",
-        &[
-            "write",
-            "--name",
-            "/many",
-            "--slots",
-            "8",
-            "--count",
-            "300",
-            "--interval-ms",
-            "10",
-            "--min-size",
-            "16",
-            "--max-size",
-            "3000",
-            "--linger",
-            "60",
-        ],
-    );
-    lab.check_reader(rb, 300, "many slots on B");
-    lab.check_reader(rc, 300, "many slots on C");
+    under_faults(["4", "5", "6"], "/many", "8", "300", "10", "3000");
 }
 
 /// The small values of many slots share datagrams: a registry refreshing sixteen of them
