@@ -118,6 +118,20 @@ fn a_value_refused_is_a_usage_error_too() {
             "expected seconds from 0.1 to 3600",
         ),
         (
+            "bus-stress",
+            &[
+                "read",
+                "--name",
+                "/w",
+                "--slots",
+                "128",
+                "--seconds",
+                "1",
+                "--wait",
+            ][..],
+            "--wait reads at most 127 slots",
+        ),
+        (
             "net-bench",
             &["run", "--rate-slots", "1"][..],
             "expected a count of slots from 2 to 1000",

@@ -358,14 +358,15 @@ fn bundles_pass_registries_with_a_small_max_value() {
     );
 }
 
-/// Announcement parts are cut to the sender's datagrams, not to the receiver's `--max-value`:
-/// they used to be dropped as oversized by a registry whose limit (1 byte and the fields here,
-/// 1,025 bytes) was below a part (twelve names and the statistics slot make one part of about
-/// 1,240 bytes), and that host never learnt what the other published.
+/// Announcement parts are cut to the sender's datagrams, not to either side's `--max-value`:
+/// a registry whose limit (1 byte and the fields here, 1,025 bytes) was below a part (twelve
+/// names and the statistics slot make one part of about 1,240 bytes) used to refuse to send
+/// it, and to drop it as oversized when it came from another, and the other host never learnt
+/// what it published.
 #[test]
-fn announcements_pass_a_registry_with_the_smallest_max_value() {
+fn announcements_pass_registries_with_the_smallest_max_value() {
     let mut lab = Lab::new(2);
-    lab.start_registry(A, &[], &[]);
+    lab.start_registry(A, &["--max-value", "1"], &[]);
     lab.start_registry(B, &["--max-value", "1"], &[]);
     lab.spawn(
         A,
@@ -378,6 +379,10 @@ fn announcements_pass_a_registry_with_the_smallest_max_value() {
             "12",
             "--count",
             "1",
+            "--min-size",
+            "8",
+            "--max-size",
+            "8",
             "--linger",
             "60",
         ],

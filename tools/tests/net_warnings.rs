@@ -98,6 +98,76 @@ fn a_value_over_max_value_is_logged_once_by_slot_and_counted_apart() {
     lab.kill(reader);
 }
 
+/// A value over the receiver's `--max-value` is dropped whether it comes alone or in a bundle
+/// with others (it used to be taken alone when within the limit's allowance for name and
+/// fields, and dropped without a word in a bundle), and said once a minute per slot.
+#[test]
+fn a_value_over_the_receivers_max_value_is_refused_alone_or_bundled_and_said() {
+    let mut lab = Lab::new(2);
+    lab.start_registry(A, &[], &[]);
+    lab.start_registry(B, &["--max-value", "100"], &[]);
+    let readers = [
+        lab.read_for(B, "/alone", "20"),
+        lab.spawn(
+            B,
+            "bus-stress",
+            &[
+                "read",
+                "--name",
+                "/bundled",
+                "--slots",
+                "4",
+                "--seconds",
+                "20",
+                "--wait",
+            ],
+        ),
+    ];
+    lab.write_from(A, "/alone", "1000", "20", "500");
+    lab.spawn(
+        A,
+        "bus-stress",
+        &[
+            "write",
+            "--name",
+            "/bundled",
+            "--slots",
+            "4",
+            "--count",
+            "1000",
+            "--interval-ms",
+            "20",
+            "--min-size",
+            "500",
+            "--max-size",
+            "500",
+            "--linger",
+            "60",
+        ],
+    );
+    let a_ip = lab.hosts[A].ip.clone();
+    let said = |name: &str| format!("bytes of {name} from {a_ip} is larger than --max-value 100");
+    eventually(
+        "B says why it drops /alone and every slot of /bundled",
+        || {
+            let log = lab.log(B);
+            log.contains(&said("/alone"))
+                && (0..4).all(|i| log.contains(&said(&format!("/bundled/{i}"))))
+        },
+    );
+    eventually("B drops them as oversized", || {
+        lab.dropped(B, "oversized") >= 40
+    });
+    let log = lab.log(B);
+    assert_eq!(lines_with(&log, &said("/alone")), 1, "{log}");
+    assert_eq!(lines_with(&log, &said("/bundled/0")), 1, "{log}");
+    let stats = lab.stats(B).expect("B's statistics");
+    assert_eq!(stats["values_mirrored"], 0, "{stats}");
+    for r in readers {
+        lab.kill(r);
+    }
+}
+
 /// Values larger than the receiver's `--reassembly-limit` (host B) or `--max-value` (host C)
 /// cannot be taken: each receiver says so, naming the slot, the sender, the size and the
 /// option to raise, once a minute however many datagrams come.

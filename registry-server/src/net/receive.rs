@@ -285,6 +285,7 @@ impl Net {
             // A value comes on a value channel only (its session was checked above), never
             // alone on the bundles' channel.
             Message::Value(v) if stream == Stream::Values && h.channel != BUNDLE_CHANNEL => {
+                self.within_max_value(&v, ip)?;
                 self.on_value(&mut st, &d, &v)?
             }
             Message::Value(_) => return Err(Drop::Malformed),
@@ -296,8 +297,8 @@ impl Net {
             // dropped counted as one that came alone would be.
             Message::Values(values) if stream == Stream::Values && h.channel == BUNDLE_CHANNEL => {
                 for v in values.iter() {
-                    if v.bytes.len() > self.max_value as usize {
-                        self.counters.drop(Drop::Oversized);
+                    if let Err(why) = self.within_max_value(&v, ip) {
+                        self.counters.drop(why);
                         continue;
                     }
                     match self.on_value(&mut st, &d, &v) {
@@ -418,6 +419,29 @@ impl Net {
         st.dirty = true;
         self.wake();
         Ok(())
+    }
+
+    /// A value larger than this registry's `--max-value`, come alone or in a bundle, is
+    /// dropped as oversized and said once a minute per source and slot (the message check in
+    /// `on_datagram` stops most of them earlier, with their name and fields counted).
+    fn within_max_value(&self, v: &Value<'_>, from: std::net::IpAddr) -> Result<(), Drop> {
+        if v.bytes.len() <= self.max_value as usize {
+            return Ok(());
+        }
+        if self
+            .warnings
+            .due(Cause::OverMaxValue, &format!("{from} {}", v.name))
+        {
+            tracing::warn!(
+                "a value of {} bytes of {} from {from} is larger than --max-value {} allows: \
+                 raise --max-value on this registry (dropped, counted as oversized; said once a \
+                 minute)",
+                v.bytes.len(),
+                v.name,
+                self.max_value
+            );
+        }
+        Err(Drop::Oversized)
     }
 
     fn on_value(&self, st: &mut NetState, d: &Datagram<'_>, v: &Value<'_>) -> Result<(), Drop> {

@@ -17,17 +17,24 @@ impl Net {
     /// Sends one message to each destination, fragmented at the chunk size; returns to how
     /// many every datagram went out (the kernel took them). A message larger than the peers
     /// accept is not sent (values are checked against `--max-value` before, by name): 0.
+    /// Announcement parts are cut to the datagram size, whatever `--max-value`: never held to
+    /// it, here or at the receiver.
     pub(super) fn send_message(&self, channel: u64, body: &[u8], to: &[SocketAddr]) -> usize {
         if to.is_empty() {
             return 0;
         }
-        if body.len() > self.max_message as usize {
-            tracing::warn!(
-                "not sending a message of {} bytes on channel {channel:#x}: larger than \
-                 --max-value {} allows",
-                body.len(),
-                self.max_value
-            );
+        if body.len() > self.max_message as usize && channel != wire::ANNOUNCE_CHANNEL {
+            if self
+                .warnings
+                .due(Cause::OverMaxValue, &format!("send {channel:#x}"))
+            {
+                tracing::warn!(
+                    "not sending a message of {} bytes on channel {channel:#x}: larger than \
+                     --max-value {} allows (said once a minute)",
+                    body.len(),
+                    self.max_value
+                );
+            }
             return 0;
         }
         let mut s = lock(&self.send);

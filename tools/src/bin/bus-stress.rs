@@ -70,7 +70,7 @@ enum Command {
         #[arg(long)]
         name: String,
         /// Slots: with N above 1, the N slots NAME/0 to NAME/{N-1}, each checked on its
-        /// own (`last` is the lowest of their last values) (1 to 1,000).
+        /// own (`last` is the lowest of their last values) (1 to 1,000; with --wait, to 127).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
         slots: u16,
         /// Read for this many seconds.
@@ -166,6 +166,16 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
             until,
             until_writer_gone,
         } => {
+            // The kernel's futex_waitv limit, one word kept for the group's binding.
+            let most = bus::futex::WAITV_MAX - 1;
+            if wait && usize::from(slots) > most {
+                // A command line that cannot work: a usage error, as clap's own.
+                eprintln!(
+                    "bus-stress: --wait reads at most {most} slots (a subscription group waits \
+                     on at most that many); read {slots} without --wait, or in several readers"
+                );
+                return Ok(64);
+            }
             // A group, also of one: its wait also reports a change of the writer's state.
             let mut group = bus::SubscriptionGroup::new();
             let mut tracks = Vec::new();
