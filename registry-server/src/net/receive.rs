@@ -285,8 +285,7 @@ impl Net {
             // A value comes on a value channel only (its session was checked above), never
             // alone on the bundles' channel.
             Message::Value(v) if stream == Stream::Values && h.channel != BUNDLE_CHANNEL => {
-                self.within_max_value(&v, ip)?;
-                self.on_value(&mut st, &d, &v)?
+                self.on_value(&mut st, &d, &v, ip)?
             }
             Message::Value(_) => return Err(Drop::Malformed),
             Message::Schema(offer) if stream == Stream::Values => {
@@ -295,13 +294,9 @@ impl Net {
             Message::Schema(_) => return Err(Drop::Malformed),
             // Taken whole (it passed the checks above); each value on its own, a value
             // dropped counted as one that came alone would be.
-            Message::Values(values) if stream == Stream::Values && h.channel == BUNDLE_CHANNEL => {
+            Message::Values(values) if h.channel == BUNDLE_CHANNEL => {
                 for v in values.iter() {
-                    if let Err(why) = self.within_max_value(&v, ip) {
-                        self.counters.drop(why);
-                        continue;
-                    }
-                    match self.on_value(&mut st, &d, &v) {
+                    match self.on_value(&mut st, &d, &v, ip) {
                         Ok(()) => {
                             // An older value of the slot still in pieces is of no use now.
                             let channel = wire::channel_of(v.name);
@@ -421,9 +416,9 @@ impl Net {
         Ok(())
     }
 
-    /// A value larger than this registry's `--max-value`, come alone or in a bundle, is
-    /// dropped as oversized and said once a minute per source and slot (the message check in
-    /// `on_datagram` stops most of them earlier, with their name and fields counted).
+    /// A value larger than this registry's `--max-value` is dropped as oversized and said once a
+    /// minute per source and slot (the message check in `on_datagram` stops most of those that
+    /// come alone earlier, with their name and fields counted).
     fn within_max_value(&self, v: &Value<'_>, from: std::net::IpAddr) -> Result<(), Drop> {
         if v.bytes.len() <= self.max_value as usize {
             return Ok(());
@@ -444,7 +439,16 @@ impl Net {
         Err(Drop::Oversized)
     }
 
-    fn on_value(&self, st: &mut NetState, d: &Datagram<'_>, v: &Value<'_>) -> Result<(), Drop> {
+    /// Writes a value, come alone or in a bundle from `from`, into its mirror if it is newer
+    /// than what the mirror holds.
+    fn on_value(
+        &self,
+        st: &mut NetState,
+        d: &Datagram<'_>,
+        v: &Value<'_>,
+        from: std::net::IpAddr,
+    ) -> Result<(), Drop> {
+        self.within_max_value(v, from)?;
         let session = d.header.session;
         let host = st.peers.host_of(d.header.sender).ok_or(Drop::Unexpected)?;
         let m = st.mirrors.get_mut(v.name).ok_or(Drop::Unexpected)?;

@@ -20,12 +20,22 @@ use super::{
 };
 use crate::server::Shared;
 
+/// The reflector's buffers, reused from pass to pass: a value read, a message encoded, and the
+/// bundles being filled.
+struct Buffers {
+    value: Vec<u8>,
+    message: Vec<u8>,
+    bundler: Bundler,
+}
+
 impl Net {
     pub(super) fn reflect(&self, shared: &Shared) {
-        let mut value = Vec::new();
-        let mut message = Vec::new();
-        // At most a datagram, and no larger than a message may be (a small --max-value).
-        let mut bundler = Bundler::new(self.chunk.min(self.max_message as usize));
+        let mut buffers = Buffers {
+            value: Vec::new(),
+            message: Vec::new(),
+            // At most a datagram, and no larger than a message may be (a small --max-value).
+            bundler: Bundler::new(self.chunk.min(self.max_message as usize)),
+        };
         let mut next_tick = Instant::now();
         let mut last_tick = Instant::now();
         loop {
@@ -35,13 +45,13 @@ impl Net {
             // process of a restarted registry coming back) is taken in batches.
             let early = lock(&self.state).dirty && now >= last_tick + RECONCILE_GAP;
             if now >= next_tick || early {
-                self.tick(shared, now, &mut message);
+                self.tick(shared, now, &mut buffers.message);
                 last_tick = now;
                 if now >= next_tick {
                     next_tick = now + TICK;
                 }
             }
-            self.send_new_values(&mut value, &mut message, &mut bundler);
+            self.send_new_values(&mut buffers);
             let watched: Vec<Arc<Slot>> = {
                 let st = lock(&self.state);
                 st.reflected.values().map(|r| Arc::clone(&r.slot)).collect()
@@ -106,11 +116,11 @@ impl Net {
     /// the current value of the others to the hosts it is owed to: each value read and encoded
     /// once, however many hosts it goes to, and the small values for one host bundled into as
     /// few datagrams as they fit (`bundle.rs`). Schemas owed go first (under the same lock).
-    fn send_new_values(&self, value: &mut Vec<u8>, message: &mut Vec<u8>, bundler: &mut Bundler) {
+    fn send_new_values(&self, buffers: &mut Buffers) {
         let mut st = lock(&self.state);
         let schemas = std::mem::take(&mut st.schemas_owed);
         if !schemas.is_empty() {
-            self.send_schemas(schemas, message);
+            self.send_schemas(schemas, &mut buffers.message);
         }
         let NetState {
             reflected, owed, ..
@@ -133,7 +143,7 @@ impl Net {
             if to.is_empty() {
                 continue;
             }
-            let read = match r.slot.read(0, value) {
+            let read = match r.slot.read(0, &mut buffers.value) {
                 Ok(Some(read)) => read,
                 Ok(None) => continue,
                 Err(e) => {
@@ -157,9 +167,9 @@ impl Net {
                 announce_alive |= !r.announced_alive
                     && r.slot.writer_state_of(Some(read.sequence)) == WriterState::Alive;
             }
-            self.send_value(name, r, read, value, message, &to, bundler);
+            self.send_value(name, r, read, &to, buffers);
         }
-        bundler.flush(|to, out| self.send_outgoing(to, out));
+        buffers.bundler.flush(|to, out| self.send_outgoing(to, out));
         if announce_alive {
             st.dirty = true;
         }
@@ -181,19 +191,22 @@ impl Net {
         }
     }
 
-    /// Sends one value to `to`: a value that fits a bundle goes into each host's (sent when
-    /// full, or at the end of the pass), a larger one alone, in as many datagrams as it needs.
-    #[allow(clippy::too_many_arguments)]
+    /// Sends the value just read (`buffers.value`) to `to`: a value that fits a bundle goes
+    /// into each host's (sent when full, or at the end of the pass), a larger one alone, in as
+    /// many datagrams as it needs.
     fn send_value(
         &self,
         name: &str,
         r: &mut Reflected,
         read: ReadInfo,
-        value: &[u8],
-        message: &mut Vec<u8>,
         to: &[SocketAddr],
-        bundler: &mut Bundler,
+        buffers: &mut Buffers,
     ) {
+        let Buffers {
+            value,
+            message,
+            bundler,
+        } = buffers;
         if value.len() > self.max_value as usize {
             // Every write and refresh would say it again: once per slot, and counted.
             if !r.too_large_said {

@@ -204,7 +204,7 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                         track.read(group.get(*member));
                     }
                 }
-                let last = tracks.iter().map(|(_, t)| t.last).min().unwrap_or(0);
+                let last = lowest_last(&tracks);
                 let gone = tracks
                     .iter()
                     .all(|(m, _)| group.get(*m).writer() == Some(bus::WriterState::Gone));
@@ -218,7 +218,7 @@ fn run(bus: &bus::Bus, command: Command) -> Result<i32, String> {
                 .map_or("unbound".to_owned(), |w| format!("{w:?}"));
             let sum = |f: fn(&Track) -> u64| tracks.iter().map(|(_, t)| f(t)).sum::<u64>();
             let (reads, bad, backwards) = (sum(|t| t.reads), sum(|t| t.bad), sum(|t| t.backwards));
-            let last = tracks.iter().map(|(_, t)| t.last).min().unwrap_or(0);
+            let last = lowest_last(&tracks);
             let restarts = sum(|t| t.restarts);
             println!(
                 "{{\"reads\":{reads},\"bad\":{bad},\"backwards\":{backwards},\"last\":{last},\"writer\":\"{writer}\",\"writers_changed\":{restarts}}}"
@@ -246,6 +246,11 @@ fn slot_names(name: &str, slots: u16) -> Vec<String> {
     } else {
         (0..slots).map(|i| format!("{name}/{i}")).collect()
     }
+}
+
+/// The sequence field read last of the slot that is furthest behind.
+fn lowest_last<M>(tracks: &[(M, Track)]) -> u64 {
+    tracks.iter().map(|(_, t)| t.last).min().unwrap_or(0)
 }
 
 /// What a reader saw of one slot.

@@ -384,6 +384,14 @@ impl Rig {
         Ok(())
     }
 
+    /// Stops the process started last.
+    fn stop_last(&mut self) {
+        if let Some(mut p) = self.children.pop() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+
     fn output(&self, mut c: Command) -> Result<String, String> {
         let out = c.output().map_err(|e| e.to_string())?;
         if !out.status.success() {
@@ -545,10 +553,7 @@ fn orchestrate(
             b.p50 as f64 / r.p50.max(1) as f64
         );
         // Stop this size's pong (it holds /bench/pong with this capacity).
-        if let Some(mut p) = lab.children.pop() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
+        lab.stop_last();
         std::thread::sleep(Duration::from_millis(300));
     }
     // Update rate: hB subscribes (so hA reflects), hA floods; count hB's mirror writes.
@@ -586,10 +591,7 @@ fn orchestrate(
         if slots != counting {
             // A subscriber on hB of exactly these slots (so that hA reflects them).
             if counting != 0 {
-                if let Some(mut p) = lab.children.pop() {
-                    let _ = p.kill();
-                    let _ = p.wait();
-                }
+                lab.stop_last();
             }
             let mut c = lab.cmd(1, &me);
             c.args(["--domain", domain, "count", &slots.to_string()]);
